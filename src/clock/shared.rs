@@ -1,0 +1,66 @@
+use std::any::Any;
+use std::fmt;
+use std::sync::Arc;
+
+use super::{Clock, ManualClock, SystemClock};
+
+/// A clock stored without a type parameter.
+///
+/// Public types such as `ArrayMetric` take "any clock" by value but carry no
+/// clock type parameter, so the clock has to be stored behind one type. A
+/// bare `Arc<dyn Clock>` would cost an indirect call on every request; the two
+/// clocks this crate ships are recognised when the value is handed over and
+/// called directly, and only user clocks go through the vtable.
+#[derive(Clone)]
+pub(crate) enum SharedClock {
+    System(SystemClock),
+    Manual(ManualClock),
+    Other(Arc<dyn Clock>),
+}
+
+impl SharedClock {
+    pub(crate) fn new<C: Clock>(clock: C) -> Self {
+        let any: &dyn Any = &clock;
+        if let Some(system) = any.downcast_ref::<SystemClock>() {
+            return SharedClock::System(*system);
+        }
+        if let Some(manual) = any.downcast_ref::<ManualClock>() {
+            return SharedClock::Manual(manual.clone());
+        }
+        SharedClock::Other(Arc::new(clock))
+    }
+
+    pub(crate) fn system() -> Self {
+        SharedClock::System(SystemClock::new())
+    }
+}
+
+impl Clock for SharedClock {
+    #[inline]
+    fn now_millis(&self) -> u64 {
+        match self {
+            SharedClock::System(c) => c.now_millis(),
+            SharedClock::Manual(c) => c.now_millis(),
+            SharedClock::Other(c) => c.now_millis(),
+        }
+    }
+
+    #[inline]
+    fn now_micros(&self) -> u64 {
+        match self {
+            SharedClock::System(c) => c.now_micros(),
+            SharedClock::Manual(c) => c.now_micros(),
+            SharedClock::Other(c) => c.now_micros(),
+        }
+    }
+}
+
+impl fmt::Debug for SharedClock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SharedClock::System(c) => c.fmt(f),
+            SharedClock::Manual(c) => c.fmt(f),
+            SharedClock::Other(_) => f.write_str("Clock { .. }"),
+        }
+    }
+}

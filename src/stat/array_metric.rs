@@ -1,0 +1,295 @@
+use std::fmt;
+use std::time::Duration;
+
+use super::metric_array::{BucketRef, MetricArray};
+use super::{LeapArray, MetricBucket, MetricNode};
+use crate::clock::{Clock, SharedClock};
+use crate::error::ConfigError;
+use crate::flow::Admission;
+
+/// Windowed counters over a bucket ring, read and written at the clock's
+/// current time: Sentinel's `ArrayMetric` with its whole `Metric` API.
+///
+/// Every read covers the buckets in the window at the current time (see
+/// [`LeapArray`] for the exact window edge), and behaves as though the
+/// current bucket had been opened: nothing needs to be written first.
+///
+/// [`try_pass`](Self::try_pass) is the exact admission primitive the HTTP
+/// layer is built on.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use tower_sliding_window::clock::ManualClock;
+/// use tower_sliding_window::stat::ArrayMetric;
+///
+/// let clock = ManualClock::new(10_000);
+/// let metric = ArrayMetric::with_clock(10, 1000, clock.clone())?;
+///
+/// metric.add_pass(3);
+/// metric.add_success(2);
+/// metric.add_rt(Duration::from_millis(30));
+/// clock.advance(Duration::from_millis(400));
+/// metric.add_pass(1);
+/// metric.add_block(2);
+///
+/// assert_eq!(metric.pass(), 4);
+/// assert_eq!(metric.block(), 2);
+/// assert_eq!(metric.rt(), Duration::from_millis(30));
+/// assert_eq!(metric.max_success(), 2);
+///
+/// // One second after the first events, their bucket has slid out.
+/// clock.advance(Duration::from_millis(600));
+/// assert_eq!(metric.pass(), 1);
+/// # Ok::<(), tower_sliding_window::ConfigError>(())
+/// ```
+pub struct ArrayMetric {
+    array: MetricArray,
+    clock: SharedClock,
+}
+
+impl ArrayMetric {
+    /// A metric of `sample_count` buckets over `interval_ms`, on the
+    /// [`SystemClock`](crate::clock::SystemClock).
+    ///
+    /// # Errors
+    ///
+    /// See [`LeapArray::new`].
+    pub fn new(sample_count: usize, interval_ms: u64) -> Result<Self, ConfigError> {
+        Self::build(sample_count, interval_ms, SharedClock::system(), false)
+    }
+
+    /// A metric on the given clock.
+    ///
+    /// # Errors
+    ///
+    /// See [`LeapArray::new`].
+    pub fn with_clock(
+        sample_count: usize,
+        interval_ms: u64,
+        clock: impl Clock,
+    ) -> Result<Self, ConfigError> {
+        Self::build(sample_count, interval_ms, SharedClock::new(clock), false)
+    }
+
+    /// A metric that can lend quota from future buckets (Sentinel's
+    /// `enableOccupy`): [`add_waiting`](Self::add_waiting) reserves passes in
+    /// a future bucket, which count as [`waiting`](Self::waiting) until that
+    /// bucket opens and as passes from then on.
+    ///
+    /// # Errors
+    ///
+    /// See [`LeapArray::new`].
+    pub fn occupiable(
+        sample_count: usize,
+        interval_ms: u64,
+        clock: impl Clock,
+    ) -> Result<Self, ConfigError> {
+        Self::build(sample_count, interval_ms, SharedClock::new(clock), true)
+    }
+
+    pub(crate) fn build(
+        sample_count: usize,
+        interval_ms: u64,
+        clock: SharedClock,
+        occupiable: bool,
+    ) -> Result<Self, ConfigError> {
+        Ok(ArrayMetric {
+            array: MetricArray::new(sample_count, interval_ms, occupiable)?,
+            clock,
+        })
+    }
+
+    pub(crate) fn array(&self) -> &MetricArray {
+        &self.array
+    }
+
+    #[inline]
+    fn now(&self) -> u64 {
+        self.clock.now_millis()
+    }
+
+    fn sum(&self, f: impl Fn(BucketRef<'_>) -> u64) -> u64 {
+        self.array.sum(self.now(), f)
+    }
+
+    // --- configuration ------------------------------------------------------
+
+    /// Number of buckets.
+    pub fn sample_count(&self) -> usize {
+        self.array.sample_count()
+    }
+
+    /// Length of the window, in milliseconds.
+    pub fn interval_ms(&self) -> u64 {
+        self.array.interval_ms()
+    }
+
+    /// Length of one bucket, in milliseconds.
+    pub fn window_length_ms(&self) -> u64 {
+        self.array.window_length_ms()
+    }
+
+    /// The underlying bucket ring, for reads that need the buckets
+    /// themselves.
+    pub fn leap_array(&self) -> &LeapArray<MetricBucket> {
+        self.array.leap_array()
+    }
+
+    // --- reads --------------------------------------------------------------
+
+    /// Completed requests in the window.
+    pub fn success(&self) -> u64 {
+        self.sum(|b| b.success())
+    }
+
+    /// The largest success count of any single bucket in the window; 0 when
+    /// the window is empty.
+    pub fn max_success(&self) -> u64 {
+        self.array.max_success(self.now())
+    }
+
+    /// Failed completions in the window.
+    pub fn exception(&self) -> u64 {
+        self.sum(|b| b.exception())
+    }
+
+    /// Rejected requests in the window.
+    pub fn block(&self) -> u64 {
+        self.sum(|b| b.block())
+    }
+
+    /// Admitted requests in the window, including reservations whose bucket
+    /// has been reached.
+    pub fn pass(&self) -> u64 {
+        self.sum(|b| b.pass())
+    }
+
+    /// Requests admitted on borrowed quota, in the window.
+    pub fn occupied_pass(&self) -> u64 {
+        self.sum(|b| b.occupied_pass())
+    }
+
+    /// Passes reserved in buckets that have not started yet. Always 0 for a
+    /// metric that is not [occupiable](Self::occupiable).
+    pub fn waiting(&self) -> u64 {
+        self.array.waiting(self.now())
+    }
+
+    /// Passes of the bucket just before the current one; 0 if it is not held.
+    pub fn previous_window_pass(&self) -> u64 {
+        self.array.previous(self.now()).map_or(0, |b| b.pass())
+    }
+
+    /// Blocks of the bucket just before the current one; 0 if it is not held.
+    pub fn previous_window_block(&self) -> u64 {
+        self.array.previous(self.now()).map_or(0, |b| b.block())
+    }
+
+    /// Sum of the response times in the window.
+    pub fn rt(&self) -> Duration {
+        Duration::from_micros(self.sum(|b| b.rt_micros()))
+    }
+
+    /// Smallest response time in the window; `None` when no response time was
+    /// recorded.
+    pub fn min_rt(&self) -> Option<Duration> {
+        self.array.min_rt(self.now())
+    }
+
+    /// Passes of the bucket containing `time_ms`, without opening it; 0 when
+    /// the ring does not hold that bucket.
+    pub fn window_pass(&self, time_ms: u64) -> u64 {
+        self.array.window_pass(time_ms, self.now())
+    }
+
+    /// One [`MetricNode`] per bucket in the window, oldest first.
+    pub fn details(&self) -> Vec<MetricNode> {
+        self.array.details(self.now())
+    }
+
+    // --- writes -------------------------------------------------------------
+
+    /// Records `n` admitted requests, unconditionally. Use
+    /// [`try_pass`](Self::try_pass) to admit against a limit.
+    pub fn add_pass(&self, n: u64) {
+        self.array.current(self.now()).add_pass(n);
+    }
+
+    /// Records `n` rejected requests.
+    pub fn add_block(&self, n: u64) {
+        self.array.current(self.now()).add_block(n);
+    }
+
+    /// Records `n` completions.
+    pub fn add_success(&self, n: u64) {
+        self.array.current(self.now()).add_success(n);
+    }
+
+    /// Records `n` failed completions.
+    pub fn add_exception(&self, n: u64) {
+        self.array.current(self.now()).add_exception(n);
+    }
+
+    /// Records `n` requests admitted on borrowed quota.
+    pub fn add_occupied_pass(&self, n: u64) {
+        self.array.current(self.now()).add_occupied_pass(n);
+    }
+
+    /// Records one response time.
+    pub fn add_rt(&self, rt: Duration) {
+        self.array.current(self.now()).add_rt(rt);
+    }
+
+    /// Reserves `n` passes in the bucket containing `future_time_ms`.
+    ///
+    /// On a metric that is not [occupiable](Self::occupiable) this does
+    /// nothing (Sentinel throws; a statistics call should not fail).
+    pub fn add_waiting(&self, future_time_ms: u64, n: u64) {
+        self.array.add_waiting(future_time_ms, n);
+    }
+
+    // --- admission ----------------------------------------------------------
+
+    /// Admits `n` requests if the window's pass count plus `n` stays within
+    /// `limit`, recording them as passes in the same atomic step.
+    ///
+    /// With the clock frozen and any number of threads calling, exactly
+    /// `limit` passes are admitted per window. A rejection records nothing;
+    /// record it with [`add_block`](Self::add_block) if wanted.
+    ///
+    /// ```
+    /// use tower_sliding_window::clock::ManualClock;
+    /// use tower_sliding_window::stat::ArrayMetric;
+    ///
+    /// let metric = ArrayMetric::with_clock(10, 1000, ManualClock::new(0))?;
+    /// let admitted = (0..5).filter(|_| metric.try_pass(1, 3).is_pass()).count();
+    /// assert_eq!(admitted, 3);
+    /// assert_eq!(metric.pass(), 3);
+    /// # Ok::<(), tower_sliding_window::ConfigError>(())
+    /// ```
+    pub fn try_pass(&self, n: u64, limit: u64) -> Admission {
+        self.array.try_pass(self.now(), n, limit)
+    }
+
+    /// How long until `n` more passes would fit under `limit`, if nothing else
+    /// passed meanwhile: zero when they fit now, `None` when they never can
+    /// (`n > limit`).
+    pub fn time_until_pass(&self, n: u64, limit: u64) -> Option<Duration> {
+        self.array
+            .wait_for_quota(self.now(), n, limit)
+            .map(Duration::from_millis)
+    }
+}
+
+impl fmt::Debug for ArrayMetric {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ArrayMetric")
+            .field("sample_count", &self.sample_count())
+            .field("interval_ms", &self.interval_ms())
+            .field("occupiable", &self.array.is_occupiable())
+            .field("clock", &self.clock)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,347 @@
+//! The time-parameterised core behind `ArrayMetric`: a bucket ring plus an
+//! optional ring of reservations, with exact admission. Every method takes
+//! the time, so a `StatisticNode` can read the clock once per operation.
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use super::bucket::pass_word;
+use super::leap_array::OpenHooks;
+use super::{FutureBucketLeapArray, LeapArray, MetricBucket, MetricNode, WindowWrap};
+use crate::error::ConfigError;
+use crate::flow::{wait_for_quota, Admission};
+use crate::sync::backoff;
+
+/// A bucket of the window as reads see it.
+#[derive(Clone, Copy)]
+pub(crate) enum BucketRef<'a> {
+    /// The main ring holds the bucket.
+    Held(&'a MetricBucket),
+    /// The main ring never opened the bucket, but quota reserved for it has
+    /// matured: reads count it as passes, as if the bucket had been opened.
+    Reserved(u64),
+}
+
+impl BucketRef<'_> {
+    pub(crate) fn pass(self) -> u64 {
+        match self {
+            BucketRef::Held(b) => b.pass(),
+            BucketRef::Reserved(n) => n,
+        }
+    }
+
+    fn with(self, f: impl FnOnce(&MetricBucket) -> u64) -> u64 {
+        match self {
+            BucketRef::Held(b) => f(b),
+            BucketRef::Reserved(_) => 0,
+        }
+    }
+
+    pub(crate) fn block(self) -> u64 {
+        self.with(MetricBucket::block)
+    }
+
+    pub(crate) fn success(self) -> u64 {
+        self.with(MetricBucket::success)
+    }
+
+    pub(crate) fn exception(self) -> u64 {
+        self.with(MetricBucket::exception)
+    }
+
+    pub(crate) fn occupied_pass(self) -> u64 {
+        self.with(MetricBucket::occupied_pass)
+    }
+
+    pub(crate) fn rt_micros(self) -> u64 {
+        self.with(MetricBucket::rt_micros)
+    }
+
+    pub(crate) fn min_rt_micros(self) -> u64 {
+        match self {
+            BucketRef::Held(b) => b.min_rt_micros(),
+            BucketRef::Reserved(_) => u64::MAX,
+        }
+    }
+}
+
+/// Bucket ring + optional reservation ring.
+pub(crate) struct MetricArray {
+    main: LeapArray<MetricBucket>,
+    /// `None`: not occupiable, reservations are ignored. `Some`: occupiable;
+    /// the ring itself is allocated on the first reservation, so nodes that
+    /// never borrow quota do not pay for it.
+    borrow: Option<OnceLock<FutureBucketLeapArray>>,
+}
+
+/// The round tag of a window start: how many whole intervals precede it,
+/// modulo 2^16. Consecutive windows of one slot differ by exactly one.
+#[inline]
+fn round_tag(start: u64, interval_ms: u64) -> u64 {
+    (start / interval_ms) & 0xFFFF
+}
+
+impl MetricArray {
+    pub(crate) fn new(
+        sample_count: usize,
+        interval_ms: u64,
+        occupiable: bool,
+    ) -> Result<Self, ConfigError> {
+        Ok(MetricArray {
+            main: LeapArray::new(sample_count, interval_ms)?,
+            borrow: occupiable.then(OnceLock::new),
+        })
+    }
+
+    pub(crate) fn leap_array(&self) -> &LeapArray<MetricBucket> {
+        &self.main
+    }
+
+    pub(crate) fn is_occupiable(&self) -> bool {
+        self.borrow.is_some()
+    }
+
+    fn borrow(&self) -> Option<&LeapArray<MetricBucket>> {
+        self.borrow
+            .as_ref()
+            .and_then(OnceLock::get)
+            .map(|f| &f.ring)
+    }
+
+    pub(crate) fn sample_count(&self) -> usize {
+        self.main.sample_count()
+    }
+
+    pub(crate) fn interval_ms(&self) -> u64 {
+        self.main.interval_ms()
+    }
+
+    pub(crate) fn window_length_ms(&self) -> u64 {
+        self.main.window_length_ms()
+    }
+
+    // --- writes -------------------------------------------------------------
+
+    /// The bucket to record into at `now`, opened if needed.
+    #[inline]
+    pub(crate) fn current(&self, now: u64) -> &MetricBucket {
+        self.current_window(now).value()
+    }
+
+    /// Like [`current`](Self::current), with the window the bucket holds.
+    #[inline]
+    pub(crate) fn current_window(&self, now: u64) -> WindowWrap<'_, MetricBucket> {
+        let (idx, start) = self.main.open(now, self);
+        WindowWrap::new(start, self.main.window_length_ms(), self.main.value_at(idx))
+    }
+
+    /// Reserves `n` passes in the bucket containing `future_time`. Does
+    /// nothing on an array that is not occupiable.
+    pub(crate) fn add_waiting(&self, future_time: u64, n: u64) {
+        let Some(cell) = &self.borrow else {
+            return;
+        };
+        let borrow = &cell
+            .get_or_init(|| FutureBucketLeapArray {
+                ring: LeapArray::with_shape_of(&self.main),
+            })
+            .ring;
+        let hooks = BorrowHooks { owner: self };
+        let (idx, _) = borrow.open(future_time, &hooks);
+        borrow.value_at(idx).add_pass(n);
+    }
+
+    // --- reads --------------------------------------------------------------
+
+    /// The bucket starting at `start`, as reads see it.
+    #[inline]
+    fn bucket(&self, start: u64) -> Option<BucketRef<'_>> {
+        if let Some(held) = self.main.held(start) {
+            return Some(BucketRef::Held(held));
+        }
+        self.borrow()?
+            .held(start)
+            .map(|reserved| BucketRef::Reserved(reserved.pass()))
+    }
+
+    /// The window's buckets at `now`, oldest first, with their starts.
+    pub(crate) fn buckets(&self, now: u64) -> impl Iterator<Item = (u64, BucketRef<'_>)> + '_ {
+        self.main
+            .window_starts(now)
+            .filter_map(move |start| self.bucket(start).map(|b| (start, b)))
+    }
+
+    pub(crate) fn sum(&self, now: u64, f: impl Fn(BucketRef<'_>) -> u64) -> u64 {
+        self.buckets(now)
+            .fold(0u64, |sum, (_, b)| sum.saturating_add(f(b)))
+    }
+
+    pub(crate) fn max_success(&self, now: u64) -> u64 {
+        self.buckets(now)
+            .map(|(_, b)| b.success())
+            .max()
+            .unwrap_or(0)
+    }
+
+    pub(crate) fn min_rt(&self, now: u64) -> Option<Duration> {
+        match self
+            .buckets(now)
+            .map(|(_, b)| b.min_rt_micros())
+            .min()
+            .unwrap_or(u64::MAX)
+        {
+            u64::MAX => None,
+            micros => Some(Duration::from_micros(micros)),
+        }
+    }
+
+    /// The bucket one bucket before the one containing `now`.
+    pub(crate) fn previous(&self, now: u64) -> Option<BucketRef<'_>> {
+        let start = self
+            .main
+            .start_of(now)
+            .checked_sub(self.main.window_length_ms())?;
+        if !self.main.in_window(start, now) {
+            return None;
+        }
+        self.bucket(start)
+    }
+
+    /// Passes of the bucket containing `time`, if that bucket is held, or
+    /// reserved and matured by `now`.
+    pub(crate) fn window_pass(&self, time: u64, now: u64) -> u64 {
+        let start = self.main.start_of(time);
+        if let Some(held) = self.main.held(start) {
+            return held.pass();
+        }
+        if start > self.main.start_of(now) {
+            return 0;
+        }
+        self.bucket(start).map_or(0, |b| b.pass())
+    }
+
+    /// Reserved passes in buckets that start after `now`.
+    pub(crate) fn waiting(&self, now: u64) -> u64 {
+        let Some(borrow) = self.borrow() else {
+            return 0;
+        };
+        borrow
+            .held_slots()
+            .filter(|&(_, start, _)| start > now)
+            .fold(0u64, |sum, (_, _, b)| sum.saturating_add(b.pass()))
+    }
+
+    pub(crate) fn details(&self, now: u64) -> Vec<MetricNode> {
+        self.buckets(now)
+            .map(|(start, b)| MetricNode::from_bucket(start, b))
+            .collect()
+    }
+
+    // --- admission ----------------------------------------------------------
+
+    /// Admits `n` if the window's pass count plus `n` stays within `limit`,
+    /// recording the passes in the same atomic step.
+    pub(crate) fn try_pass(&self, now: u64, n: u64, limit: u64) -> Admission {
+        let mut round = 0;
+        loop {
+            // A caller whose clock lags behind the newest opened bucket is
+            // moved forward to it: admissions are serialised on the newest
+            // bucket only (see "Exact admission" in the module docs).
+            let t = now.max(self.main.newest_start());
+            let (idx, start) = self.main.open(t, self);
+            let current = self.main.value_at(idx);
+            let tag = round_tag(start, self.main.interval_ms());
+            let before = self
+                .main
+                .window_starts(start)
+                .take(self.main.sample_count() - 1)
+                .filter(|&s| s != start)
+                .filter_map(|s| self.bucket(s))
+                .fold(0u64, |sum, b| sum.saturating_add(b.pass()));
+            let mut word = current.pass_word();
+            while !pass_word::is_sealed(word) && pass_word::tag(word) == tag {
+                let count = pass_word::count(word);
+                let window_pass = before.saturating_add(count);
+                if window_pass.saturating_add(n) > limit || n > pass_word::COUNT_MAX - count {
+                    return Admission::Block { window_pass };
+                }
+                match current.cas_pass_word(word, word + n) {
+                    Ok(_) => {
+                        return Admission::Pass {
+                            window_pass: window_pass + n,
+                        }
+                    }
+                    Err(actual) => word = actual,
+                }
+            }
+            // Sealed or re-tagged: a newer bucket was opened after this one;
+            // try again there.
+            backoff(&mut round);
+        }
+    }
+
+    /// Milliseconds from `now` until `n` more passes fit under `limit` if
+    /// nothing else passes; `None` if they never can.
+    pub(crate) fn wait_for_quota(&self, now: u64, n: u64, limit: u64) -> Option<u64> {
+        let buckets: Vec<(u64, u64)> = self.buckets(now).map(|(s, b)| (s, b.pass())).collect();
+        wait_for_quota(buckets, now, self.main.interval_ms(), n, limit)
+    }
+}
+
+/// Steps taken while a bucket of the main ring opens.
+impl OpenHooks<MetricBucket> for MetricArray {
+    fn before_reset(&self, array: &LeapArray<MetricBucket>, slot: usize, start: u64, newest: bool) {
+        if !newest {
+            return;
+        }
+        // A new newest bucket: seal every older one so that an admission
+        // still aimed at one of them fails its compare-and-swap and moves on.
+        // Runs before this bucket is published, so anyone who can see the new
+        // bucket also sees the seals.
+        for (idx, held, bucket) in array.held_slots() {
+            if idx != slot && held < start && !pass_word::is_sealed(bucket.pass_word()) {
+                bucket.seal_pass();
+            }
+        }
+    }
+
+    fn after_reset(&self, bucket: &MetricBucket, start: u64, newest: bool) {
+        // Quota reserved for this bucket becomes its first passes.
+        let reserved = self
+            .borrow()
+            .and_then(|borrow| borrow.held(start))
+            .map_or(0, MetricBucket::pass);
+        bucket.reset_pass(round_tag(start, self.main.interval_ms()), reserved);
+        if !newest {
+            // An older bucket opened late (a clock behind the others): it
+            // takes plain writes, never admissions.
+            bucket.seal_pass();
+        }
+    }
+}
+
+/// Steps taken while a bucket of the reservation ring opens.
+struct BorrowHooks<'a> {
+    owner: &'a MetricArray,
+}
+
+impl OpenHooks<MetricBucket> for BorrowHooks<'_> {
+    fn before_reset(
+        &self,
+        array: &LeapArray<MetricBucket>,
+        slot: usize,
+        _start: u64,
+        _newest: bool,
+    ) {
+        // The slot's old reservation may have matured without the main ring
+        // ever opening its bucket; open it now so the passes are not dropped
+        // with the reservation. (Lock order: reservation ring, then main.)
+        if let Some(old) = array.held_start(slot) {
+            let main = &self.owner.main;
+            let matured = old <= main.newest_start();
+            if matured && array.value_at(slot).pass() > 0 && main.held(old).is_none() {
+                main.open(old, self.owner);
+            }
+        }
+    }
+}

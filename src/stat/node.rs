@@ -1,0 +1,499 @@
+use std::fmt;
+use std::time::Duration;
+
+use super::metric_array::MetricArray;
+use super::metric_node::average_rt;
+use super::{ArrayMetric, MetricNode};
+use crate::clock::{Clock, SharedClock};
+use crate::error::ConfigError;
+use crate::flow::Admission;
+use crate::sync::{AtomicU64, Ordering};
+
+/// Default second window: 10 buckets of 100 ms.
+const SECOND_SAMPLE_COUNT: usize = 10;
+const SECOND_INTERVAL_MS: u64 = 1000;
+/// The minute window: 60 buckets of one second.
+const MINUTE_SAMPLE_COUNT: usize = 60;
+const MINUTE_INTERVAL_MS: u64 = 60_000;
+/// Sentinel's default occupy timeout.
+const DEFAULT_OCCUPY_TIMEOUT_MS: u64 = 500;
+/// `last_fetch` before the first `metrics()` call.
+const NEVER_FETCHED: u64 = u64::MAX;
+
+/// Real-time statistics of one resource: Sentinel's `StatisticNode`.
+///
+/// It keeps two windows on one clock, read once per operation so the two
+/// never disagree about the time:
+///
+/// - a **second window** (by default 10 buckets over 1000 ms; configurable
+///   with [`with_second_window`](Self::with_second_window)) for the live
+///   figures and for admission. It can lend quota from its future buckets
+///   ([`try_occupy_next`](Self::try_occupy_next));
+/// - a **minute window** (60 buckets of one second) for totals and for the
+///   per-second history ([`metrics`](Self::metrics)).
+///
+/// plus a concurrency gauge (requests in flight).
+///
+/// The `*_qps` figures are per second: the second window's count divided by
+/// its length in seconds.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use tower_sliding_window::clock::ManualClock;
+/// use tower_sliding_window::stat::StatisticNode;
+///
+/// let clock = ManualClock::new(0);
+/// let node = StatisticNode::with_clock(clock.clone());
+///
+/// for _ in 0..4 {
+///     assert!(node.try_pass(1, 3).is_pass() || node.block_qps() > 0.0);
+/// }
+/// node.add_rt_and_success(Duration::from_millis(20), 1);
+/// node.add_rt_and_success(Duration::from_millis(40), 1);
+///
+/// assert_eq!(node.pass_qps(), 3.0);
+/// assert_eq!(node.block_qps(), 1.0);
+/// assert_eq!(node.avg_rt(), Some(Duration::from_millis(30)));
+/// assert_eq!(node.min_rt(), Some(Duration::from_millis(20)));
+/// assert_eq!(node.total_request(), 4);
+/// ```
+pub struct StatisticNode {
+    second: ArrayMetric,
+    minute: ArrayMetric,
+    /// Requests in flight. Relaxed: a gauge, read on its own.
+    concurrency: AtomicU64,
+    /// Longest wait `try_occupy_next` may hand out, in milliseconds.
+    occupy_timeout_ms: AtomicU64,
+    /// Start of the newest second reported by `metrics()`. Advanced with a
+    /// compare-and-swap so that concurrent callers split the seconds between
+    /// them instead of both reporting one.
+    last_fetch: AtomicU64,
+    clock: SharedClock,
+}
+
+impl StatisticNode {
+    /// A node with the default windows on the
+    /// [`SystemClock`](crate::clock::SystemClock).
+    pub fn new() -> Self {
+        Self::defaults(SharedClock::system())
+    }
+
+    /// A node with the default windows on the given clock.
+    pub fn with_clock(clock: impl Clock) -> Self {
+        Self::defaults(SharedClock::new(clock))
+    }
+
+    fn defaults(clock: SharedClock) -> Self {
+        Self::build(clock, SECOND_SAMPLE_COUNT, SECOND_INTERVAL_MS)
+            .expect("the default second window is valid")
+    }
+
+    /// A node whose second window has `sample_count` buckets over
+    /// `interval_ms` (the minute window is always 60 × 1 s).
+    ///
+    /// # Errors
+    ///
+    /// See [`LeapArray::new`](super::LeapArray::new).
+    pub fn with_second_window(
+        clock: impl Clock,
+        sample_count: usize,
+        interval_ms: u64,
+    ) -> Result<Self, ConfigError> {
+        Self::build(SharedClock::new(clock), sample_count, interval_ms)
+    }
+
+    pub(crate) fn build(
+        clock: SharedClock,
+        sample_count: usize,
+        interval_ms: u64,
+    ) -> Result<Self, ConfigError> {
+        Ok(StatisticNode {
+            second: ArrayMetric::build(sample_count, interval_ms, clock.clone(), true)?,
+            minute: ArrayMetric::build(
+                MINUTE_SAMPLE_COUNT,
+                MINUTE_INTERVAL_MS,
+                clock.clone(),
+                false,
+            )?,
+            concurrency: AtomicU64::new(0),
+            occupy_timeout_ms: AtomicU64::new(DEFAULT_OCCUPY_TIMEOUT_MS.min(interval_ms)),
+            last_fetch: AtomicU64::new(NEVER_FETCHED),
+            clock,
+        })
+    }
+
+    /// Sets the longest wait [`try_occupy_next`](Self::try_occupy_next) may
+    /// hand out (default 500 ms).
+    ///
+    /// # Errors
+    ///
+    /// A [`ConfigError`] for `occupy_timeout` when it is longer than the
+    /// second window: quota can be borrowed from that window only.
+    pub fn set_occupy_timeout(&self, timeout: Duration) -> Result<(), ConfigError> {
+        let interval = self.second.interval_ms();
+        let ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
+        if ms > interval {
+            return Err(ConfigError::new(
+                "occupy_timeout",
+                "must not exceed the second window's interval",
+                format!("got {ms} ms, interval = {interval} ms"),
+            ));
+        }
+        self.occupy_timeout_ms.store(ms, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The longest wait [`try_occupy_next`](Self::try_occupy_next) may hand out.
+    pub fn occupy_timeout(&self) -> Duration {
+        Duration::from_millis(self.occupy_timeout_ms.load(Ordering::Relaxed))
+    }
+
+    /// The second window.
+    pub fn second_window(&self) -> &ArrayMetric {
+        &self.second
+    }
+
+    /// The minute window.
+    pub fn minute_window(&self) -> &ArrayMetric {
+        &self.minute
+    }
+
+    #[inline]
+    pub(crate) fn now(&self) -> u64 {
+        self.clock.now_millis()
+    }
+
+    pub(crate) fn clock(&self) -> &SharedClock {
+        &self.clock
+    }
+
+    fn sec(&self) -> &MetricArray {
+        self.second.array()
+    }
+
+    fn min(&self) -> &MetricArray {
+        self.minute.array()
+    }
+
+    fn interval_secs(&self) -> f64 {
+        self.second.interval_ms() as f64 / 1000.0
+    }
+
+    fn per_second(&self, count: u64) -> f64 {
+        count as f64 / self.interval_secs()
+    }
+
+    // --- recording ----------------------------------------------------------
+
+    /// Admits `n` if the second window's pass count plus `n` stays within
+    /// `limit`, in one atomic step (see [`ArrayMetric::try_pass`]). A pass is
+    /// recorded in both windows, a rejection as `n` blocks in both.
+    pub fn try_pass(&self, n: u64, limit: u64) -> Admission {
+        self.try_pass_at(self.now(), n, limit)
+    }
+
+    pub(crate) fn try_pass_at(&self, now: u64, n: u64, limit: u64) -> Admission {
+        let admission = self.sec().try_pass(now, n, limit);
+        match admission {
+            Admission::Pass { .. } => self.min().current(now).add_pass(n),
+            Admission::Block { .. } => {
+                self.sec().current(now).add_block(n);
+                self.min().current(now).add_block(n);
+            }
+        }
+        admission
+    }
+
+    /// Records `n` passed requests, unconditionally.
+    pub fn add_pass_request(&self, n: u64) {
+        let now = self.now();
+        self.sec().current(now).add_pass(n);
+        self.min().current(now).add_pass(n);
+    }
+
+    /// Records `n` blocked requests.
+    pub fn increase_block_qps(&self, n: u64) {
+        let now = self.now();
+        self.sec().current(now).add_block(n);
+        self.min().current(now).add_block(n);
+    }
+
+    /// Records `n` completions that took `rt` in all (the time is added once,
+    /// the count `n` times, as Sentinel's `StatisticSlot` does on exit).
+    pub fn add_rt_and_success(&self, rt: Duration, n: u64) {
+        let now = self.now();
+        for array in [self.sec(), self.min()] {
+            let bucket = array.current(now);
+            bucket.add_success(n);
+            bucket.add_rt(rt);
+        }
+    }
+
+    /// Records `n` completions classified as failures.
+    pub fn increase_exception_qps(&self, n: u64) {
+        let now = self.now();
+        self.sec().current(now).add_exception(n);
+        self.min().current(now).add_exception(n);
+    }
+
+    /// One more request in flight.
+    pub fn increase_concurrency(&self) {
+        self.concurrency.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// One request fewer in flight. Saturates at zero: an unmatched call
+    /// cannot wrap the gauge around.
+    pub fn decrease_concurrency(&self) {
+        let _ = self
+            .concurrency
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+    }
+
+    /// Records `n` requests admitted on borrowed quota: in the minute window,
+    /// as occupied passes and as passes (Sentinel's bookkeeping; the second
+    /// window gets the passes when the reserved bucket opens).
+    pub fn add_occupied_pass(&self, n: u64) {
+        let bucket = self.min().current(self.now());
+        bucket.add_occupied_pass(n);
+        bucket.add_pass(n);
+    }
+
+    /// Reserves `n` passes in the second-window bucket containing
+    /// `future_time_ms`.
+    pub fn add_waiting_request(&self, future_time_ms: u64, n: u64) {
+        self.sec().add_waiting(future_time_ms, n);
+    }
+
+    // --- live figures (second window, per second) ---------------------------
+
+    /// Passes per second.
+    pub fn pass_qps(&self) -> f64 {
+        self.per_second(self.second.pass())
+    }
+
+    /// Blocks per second.
+    pub fn block_qps(&self) -> f64 {
+        self.per_second(self.second.block())
+    }
+
+    /// Completions per second.
+    pub fn success_qps(&self) -> f64 {
+        self.per_second(self.second.success())
+    }
+
+    /// Failed completions per second.
+    pub fn exception_qps(&self) -> f64 {
+        self.per_second(self.second.exception())
+    }
+
+    /// Passes plus blocks per second.
+    pub fn total_qps(&self) -> f64 {
+        let now = self.now();
+        let total = self.sec().sum(now, |b| b.pass().saturating_add(b.block()));
+        self.per_second(total)
+    }
+
+    /// Passes on borrowed quota per second (second window; Sentinel records
+    /// those in the minute window only, so this stays 0 unless recorded
+    /// through [`ArrayMetric::add_occupied_pass`]).
+    pub fn occupied_pass_qps(&self) -> f64 {
+        self.per_second(self.second.occupied_pass())
+    }
+
+    /// The busiest bucket's completions, scaled to a second.
+    pub fn max_success_qps(&self) -> f64 {
+        self.second.max_success() as f64 * self.second.sample_count() as f64 / self.interval_secs()
+    }
+
+    /// Passes in the previous whole second (minute window).
+    pub fn previous_pass_qps(&self) -> f64 {
+        self.minute.previous_window_pass() as f64
+    }
+
+    /// Blocks in the previous whole second (minute window).
+    pub fn previous_block_qps(&self) -> f64 {
+        self.minute.previous_window_block() as f64
+    }
+
+    /// Average response time over the second window's completions; `None`
+    /// when nothing completed.
+    pub fn avg_rt(&self) -> Option<Duration> {
+        let now = self.now();
+        let (rt, success) = self
+            .sec()
+            .buckets(now)
+            .fold((0u64, 0u64), |(rt, n), (_, b)| {
+                (
+                    rt.saturating_add(b.rt_micros()),
+                    n.saturating_add(b.success()),
+                )
+            });
+        average_rt(rt, success)
+    }
+
+    /// Smallest response time in the second window.
+    pub fn min_rt(&self) -> Option<Duration> {
+        self.second.min_rt()
+    }
+
+    /// Requests in flight.
+    pub fn cur_concurrency(&self) -> u64 {
+        self.concurrency.load(Ordering::Relaxed)
+    }
+
+    /// Passes reserved in future buckets.
+    pub fn waiting(&self) -> u64 {
+        self.second.waiting()
+    }
+
+    // --- minute totals ------------------------------------------------------
+
+    /// Passes plus blocks in the last minute.
+    pub fn total_request(&self) -> u64 {
+        let now = self.now();
+        self.min().sum(now, |b| b.pass().saturating_add(b.block()))
+    }
+
+    /// Passes in the last minute.
+    pub fn total_pass(&self) -> u64 {
+        self.minute.pass()
+    }
+
+    /// Completions in the last minute.
+    pub fn total_success(&self) -> u64 {
+        self.minute.success()
+    }
+
+    /// Failed completions in the last minute.
+    pub fn total_exception(&self) -> u64 {
+        self.minute.exception()
+    }
+
+    /// Blocks in the last minute.
+    pub fn block_request(&self) -> u64 {
+        self.minute.block()
+    }
+
+    // --- occupy -------------------------------------------------------------
+
+    /// How long a request of `acquire` permits would wait to pass on quota
+    /// borrowed from the second window, if at all.
+    ///
+    /// Returns `Some(wait_ms)` when, after `wait_ms`, enough of the window's
+    /// passes will have slid out for the request and everything already
+    /// reserved to fit under `threshold` (per second), and the wait is within
+    /// the [occupy timeout](Self::occupy_timeout); `None` otherwise, or when
+    /// a whole window's quota is already reserved. Records nothing: on `Some`,
+    /// the caller reserves with [`add_waiting_request`](Self::add_waiting_request)
+    /// and [`add_occupied_pass`](Self::add_occupied_pass).
+    ///
+    /// This is Sentinel's `tryOccupyNext` arithmetic on this node's own
+    /// second window, so with 10 × 100 ms buckets the waits come in 100 ms
+    /// steps rather than Java's 500 ms.
+    pub fn try_occupy_next(&self, now_ms: u64, acquire: u64, threshold: f64) -> Option<u64> {
+        let sec = self.sec();
+        let interval = sec.interval_ms();
+        let len = sec.window_length_ms();
+        let timeout = self.occupy_timeout_ms.load(Ordering::Relaxed);
+        let max_count = threshold * interval as f64 / 1000.0;
+        let borrowed = sec.waiting(now_ms);
+        if borrowed as f64 >= max_count {
+            return None;
+        }
+        let mut current_pass = sec.sum(now_ms, |b| b.pass());
+        let offset = now_ms % len;
+        // Start of the oldest bucket in the window (may be before time 0).
+        let mut earliest =
+            i128::from(now_ms) - i128::from(offset) + i128::from(len) - i128::from(interval);
+        let mut idx = 0u64;
+        while earliest < i128::from(now_ms) {
+            let wait = idx * len + len - offset;
+            if wait >= timeout {
+                break;
+            }
+            let window_pass = u64::try_from(earliest).map_or(0, |t| sec.window_pass(t, now_ms));
+            let needed = current_pass
+                .saturating_add(borrowed)
+                .saturating_add(acquire)
+                .saturating_sub(window_pass);
+            if needed as f64 <= max_count {
+                return Some(wait);
+            }
+            earliest += i128::from(len);
+            current_pass = current_pass.saturating_sub(window_pass);
+            idx += 1;
+        }
+        None
+    }
+
+    // --- history ------------------------------------------------------------
+
+    /// Every finished second of the minute window not reported by an earlier
+    /// call, oldest first, skipping seconds without events; never the
+    /// current second. Each second is reported exactly once, also across
+    /// concurrent callers (Sentinel's `metrics()`, which feeds its metric
+    /// log).
+    pub fn metrics(&self) -> Vec<MetricNode> {
+        let now = self.now();
+        let current_second = now - now % 1000;
+        loop {
+            let last = self.last_fetch.load(Ordering::Acquire);
+            let nodes: Vec<MetricNode> = self
+                .min()
+                .details(now)
+                .into_iter()
+                .filter(|n| n.timestamp_ms < current_second)
+                .filter(|n| last == NEVER_FETCHED || n.timestamp_ms > last)
+                .filter(|n| {
+                    n.pass | n.block | n.success | n.exception | n.occupied_pass != 0
+                        || n.rt.is_some()
+                })
+                .collect();
+            let Some(newest) = nodes.last().map(|n| n.timestamp_ms) else {
+                return nodes;
+            };
+            // AcqRel: a caller that loses the race re-reads `last` and skips
+            // what the winner reported.
+            if self
+                .last_fetch
+                .compare_exchange(last, newest, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                return nodes;
+            }
+        }
+    }
+
+    // --- for the HTTP layer --------------------------------------------------
+
+    /// Milliseconds until `n` more passes fit under `limit`.
+    pub(crate) fn wait_for_quota_at(&self, now: u64, n: u64, limit: u64) -> Option<u64> {
+        self.sec().wait_for_quota(now, n, limit)
+    }
+
+    /// Whether nothing is in flight and no window holds an event at `now`.
+    pub(crate) fn is_idle_at(&self, now: u64) -> bool {
+        self.cur_concurrency() == 0
+            && self.sec().buckets(now).next().is_none()
+            && self.min().buckets(now).next().is_none()
+            && self.sec().waiting(now) == 0
+    }
+}
+
+impl Default for StatisticNode {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Debug for StatisticNode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StatisticNode")
+            .field("second", &self.second)
+            .field("minute", &self.minute)
+            .field("concurrency", &self.cur_concurrency())
+            .finish_non_exhaustive()
+    }
+}
