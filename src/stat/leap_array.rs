@@ -74,8 +74,9 @@ pub struct LeapArray<B> {
     interval_ms: u64,
     sample_count: usize,
     slots: Box<[Slot<B>]>,
-    /// Rotation lock (bit 63) and the newest window start ever published
-    /// (bits 0..63, 0 before the first). Every bucket opening happens with
+    /// Rotation lock (bit 63) and one more than the newest window start ever
+    /// published (bits 0..63; 0 before the first, so that a first window at
+    /// time 0 is still recognised as the newest). Every bucket opening happens with
     /// the lock held, so openings are totally ordered; the newest start lets
     /// a caller whose clock lags catch up with the others.
     rotation: AtomicU64,
@@ -229,10 +230,10 @@ impl<B> LeapArray<B> {
         ((start / self.window_length_ms) % self.sample_count as u64) as usize
     }
 
-    /// The newest window start any thread has opened (0 before the first).
+    /// The newest window start any thread has opened, if any.
     #[inline]
-    pub(crate) fn newest_start(&self) -> u64 {
-        self.rotation.load(Ordering::Acquire) & !LOCKED
+    pub(crate) fn newest_start(&self) -> Option<u64> {
+        (self.rotation.load(Ordering::Acquire) & !LOCKED).checked_sub(1)
     }
 
     /// The window start slot `idx` holds, if it holds one.
@@ -357,7 +358,7 @@ impl<B: BucketValue> LeapArray<B> {
             // us may have opened the bucket already.
             let guard = RotationGuard {
                 array: self,
-                newest: newest.max(start),
+                newest: newest.map_or(start, |n| n.max(start)),
             };
             let held = slot.stamp.load(Ordering::Acquire);
             if held != EMPTY && held >= start {
@@ -368,7 +369,13 @@ impl<B: BucketValue> LeapArray<B> {
             // before this point may still add to the value; their events land
             // either before the reset (counted in the old, expired window) or
             // after it (counted in the new one): once either way.
-            let is_newest = start > newest;
+            // `>=`, not `>`: `newest` reads 0 both before any window was
+            // published and after the window at 0 was, and only the first
+            // can get here with `start == newest` (once a window is
+            // published its slot's stamp is at least that start, so a
+            // second opening of it returns at step 1 or 3). The first
+            // window ever opened is the newest, also when it starts at 0.
+            let is_newest = newest.map_or(true, |n| start > n);
             hooks.before_reset(self, idx, start, is_newest);
             slot.value.reset();
             hooks.after_reset(&slot.value, start, is_newest);
@@ -380,9 +387,10 @@ impl<B: BucketValue> LeapArray<B> {
         }
     }
 
-    /// Takes the rotation lock if it is free, returning the newest start.
+    /// Takes the rotation lock if it is free, returning the newest start
+    /// (`Some(None)` when no window was ever opened).
     #[inline]
-    fn try_lock_rotation(&self) -> Option<u64> {
+    fn try_lock_rotation(&self) -> Option<Option<u64>> {
         let current = self.rotation.load(Ordering::Relaxed);
         if current & LOCKED != 0 {
             return None;
@@ -397,6 +405,7 @@ impl<B: BucketValue> LeapArray<B> {
                 Ordering::Relaxed,
             )
             .ok()
+            .map(|encoded| encoded.checked_sub(1))
     }
 }
 
@@ -410,7 +419,9 @@ struct RotationGuard<'a, B> {
 impl<B> Drop for RotationGuard<'_, B> {
     fn drop(&mut self) {
         // Release: the next lock holder (Acquire) sees this holder's work.
-        self.array.rotation.store(self.newest, Ordering::Release);
+        self.array
+            .rotation
+            .store(self.newest + 1, Ordering::Release);
     }
 }
 

@@ -247,7 +247,10 @@ impl MetricArray {
             // A caller whose clock lags behind the newest opened bucket is
             // moved forward to it: admissions are serialised on the newest
             // bucket only (see "Exact admission" in the module docs).
-            let t = now.max(self.main.newest_start());
+            let t = self
+                .main
+                .newest_start()
+                .map_or(now, |newest| now.max(newest));
             let (idx, start) = self.main.open(t, self);
             let current = self.main.value_at(idx);
             let tag = round_tag(start, self.main.interval_ms());
@@ -338,7 +341,7 @@ impl OpenHooks<MetricBucket> for BorrowHooks<'_> {
         // with the reservation. (Lock order: reservation ring, then main.)
         if let Some(old) = array.held_start(slot) {
             let main = &self.owner.main;
-            let matured = old <= main.newest_start();
+            let matured = main.newest_start().is_some_and(|newest| old <= newest);
             if matured && array.value_at(slot).pass() > 0 && main.held(old).is_none() {
                 main.open(old, self.owner);
             }
