@@ -131,3 +131,6 @@ pub use metric_node::MetricNode;
 pub use node::StatisticNode;
 pub use occupiable::{FutureBucketLeapArray, OccupiableBucketLeapArray};
 pub use window_wrap::WindowWrap;
+
+pub(crate) use leap_array::validate as leap_array_validate;
+pub(crate) use metric_node::average_rt;

@@ -1,0 +1,204 @@
+//! The response future and the guard that records a request's completion.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{ready, Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::Response;
+use pin_project_lite::pin_project;
+use tower_http::classify::{ClassifiedResponse, ClassifyResponse};
+
+use crate::clock::Clock;
+use crate::http::body::ResponseBody;
+use crate::http::response::Quota;
+use crate::registry::Entry;
+
+pin_project! {
+    /// Response future of [`SlidingWindow`](crate::SlidingWindow).
+    ///
+    /// For a passed request it drives the inner service's future and, when it
+    /// resolves, records the completion (success, response time, exception);
+    /// for a rejected one it yields the rejection response at once.
+    pub struct ResponseFuture<F, C> {
+        #[pin]
+        kind: Kind<F, C>,
+    }
+}
+
+pin_project! {
+    #[project = KindProj]
+    enum Kind<F, C> {
+        Passed {
+            #[pin]
+            future: F,
+            completion: Option<Completion<C>>,
+        },
+        Blocked {
+            response: Option<Response<Bytes>>,
+        },
+    }
+}
+
+impl<F, C> ResponseFuture<F, C> {
+    pub(crate) fn passed(future: F, completion: Completion<C>) -> Self {
+        ResponseFuture {
+            kind: Kind::Passed {
+                future,
+                completion: Some(completion),
+            },
+        }
+    }
+
+    pub(crate) fn blocked(response: Response<Bytes>) -> Self {
+        ResponseFuture {
+            kind: Kind::Blocked {
+                response: Some(response),
+            },
+        }
+    }
+}
+
+impl<F, C, B, E> Future for ResponseFuture<F, C>
+where
+    F: Future<Output = Result<Response<B>, E>>,
+    C: ClassifyResponse,
+    E: fmt::Display + 'static,
+{
+    type Output = Result<Response<ResponseBody<B>>, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.project().kind.project() {
+            KindProj::Passed { future, completion } => {
+                let Some(pending) = completion.as_mut() else {
+                    panic!("`ResponseFuture` polled after it completed");
+                };
+                // If the inner future panics, `polling` stays set and the
+                // guard's drop records the request as a failure.
+                pending.in_flight.polling = true;
+                let poll = future.poll(cx);
+                pending.in_flight.polling = false;
+                let result = ready!(poll);
+                let done = completion
+                    .take()
+                    .expect("checked above, and only taken here");
+                Poll::Ready(done.finish(result))
+            }
+            KindProj::Blocked { response } => {
+                let response = response
+                    .take()
+                    .expect("`ResponseFuture` polled after it completed");
+                Poll::Ready(Ok(response.map(ResponseBody::full)))
+            }
+        }
+    }
+}
+
+impl<F, C> fmt::Debug for ResponseFuture<F, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = match &self.kind {
+            Kind::Passed { .. } => "Passed",
+            Kind::Blocked { .. } => "Blocked",
+        };
+        f.debug_struct("ResponseFuture")
+            .field("state", &state)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a passed request still has to record when it completes.
+pub(crate) struct Completion<C> {
+    pub(crate) in_flight: InFlight,
+    pub(crate) classifier: C,
+    /// RateLimit fields for the response, when configured.
+    pub(crate) quota: Option<Quota>,
+    pub(crate) legacy_headers: bool,
+}
+
+impl<C: ClassifyResponse> Completion<C> {
+    fn finish<B, E>(self, result: Result<Response<B>, E>) -> Result<Response<ResponseBody<B>>, E>
+    where
+        E: fmt::Display + 'static,
+    {
+        let Completion {
+            mut in_flight,
+            classifier,
+            quota,
+            legacy_headers,
+        } = self;
+        match result {
+            Ok(response) => {
+                let failed = match classifier.classify_response(&response) {
+                    ClassifiedResponse::Ready(outcome) => outcome.is_err(),
+                    // Classes decided at the end of the stream (gRPC trailers)
+                    // are not waited for: the response itself succeeded.
+                    ClassifiedResponse::RequiresEos(_) => false,
+                };
+                in_flight.complete(failed);
+                let mut response = response.map(ResponseBody::inner);
+                if let Some(quota) = quota {
+                    quota.write(response.headers_mut(), legacy_headers);
+                }
+                Ok(response)
+            }
+            Err(error) => {
+                let _ = classifier.classify_error(&error);
+                in_flight.complete(true);
+                Err(error)
+            }
+        }
+    }
+}
+
+/// Holds a passed request's place in its key's concurrency gauge.
+///
+/// Dropping it always releases the place, so a request whose future is
+/// dropped (client gone, timeout) or whose handler panics cannot leak it.
+pub(crate) struct InFlight {
+    entry: Arc<Entry>,
+    /// `Clock::now_micros` at admission.
+    started_us: u64,
+    /// Set while the inner future is being polled; still set at drop only if
+    /// that poll unwound.
+    polling: bool,
+    completed: bool,
+}
+
+impl InFlight {
+    /// Marks a request in flight: one more in the concurrency gauge.
+    pub(crate) fn start(entry: Arc<Entry>, started_us: u64) -> Self {
+        entry.node.increase_concurrency();
+        InFlight {
+            entry,
+            started_us,
+            polling: false,
+            completed: false,
+        }
+    }
+
+    /// Records a completion: one success with its response time, and an
+    /// exception on top when it failed.
+    fn complete(&mut self, failed: bool) {
+        let node = &self.entry.node;
+        let rt_us = node.clock().now_micros().saturating_sub(self.started_us);
+        node.add_rt_and_success(Duration::from_micros(rt_us), 1);
+        if failed {
+            node.increase_exception_qps(1);
+        }
+        self.completed = true;
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let node = &self.entry.node;
+        if !self.completed && self.polling {
+            // The inner future panicked mid-poll: a failure, not a success.
+            node.increase_exception_qps(1);
+        }
+        node.decrease_concurrency();
+    }
+}

@@ -1,0 +1,181 @@
+use std::fmt;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body::Body;
+use tower_http::classify::MakeClassifier;
+use tower_service::Service;
+
+use crate::clock::Clock;
+use crate::flow::Admission;
+use crate::handle::StatsHandle;
+use crate::http::body::ResponseBody;
+use crate::http::future::{Completion, InFlight, ResponseFuture};
+use crate::http::key::{GlobalKey, KeyExtractor};
+use crate::http::layer::DefaultClassifier;
+use crate::http::response::{rejection_response, PolicyName, Quota};
+use crate::http::shared::Shared;
+use crate::registry::Entry;
+
+/// Limits requests per key with a sliding window; made by
+/// [`SlidingWindowLayer`](crate::SlidingWindowLayer).
+///
+/// Cloning it shares the limiter state: every clone counts against the same
+/// windows.
+pub struct SlidingWindow<S, X: KeyExtractor = GlobalKey, M = DefaultClassifier> {
+    inner: S,
+    extractor: X,
+    make_classifier: M,
+    shared: Arc<Shared<X::Key>>,
+}
+
+impl<S, X: KeyExtractor, M> SlidingWindow<S, X, M> {
+    pub(crate) fn from_parts(
+        inner: S,
+        extractor: X,
+        make_classifier: M,
+        shared: Arc<Shared<X::Key>>,
+    ) -> Self {
+        SlidingWindow {
+            inner,
+            extractor,
+            make_classifier,
+            shared,
+        }
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// Consumes the limiter, returning the inner service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+
+    /// A handle on the live statistics and limits.
+    pub fn handle(&self) -> StatsHandle<X::Key> {
+        StatsHandle::new(Arc::clone(&self.shared))
+    }
+
+    /// The RateLimit fields for `entry` after a decision at `now`.
+    fn quota(&self, entry: &Entry, limit: u64, window_pass: u64, reset_ms: u64) -> Quota {
+        let settings = &self.shared.settings;
+        Quota {
+            policy: PolicyName {
+                base: Arc::clone(&settings.response.policy_name),
+                tag: entry.policy_tag(),
+            },
+            limit,
+            window_ms: settings.window.interval_ms,
+            remaining: limit.saturating_sub(window_pass),
+            reset_ms,
+        }
+    }
+}
+
+impl<S, X, M, ReqBody, ResBody> Service<Request<ReqBody>> for SlidingWindow<S, X, M>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+    S::Error: fmt::Display + 'static,
+    ResBody: Body<Data = Bytes>,
+    X: KeyExtractor,
+    M: MakeClassifier,
+{
+    type Response = Response<ResponseBody<ResBody>>;
+    type Error = S::Error;
+    type Future = ResponseFuture<S::Future, M::Classifier>;
+
+    /// Forwards to the inner service. The limit is enforced in `call`, which
+    /// answers rejected requests itself; nothing is reserved here (see
+    /// "Differences from `tower::limit::RateLimit`" in the crate docs).
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
+        // Split and reassemble: both move, nothing is cloned.
+        let (parts, body) = request.into_parts();
+        let key = self.extractor.extract(&parts);
+        let request = Request::from_parts(parts, body);
+
+        let registry = &self.shared.registry;
+        let clock = registry.clock();
+        let now = clock.now_millis();
+        let entry = registry.entry(key, now);
+        let limit = entry.limit();
+        let response = &self.shared.settings.response;
+
+        match entry.node.try_pass_at(now, 1, limit) {
+            Admission::Pass { window_pass } => {
+                let quota = response.headers_on_pass.then(|| {
+                    let reset = entry
+                        .node
+                        .wait_for_quota_at(
+                            now,
+                            limit.saturating_sub(window_pass).saturating_add(1),
+                            limit,
+                        )
+                        .unwrap_or(0);
+                    self.quota(&entry, limit, window_pass, reset)
+                });
+                let legacy_headers = response.legacy_headers;
+                let classifier = self.make_classifier.make_classifier(&request);
+                let in_flight = InFlight::start(entry, clock.now_micros());
+                let future = self.inner.call(request);
+                ResponseFuture::passed(
+                    future,
+                    Completion {
+                        in_flight,
+                        classifier,
+                        quota,
+                        legacy_headers,
+                    },
+                )
+            }
+            Admission::Block { window_pass } => {
+                let retry_after_ms = entry
+                    .node
+                    .wait_for_quota_at(now, 1, limit)
+                    .unwrap_or(self.shared.settings.window.interval_ms);
+                let quota = self.quota(&entry, limit, window_pass, retry_after_ms);
+                tracing::debug!(
+                    policy = %quota.policy,
+                    limit,
+                    retry_after_ms,
+                    "request rejected by the sliding-window limit"
+                );
+                ResponseFuture::blocked(rejection_response(response, &quota, retry_after_ms))
+            }
+        }
+    }
+}
+
+impl<S: Clone, X: KeyExtractor, M: Clone> Clone for SlidingWindow<S, X, M> {
+    fn clone(&self) -> Self {
+        SlidingWindow {
+            inner: self.inner.clone(),
+            extractor: self.extractor.clone(),
+            make_classifier: self.make_classifier.clone(),
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+impl<S: fmt::Debug, X: KeyExtractor + fmt::Debug, M> fmt::Debug for SlidingWindow<S, X, M> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SlidingWindow")
+            .field("inner", &self.inner)
+            .field("key", &self.extractor)
+            .field("state", &self.shared)
+            .finish_non_exhaustive()
+    }
+}
