@@ -1,10 +1,4 @@
-//! Sentinel-style sliding-window statistics and exact rate limiting for
-//! [tower], [hyper] and [axum].
-//!
-//! [tower]: https://docs.rs/tower
-//! [hyper]: https://docs.rs/hyper
-//! [axum]: https://docs.rs/axum
-
+#![doc = include_str!("../docs/crate.md")]
 #![forbid(unsafe_code)]
 #![deny(missing_docs, missing_debug_implementations, unreachable_pub)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
