@@ -234,7 +234,12 @@ impl MetricBucket {
 
     fn add_rt_micros(&self, micros: u64) {
         self.rt.fetch_add(micros, Ordering::Relaxed);
-        self.min_rt.fetch_min(micros, Ordering::Relaxed);
+        // Most response times are not a new minimum: a plain load spares the
+        // read-modify-write. A racing smaller value is still kept, because
+        // `fetch_min` only ever lowers the minimum.
+        if micros < self.min_rt.load(Ordering::Relaxed) {
+            self.min_rt.fetch_min(micros, Ordering::Relaxed);
+        }
     }
 
     /// The sum of the response times added.

@@ -5,7 +5,7 @@ use std::fmt;
 
 use super::{MetricBucket, WindowWrap};
 use crate::error::ConfigError;
-use crate::sync::{backoff, AtomicU64, Ordering};
+use crate::sync::{backoff, AtomicU64, AtomicUsize, Ordering};
 
 /// A value a [`LeapArray`] can keep per bucket.
 ///
@@ -80,6 +80,10 @@ pub struct LeapArray<B> {
     /// the lock held, so openings are totally ordered; the newest start lets
     /// a caller whose clock lags catch up with the others.
     rotation: AtomicU64,
+    /// Slot of the newest window start, written with the lock held before
+    /// the lock is released. Read without the lock only as a hint: the fast
+    /// path confirms it against the slot's stamp.
+    newest_slot: AtomicUsize,
 }
 
 /// One bucket with the start of the window it currently holds.
@@ -153,6 +157,7 @@ impl<B: BucketValue> LeapArray<B> {
                 })
                 .collect(),
             rotation: AtomicU64::new(0),
+            newest_slot: AtomicUsize::new(0),
         }
     }
 }
@@ -338,6 +343,9 @@ impl<B: BucketValue> LeapArray<B> {
     /// Opens the bucket for `now_ms` (see [`current_window`]) and returns its
     /// slot index and the start of the window the slot holds.
     pub(crate) fn open<H: OpenHooks<B>>(&self, now_ms: u64, hooks: &H) -> (usize, u64) {
+        if let Some(found) = self.newest_holding(now_ms) {
+            return found;
+        }
         let (idx, start) = self.locate(now_ms);
         let slot = &self.slots[idx];
         let mut round = 0;
@@ -369,12 +377,6 @@ impl<B: BucketValue> LeapArray<B> {
             // before this point may still add to the value; their events land
             // either before the reset (counted in the old, expired window) or
             // after it (counted in the new one): once either way.
-            // `>=`, not `>`: `newest` reads 0 both before any window was
-            // published and after the window at 0 was, and only the first
-            // can get here with `start == newest` (once a window is
-            // published its slot's stamp is at least that start, so a
-            // second opening of it returns at step 1 or 3). The first
-            // window ever opened is the newest, also when it starts at 0.
             let is_newest = newest.map_or(true, |n| start > n);
             hooks.before_reset(self, idx, start, is_newest);
             slot.value.reset();
@@ -382,9 +384,29 @@ impl<B: BucketValue> LeapArray<B> {
             // Release: the reset above happens-before every write by a thread
             // that loads this stamp with Acquire (step 1).
             slot.stamp.store(start, Ordering::Release);
+            if is_newest {
+                self.newest_slot.store(idx, Ordering::Relaxed);
+            }
             drop(guard);
             return (idx, start);
         }
+    }
+
+    /// The fast path of [`open`](Self::open): when `now_ms` falls in the
+    /// newest opened bucket, which is almost always, find it without the two
+    /// divisions of [`locate`](Self::locate).
+    #[inline]
+    fn newest_holding(&self, now_ms: u64) -> Option<(usize, u64)> {
+        let newest = self.newest_start()?;
+        let now_ms = now_ms.min(MAX_TIME);
+        if now_ms < newest || now_ms - newest >= self.window_length_ms {
+            return None;
+        }
+        // Relaxed: a stale index is caught by the stamp check below.
+        let idx = self.newest_slot.load(Ordering::Relaxed);
+        let slot = self.slots.get(idx)?;
+        // Acquire, as in step 1: the stamp publishes the bucket's reset.
+        (slot.stamp.load(Ordering::Acquire) == newest).then_some((idx, newest))
     }
 
     /// Takes the rotation lock if it is free, returning the newest start
