@@ -1,0 +1,210 @@
+//! Command line: which mode to run and the knobs each mode reads.
+//!
+//! The parser is deliberately tiny (`--name value` pairs after the mode) so
+//! the harness needs nothing beyond the crate's dev-dependencies.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::servers::Contender;
+
+/// What the harness was asked to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Throughput and latency over loopback plus the in-process overhead rounds.
+    Bench,
+    /// Only the in-process per-request overhead rounds.
+    Overhead,
+    /// Admission accuracy under open-loop overload.
+    Accuracy,
+    /// Whether waiting exactly `Retry-After` gets the next attempt through.
+    Retry,
+    /// The long run with key churn and memory sampling.
+    Soak,
+    /// The few-second deterministic checks that CI runs.
+    Short,
+    /// Bench, accuracy and retry in one go (the reference run, soak excluded).
+    All,
+}
+
+impl Mode {
+    /// Parses a mode name as typed on the command line.
+    fn parse(word: &str) -> Option<Mode> {
+        Some(match word {
+            "bench" => Mode::Bench,
+            "overhead" => Mode::Overhead,
+            "accuracy" => Mode::Accuracy,
+            "retry" => Mode::Retry,
+            "soak" => Mode::Soak,
+            "short" => Mode::Short,
+            "all" => Mode::All,
+            _ => return None,
+        })
+    }
+}
+
+/// Every setting of a run, with the defaults used for the reference run.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The mode to run.
+    pub mode: Mode,
+    /// Where charts and the Markdown report are written.
+    pub out: PathBuf,
+    /// Worker threads of each server's runtime.
+    pub server_threads: usize,
+    /// Worker threads of the client's runtime.
+    pub client_threads: usize,
+    /// Paired rounds in `bench` (each contender once per round).
+    pub rounds: usize,
+    /// Measured time per contender per round in `bench`.
+    pub bench_time: Duration,
+    /// Unmeasured warm-up before each `bench` measurement.
+    pub warmup: Duration,
+    /// Concurrent connections in `bench`.
+    pub connections: usize,
+    /// Paired rounds of the in-process overhead measurement.
+    pub overhead_rounds: usize,
+    /// Requests per contender per overhead round.
+    pub overhead_requests: u64,
+    /// The limit (passes per 1 s window) in `accuracy` and `retry`.
+    pub limit: u64,
+    /// Length of each `accuracy` and `retry` scenario.
+    pub scenario_time: Duration,
+    /// Connections of the open-loop generator.
+    pub open_connections: usize,
+    /// Length of the soak.
+    pub soak_time: Duration,
+    /// Distinct keys the soak cycles through.
+    pub soak_keys: usize,
+    /// The registry bound during the soak.
+    pub soak_max_keys: usize,
+    /// Run only the contenders with these slugs (all when empty).
+    pub only: Vec<String>,
+}
+
+impl Config {
+    /// Keeps the contenders the user asked for (all when `--only` is unset).
+    pub fn select(&self, contenders: &[Contender]) -> Vec<Contender> {
+        contenders
+            .iter()
+            .copied()
+            .filter(|c| self.only.is_empty() || self.only.iter().any(|s| s == c.slug()))
+            .collect()
+    }
+
+    /// The defaults for `mode`.
+    fn defaults(mode: Mode) -> Config {
+        Config {
+            mode,
+            out: PathBuf::from("target/load"),
+            server_threads: 1,
+            client_threads: 1,
+            rounds: 4,
+            bench_time: Duration::from_secs(4),
+            warmup: Duration::from_secs(1),
+            connections: 32,
+            overhead_rounds: 60,
+            overhead_requests: 20_000,
+            limit: 100,
+            scenario_time: Duration::from_secs(5),
+            open_connections: 256,
+            soak_time: Duration::from_secs(600),
+            soak_keys: 100_000,
+            soak_max_keys: 10_000,
+            only: Vec::new(),
+        }
+    }
+}
+
+/// The usage text printed on `--help` or a bad argument.
+pub const USAGE: &str = "\
+usage: cargo run --release --features axum --example load -- MODE [OPTIONS]
+
+modes:
+  bench      throughput and latency (loopback) + in-process overhead
+  overhead   in-process overhead rounds only
+  accuracy   admission accuracy at 2x, 5x, 20x the limit, steady and bursty
+  retry      Retry-After honesty in steady overload
+  soak       >= 10 minutes of key churn with memory sampling (not for CI)
+  short      a few seconds of deterministic checks (CI)
+  all        bench + accuracy + retry (the reference run)
+
+options (defaults in brackets):
+  --out DIR               charts and report [target/load]
+  --server-threads N      server runtime workers [1]
+  --client-threads N      client runtime workers [1]
+  --rounds N              bench rounds, contenders alternated [4]
+  --bench-secs S          measured seconds per contender per round [4]
+  --warmup-secs S         warm-up before each measurement [1]
+  --connections N         bench connections [32]
+  --overhead-rounds N     in-process paired rounds [60]
+  --overhead-requests N   requests per contender per round [20000]
+  --limit N               passes per second in accuracy/retry [100]
+  --scenario-secs S       length of each accuracy/retry scenario [5]
+  --open-connections N    open-loop generator connections [256]
+  --soak-secs S           soak length [600]
+  --soak-keys N           distinct keys in the soak [100000]
+  --soak-max-keys N       registry bound in the soak [10000]
+  --only SLUG,SLUG        run only these contenders (bare, noop, ours-global,
+                          ours-path, governor-usual, governor-burst1,
+                          tower-ratelimit) [all]
+";
+
+/// Parses the process arguments (without the program name).
+///
+/// Returns the usage text as the error for `--help` and for anything it
+/// does not understand, so `main` can print it and exit non-zero.
+pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Config, String> {
+    let mut args = args.into_iter();
+    let mode_word = args.next().ok_or_else(|| USAGE.to_owned())?;
+    let mode =
+        Mode::parse(&mode_word).ok_or_else(|| format!("unknown mode `{mode_word}`\n\n{USAGE}"))?;
+    let mut config = Config::defaults(mode);
+    while let Some(flag) = args.next() {
+        if flag == "--help" || flag == "-h" {
+            return Err(USAGE.to_owned());
+        }
+        let value = args
+            .next()
+            .ok_or_else(|| format!("`{flag}` needs a value\n\n{USAGE}"))?;
+        apply(&mut config, &flag, &value)?;
+    }
+    Ok(config)
+}
+
+/// Sets one option on `config`.
+fn apply(config: &mut Config, flag: &str, value: &str) -> Result<(), String> {
+    let number = || -> Result<u64, String> {
+        value
+            .parse::<u64>()
+            .map_err(|e| format!("`{flag} {value}`: not a whole number ({e})"))
+    };
+    let count = || -> Result<usize, String> {
+        let n = number()?;
+        if n == 0 {
+            return Err(format!("`{flag}` must be at least 1"));
+        }
+        usize::try_from(n).map_err(|_| format!("`{flag} {value}` is too large"))
+    };
+    let secs = || -> Result<Duration, String> { Ok(Duration::from_secs(number()?)) };
+    match flag {
+        "--out" => config.out = PathBuf::from(value),
+        "--server-threads" => config.server_threads = count()?,
+        "--client-threads" => config.client_threads = count()?,
+        "--rounds" => config.rounds = count()?,
+        "--bench-secs" => config.bench_time = secs()?,
+        "--warmup-secs" => config.warmup = secs()?,
+        "--connections" => config.connections = count()?,
+        "--overhead-rounds" => config.overhead_rounds = count()?,
+        "--overhead-requests" => config.overhead_requests = number()?.max(1),
+        "--limit" => config.limit = number()?.max(10),
+        "--scenario-secs" => config.scenario_time = secs()?.max(Duration::from_secs(2)),
+        "--open-connections" => config.open_connections = count()?,
+        "--soak-secs" => config.soak_time = secs()?,
+        "--soak-keys" => config.soak_keys = count()?,
+        "--soak-max-keys" => config.soak_max_keys = count()?,
+        "--only" => config.only = value.split(',').map(|s| s.trim().to_owned()).collect(),
+        _ => return Err(format!("unknown option `{flag}`\n\n{USAGE}")),
+    }
+    Ok(())
+}

@@ -1,0 +1,143 @@
+//! Load harness: throughput, latency, accuracy, Retry-After honesty and a
+//! soak, for our layer side by side with bare axum, a no-op layer,
+//! tower_governor and tower's `RateLimitLayer`, all over loopback HTTP.
+//!
+//! ```text
+//! cargo run --release --features axum --example load -- bench
+//! cargo run --release --features axum --example load -- accuracy
+//! cargo run --release --features axum --example load -- retry
+//! cargo run --release --features axum --example load -- soak
+//! cargo run --release --features axum --example load -- short
+//! cargo run --release --features axum --example load -- all --out docs/perf
+//! ```
+//!
+//! `--help` lists the options. Every mode is bounded in time, binds only
+//! `127.0.0.1`, and writes its charts and a Markdown report to `--out`
+//! (`target/load` by default). `short` is what CI runs: it checks only what
+//! cannot flake and exits non-zero, naming the check, when one fails.
+
+mod accuracy;
+mod analysis;
+mod bench;
+mod cli;
+mod client;
+mod ours;
+mod overhead;
+mod plots;
+mod report;
+mod retry;
+mod scenario;
+mod servers;
+mod short;
+mod soak;
+
+use std::process::ExitCode;
+
+use cli::{Config, Mode};
+use report::Report;
+
+fn main() -> ExitCode {
+    let config = match cli::parse(std::env::args().skip(1)) {
+        Ok(config) => config,
+        Err(message) => {
+            eprintln!("{message}");
+            return ExitCode::from(2);
+        }
+    };
+    match run(&config) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(message) => {
+            eprintln!("load: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Runs the selected mode; `Ok(false)` when a check failed.
+fn run(config: &Config) -> Result<bool, String> {
+    std::fs::create_dir_all(&config.out)
+        .map_err(|e| format!("cannot create {}: {e}", config.out.display()))?;
+    let mut report = Report::default();
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    report.note(&format!(
+        "Conditions: {cores} cores visible, server runtime {} worker thread(s), client runtime {} \
+         worker thread(s), client and server in one process over 127.0.0.1, release build.",
+        config.server_threads, config.client_threads
+    ));
+    let mode = config.mode;
+    let mut charts = Vec::new();
+    if matches!(mode, Mode::Bench | Mode::Overhead | Mode::All) {
+        let rows = overhead::run(config)?;
+        report.overhead(&rows, config.overhead_rounds, config.overhead_requests);
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(config.client_threads)
+        .thread_name("load-client")
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the client runtime: {e}"))?;
+    let passed = runtime.block_on(async {
+        let mut passed = true;
+        if matches!(mode, Mode::Bench | Mode::All) {
+            let rows = bench::run(config).await?;
+            report.bench(
+                &rows,
+                config.connections,
+                config.rounds,
+                config.bench_time.as_secs(),
+            );
+            charts.push(plots::latency(&config.out, &rows)?);
+        }
+        if matches!(mode, Mode::Accuracy | Mode::All) {
+            let runs = accuracy::run(config).await?;
+            report.accuracy(&runs);
+            charts.extend(plots::accuracy(&config.out, &runs)?);
+        }
+        if matches!(mode, Mode::Retry | Mode::All) {
+            let runs = retry::run(config).await?;
+            report.retry(&runs, config.limit);
+        }
+        if mode == Mode::Soak {
+            let result = soak::run(config).await?;
+            report.soak(&result);
+            charts.push(plots::soak(&config.out, &result)?);
+            let counted = result.handle_pass + result.handle_block;
+            if !result.mismatches.is_empty() || counted != result.sent {
+                eprintln!(
+                    "load soak: FAILED: {} requests sent, the handle counted {counted}; {} window(s) \
+                     did not match",
+                    result.sent,
+                    result.mismatches.len()
+                );
+                passed = false;
+            }
+        }
+        if mode == Mode::Short {
+            let failures = short::run(config).await?;
+            if failures.is_empty() {
+                println!("load short: all checks passed");
+            } else {
+                eprintln!("load short: {} check(s) FAILED:", failures.len());
+                for failure in &failures {
+                    eprintln!("  - {failure}");
+                }
+                passed = false;
+            }
+        }
+        Ok::<bool, String>(passed)
+    })?;
+    runtime.shutdown_background();
+    if mode != Mode::Short {
+        report.charts(&charts);
+        let path = config.out.join("report.md");
+        std::fs::write(&path, report.text())
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        println!("{}", report.text());
+        eprintln!(
+            "load: report and charts written to {}",
+            config.out.display()
+        );
+    }
+    Ok(passed)
+}

@@ -1,0 +1,236 @@
+//! SVG charts drawn with plotters.
+//!
+//! - `accuracy-<scenario>.svg`: per contender, admissions per 100 ms (bars)
+//!   and in the trailing 1 s (line, sampled every 10 ms) against the limit.
+//! - `latency.svg`: latency against percentile for every bench contender.
+//! - `soak-rss.svg`: resident memory over the soak.
+
+use std::path::Path;
+
+use plotters::prelude::*;
+
+use crate::accuracy::Run;
+use crate::bench::BenchRow;
+use crate::soak::SoakResult;
+
+/// Turns any plotters error into a message naming the chart.
+fn fail<E: std::fmt::Display>(chart: &Path) -> impl FnOnce(E) -> String + '_ {
+    move |e| format!("cannot draw {}: {e}", chart.display())
+}
+
+/// One chart per scenario, one panel per contender; returns the files.
+pub fn accuracy(dir: &Path, runs: &[Run]) -> Result<Vec<String>, String> {
+    let mut files = Vec::new();
+    let mut slugs: Vec<String> = runs.iter().map(|r| r.scenario.slug()).collect();
+    slugs.dedup();
+    for slug in slugs {
+        let group: Vec<&Run> = runs.iter().filter(|r| r.scenario.slug() == slug).collect();
+        let Some(first) = group.first() else { continue };
+        let name = format!("accuracy-{slug}.svg");
+        let path = dir.join(&name);
+        let height = 60 + 220 * group.len() as u32;
+        let root = SVGBackend::new(&path, (900, height)).into_drawing_area();
+        root.fill(&WHITE).map_err(fail(&path))?;
+        let root = root
+            .titled(
+                &format!(
+                    "{}: admitted requests, limit {} per 1 s window",
+                    first.scenario, first.limit
+                ),
+                ("sans-serif", 20),
+            )
+            .map_err(fail(&path))?;
+        let panels = root.split_evenly((group.len(), 1));
+        for (panel, run) in panels.iter().zip(&group) {
+            draw_accuracy_panel(panel, run).map_err(fail(&path))?;
+        }
+        root.present().map_err(fail(&path))?;
+        files.push(name);
+    }
+    Ok(files)
+}
+
+/// One contender's panel of an accuracy chart.
+fn draw_accuracy_panel(
+    panel: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>,
+    run: &Run,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let limit = run.limit as f64;
+    let seconds = run.per_bucket.len() as f64 / 10.0;
+    let peak = run
+        .trailing
+        .iter()
+        .map(|p| p.1)
+        .chain(run.per_bucket.iter().copied())
+        .max()
+        .unwrap_or(0) as f64;
+    let top = (peak.max(limit) * 1.15).max(1.0);
+    let mut chart = ChartBuilder::on(panel)
+        .caption(run.contender.name(), ("sans-serif", 15))
+        .margin(6)
+        .x_label_area_size(28)
+        .y_label_area_size(48)
+        .build_cartesian_2d(0f64..seconds.max(0.1), 0f64..top)?;
+    chart
+        .configure_mesh()
+        .x_desc("seconds")
+        .y_desc("requests")
+        .light_line_style(WHITE.mix(0.0))
+        .draw()?;
+    chart
+        .draw_series(run.per_bucket.iter().enumerate().map(|(i, &n)| {
+            let x = i as f64 / 10.0;
+            Rectangle::new([(x, 0.0), (x + 0.1, n as f64)], BLUE.mix(0.45).filled())
+        }))?
+        .label("admitted per 100 ms")
+        .legend(|(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], BLUE.mix(0.45).filled()));
+    chart
+        .draw_series(LineSeries::new(
+            run.trailing.iter().map(|&(x, n)| (x, n as f64)),
+            RED.stroke_width(2),
+        ))?
+        .label("admitted in trailing 1 s")
+        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 12, y)], RED.stroke_width(2)));
+    chart
+        .draw_series(DashedLineSeries::new(
+            vec![(0.0, limit), (seconds, limit)],
+            6,
+            4,
+            BLACK.stroke_width(1),
+        ))?
+        .label(format!("limit {}", run.limit))
+        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 12, y)], BLACK));
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK.mix(0.3))
+        .label_font(("sans-serif", 12))
+        .draw()?;
+    Ok(())
+}
+
+/// Latency against percentile for every bench row; returns the file.
+pub fn latency(dir: &Path, rows: &[BenchRow]) -> Result<String, String> {
+    let name = "latency.svg".to_owned();
+    let path = dir.join(&name);
+    let top = rows
+        .iter()
+        .map(|r| r.quantile(0.9999))
+        .max()
+        .unwrap_or(1)
+        .max(2) as f64
+        * 1.5;
+    let draw = || -> Result<(), Box<dyn std::error::Error>> {
+        let root = SVGBackend::new(&path, (900, 560)).into_drawing_area();
+        root.fill(&WHITE)?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(
+                "Latency by percentile, limit never reached (loopback, closed loop)",
+                ("sans-serif", 18),
+            )
+            .margin(10)
+            .x_label_area_size(36)
+            .y_label_area_size(60)
+            .build_cartesian_2d(0f64..4.0, (10f64..top).log_scale())?;
+        chart
+            .configure_mesh()
+            .x_desc("percentile")
+            .y_desc("latency (µs)")
+            .x_labels(5)
+            .x_label_formatter(&|x| {
+                let p = 100.0 * (1.0 - 10f64.powf(-*x));
+                format!("p{}", (p * 100.0).round() / 100.0)
+            })
+            .draw()?;
+        for (i, row) in rows.iter().enumerate() {
+            let color = Palette99::pick(i).to_rgba();
+            let points: Vec<(f64, f64)> = (0..=400)
+                .map(|k| {
+                    let x = k as f64 / 100.0;
+                    let q = (1.0 - 10f64.powf(-x)).min(0.9999);
+                    (x, row.quantile(q).max(10) as f64)
+                })
+                .collect();
+            chart
+                .draw_series(LineSeries::new(points, color.stroke_width(2)))?
+                .label(row.contender.name())
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 14, y)], color.stroke_width(2))
+                });
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK.mix(0.3))
+            .draw()?;
+        root.present()?;
+        Ok(())
+    };
+    draw().map_err(fail(&path))?;
+    Ok(name)
+}
+
+/// Resident memory over the soak; returns the file.
+pub fn soak(dir: &Path, result: &SoakResult) -> Result<String, String> {
+    let name = "soak-rss.svg".to_owned();
+    let path = dir.join(&name);
+    let end = result
+        .samples
+        .last()
+        .map(|s| s.secs)
+        .unwrap_or(1.0)
+        .max(1.0);
+    let top = result.samples.iter().map(|s| s.rss_kib).max().unwrap_or(1) as f64 / 1024.0 * 1.25;
+    let draw = || -> Result<(), Box<dyn std::error::Error>> {
+        let root = SVGBackend::new(&path, (900, 420)).into_drawing_area();
+        root.fill(&WHITE)?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(
+                format!(
+                    "Soak: resident memory, {} keys churned, max_keys {}",
+                    result.keys, result.max_keys
+                ),
+                ("sans-serif", 18),
+            )
+            .margin(10)
+            .x_label_area_size(36)
+            .y_label_area_size(60)
+            .build_cartesian_2d(0f64..end, 0f64..top.max(1.0))?;
+        chart
+            .configure_mesh()
+            .x_desc("seconds")
+            .y_desc("RSS (MiB)")
+            .draw()?;
+        chart
+            .draw_series(LineSeries::new(
+                result
+                    .samples
+                    .iter()
+                    .map(|s| (s.secs, s.rss_kib as f64 / 1024.0)),
+                BLUE.stroke_width(2),
+            ))?
+            .label("resident set (whole process)")
+            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 14, y)], BLUE.stroke_width(2)));
+        chart
+            .draw_series(DashedLineSeries::new(
+                vec![(result.warmup_secs, 0.0), (result.warmup_secs, top)],
+                6,
+                4,
+                BLACK.stroke_width(1),
+            ))?
+            .label("end of warm-up")
+            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 14, y)], BLACK));
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::LowerRight)
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK.mix(0.3))
+            .draw()?;
+        root.present()?;
+        Ok(())
+    };
+    draw().map_err(fail(&path))?;
+    Ok(name)
+}

@@ -1,0 +1,310 @@
+//! Markdown tables of every result, printed and written to `report.md`.
+
+use std::fmt::Write as _;
+
+use crate::accuracy::Run;
+use crate::bench::{paired_ratio, BenchRow};
+use crate::overhead::OverheadRow;
+use crate::retry::{Honesty, RetryRun};
+use crate::servers::Contender;
+use crate::soak::SoakResult;
+
+/// A report being assembled, one Markdown section at a time.
+#[derive(Debug, Default)]
+pub struct Report {
+    /// The Markdown so far.
+    text: String,
+}
+
+/// `a / b`, or 0 when `b` is 0.
+fn ratio(a: f64, b: f64) -> f64 {
+    if b == 0.0 {
+        0.0
+    } else {
+        a / b
+    }
+}
+
+impl Report {
+    /// The Markdown text.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// Adds a free-form line (conditions, commands).
+    pub fn note(&mut self, line: &str) {
+        let _ = writeln!(self.text, "{line}\n");
+    }
+
+    /// The throughput and latency table.
+    pub fn bench(&mut self, rows: &[BenchRow], connections: usize, rounds: usize, secs: u64) {
+        let t = &mut self.text;
+        let _ = writeln!(
+            t,
+            "### Throughput and latency (loopback, {connections} connections, {rounds} rounds x {secs} s per contender, limit never reached)\n"
+        );
+        let _ = writeln!(
+            t,
+            "| contender | req/s | vs bare | vs bare (median of rounds) | p50 µs | p99 µs | p99.9 µs | p50 vs bare | p99 vs bare | p99.9 vs bare | non-2xx |"
+        );
+        let _ = writeln!(t, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+        let bare = rows.iter().find(|r| r.contender == Contender::Bare);
+        for row in rows {
+            let (vs, paired, q) = match bare {
+                Some(b) => (
+                    ratio(row.rps, b.rps),
+                    paired_ratio(row, b),
+                    [0.5, 0.99, 0.999].map(|q| ratio(row.quantile(q) as f64, b.quantile(q) as f64)),
+                ),
+                None => (0.0, 0.0, [0.0; 3]),
+            };
+            let _ = writeln!(
+                t,
+                "| {} | {:.0} | {:.3} | {:.3} | {} | {} | {} | {:.2} | {:.2} | {:.2} | {} |",
+                row.contender.name(),
+                row.rps,
+                vs,
+                paired,
+                row.quantile(0.5),
+                row.quantile(0.99),
+                row.quantile(0.999),
+                q[0],
+                q[1],
+                q[2],
+                row.tally.limited + row.tally.other + row.tally.failed
+            );
+        }
+        let _ = writeln!(t);
+    }
+
+    /// The in-process overhead table and the governor comparison.
+    pub fn overhead(&mut self, rows: &[OverheadRow], rounds: usize, requests: u64) {
+        let t = &mut self.text;
+        let _ = writeln!(
+            t,
+            "### Per-request cost in process ({rounds} paired rounds x {requests} requests, one thread)\n"
+        );
+        let _ = writeln!(
+            t,
+            "| contender | ns per request | ns beyond a no-op layer |"
+        );
+        let _ = writeln!(t, "|---|---:|---:|");
+        for row in rows {
+            let _ = writeln!(
+                t,
+                "| {} | {:.0} | {:.0} |",
+                row.contender.name(),
+                row.ns,
+                row.beyond_noop_ns
+            );
+        }
+        let find = |c: Contender| {
+            rows.iter()
+                .find(|r| r.contender == c)
+                .map(|r| r.beyond_noop_ns)
+        };
+        if let Some(gov) = find(Contender::GovernorUsual) {
+            for ours in [Contender::OursGlobal, Contender::OursPath] {
+                if let Some(cost) = find(ours) {
+                    let _ = writeln!(
+                        t,
+                        "\n{}: cost beyond a no-op layer = {:.2}x tower_governor's.",
+                        ours.name(),
+                        ratio(cost, gov)
+                    );
+                }
+            }
+        }
+        let _ = writeln!(t);
+    }
+
+    /// The accuracy table.
+    pub fn accuracy(&mut self, runs: &[Run]) {
+        let t = &mut self.text;
+        let Some(first) = runs.first() else { return };
+        let limit = first.limit;
+        let _ = writeln!(
+            t,
+            "### Accuracy under overload (limit {limit} per 1 s window; windows of 10 x 100 ms)\n"
+        );
+        let _ = writeln!(
+            t,
+            "| scenario | contender | offered | admitted | rate /s | rate after 1st s | bucket-aligned max (bound) | full windows at limit | sliding 1 s max | 429 | unanswered | p50 / p99 ms |"
+        );
+        let _ = writeln!(
+            t,
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+        );
+        for run in runs {
+            let a = &run.accuracy;
+            let _ = writeln!(
+                t,
+                "| {} | {} | {} | {} | {:.1} ({:.2}x) | {:.1} ({:.2}x) | {} ({}) | {}/{} | {} ({:.2}x) | {} | {} | {:.1} / {:.1} |",
+                run.scenario,
+                run.contender.name(),
+                run.sent,
+                a.passes,
+                a.rate,
+                ratio(a.rate, limit as f64),
+                a.rate_after_first,
+                ratio(a.rate_after_first, limit as f64),
+                a.bucket_max,
+                a.bucket_max_bound,
+                a.full_windows_at_limit,
+                a.full_windows,
+                a.sliding_max,
+                ratio(a.sliding_max as f64, limit as f64),
+                run.tally.limited,
+                run.unanswered,
+                run.p50_us as f64 / 1000.0,
+                run.p99_us as f64 / 1000.0
+            );
+        }
+        let _ = writeln!(
+            t,
+            "\n\"bucket-aligned max\" places each admission in the 100 ms bucket of its handler reading; \
+             the bound in brackets allows it anywhere between the reading taken before the limiter and \
+             the handler's. \"full windows at limit\" counts the 1 s windows lying wholly inside the \
+             offered load whose count equals the limit. \"sliding 1 s max\" is exact over microsecond \
+             handler timestamps. Target for our layer: bucket-aligned = limit, sliding <= {}.\n",
+            limit + limit / 10
+        );
+    }
+
+    /// The Retry-After table.
+    pub fn retry(&mut self, runs: &[RetryRun], limit: u64) {
+        let t = &mut self.text;
+        let _ = writeln!(
+            t,
+            "### Retry-After honesty (steady 2x overload, limit {limit}/s)\n"
+        );
+        let _ = writeln!(
+            t,
+            "| contender | alone: retries | alone: passed | contended: retries | contended: passed | 429s with Retry-After 0 | 429s without Retry-After | largest Retry-After (s) |"
+        );
+        let _ = writeln!(t, "|---|---:|---:|---:|---:|---:|---:|---:|");
+        let share = |h: &Honesty| match h.share() {
+            Some(s) => format!("{:.1}%", s * 100.0),
+            None => "no 429".to_owned(),
+        };
+        for run in runs {
+            let _ = writeln!(
+                t,
+                "| {} | {} | {} | {} | {} | {} | {} | {} |",
+                run.contender.name(),
+                run.alone.retries,
+                share(&run.alone),
+                run.contended.retries,
+                share(&run.contended),
+                run.alone.zero + run.contended.zero,
+                run.alone.no_header + run.contended.no_header,
+                run.alone.max_wait.max(run.contended.max_wait)
+            );
+        }
+        let _ = writeln!(
+            t,
+            "\n\"alone\": one client sends at twice the limit and, on a 429, waits exactly the \
+             Retry-After it got (0 when absent) before its next attempt. \"contended\": four such \
+             clients ride along a crowd at twice the limit that never waits.\n"
+        );
+    }
+
+    /// The soak summary.
+    pub fn soak(&mut self, result: &SoakResult) {
+        let t = &mut self.text;
+        let _ = writeln!(
+            t,
+            "### Soak ({:.0} s, {} distinct keys, max_keys {})\n",
+            result.elapsed.as_secs_f64(),
+            result.keys,
+            result.max_keys
+        );
+        let _ = writeln!(t, "| figure | value |");
+        let _ = writeln!(t, "|---|---:|");
+        let rows: Vec<(String, String)> = {
+            let mut rows = vec![
+                ("requests sent".to_owned(), result.sent.to_string()),
+                (
+                    "requests per second".to_owned(),
+                    format!(
+                        "{:.0}",
+                        ratio(result.sent as f64, result.elapsed.as_secs_f64())
+                    ),
+                ),
+                (
+                    "answered 2xx / 429 / other / failed".to_owned(),
+                    format!(
+                        "{} / {} / {} / {}",
+                        result.tally.ok,
+                        result.tally.limited,
+                        result.tally.other,
+                        result.tally.failed
+                    ),
+                ),
+                (
+                    "handle pass + block (summed per window)".to_owned(),
+                    format!(
+                        "{} + {} = {}",
+                        result.handle_pass,
+                        result.handle_block,
+                        result.handle_pass + result.handle_block
+                    ),
+                ),
+                ("windows checked".to_owned(), result.epochs.to_string()),
+                (
+                    "windows that did not match".to_owned(),
+                    result.mismatches.len().to_string(),
+                ),
+                (
+                    "most keys held (overflow included)".to_owned(),
+                    result.max_len.to_string(),
+                ),
+            ];
+            if let Some((first, last, min, max, slope)) = result.memory_summary() {
+                rows.push((
+                    format!(
+                        "RSS after {:.0} s warm-up: first / last",
+                        result.warmup_secs
+                    ),
+                    format!(
+                        "{:.1} / {:.1} MiB",
+                        first as f64 / 1024.0,
+                        last as f64 / 1024.0
+                    ),
+                ));
+                rows.push((
+                    "RSS after warm-up: min / max".to_owned(),
+                    format!(
+                        "{:.1} / {:.1} MiB",
+                        min as f64 / 1024.0,
+                        max as f64 / 1024.0
+                    ),
+                ));
+                rows.push((
+                    "RSS trend after warm-up".to_owned(),
+                    format!("{slope:+.1} KiB/min"),
+                ));
+            }
+            rows
+        };
+        for (k, v) in rows {
+            let _ = writeln!(t, "| {k} | {v} |");
+        }
+        for m in result.mismatches.iter().take(5) {
+            let _ = writeln!(t, "\n- {m}");
+        }
+        let _ = writeln!(t);
+    }
+
+    /// Links the charts written in this run.
+    pub fn charts(&mut self, files: &[String]) {
+        if files.is_empty() {
+            return;
+        }
+        let t = &mut self.text;
+        let _ = writeln!(t, "### Charts\n");
+        for f in files {
+            let _ = writeln!(t, "![{f}]({f})\n");
+        }
+    }
+}

@@ -1,0 +1,391 @@
+//! The contenders: one axum app, wrapped in each rate limiter in turn, served
+//! on a loopback port from a runtime of its own.
+//!
+//! Every contender serves the same two routes (`/` and `/items/{id}`) with the
+//! same handler, so the only difference between two servers is the layer
+//! under test. Each measurement gets a fresh server, so no limiter carries
+//! state from one run into the next.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::error_handling::HandleErrorLayer;
+use axum::extract::{Request, State};
+use axum::http::StatusCode;
+use axum::routing::get;
+use axum::Router;
+use tower::buffer::BufferLayer;
+use tower::limit::RateLimitLayer;
+use tower::load_shed::LoadShedLayer;
+use tower::{BoxError, Layer, Service, ServiceBuilder};
+use tower_governor::governor::GovernorConfigBuilder;
+use tower_governor::key_extractor::GlobalKeyExtractor;
+use tower_governor::GovernorLayer;
+use tower_sliding_window::clock::{Clock, ManualClock, SystemClock};
+
+use crate::ours::{self, OurStats};
+
+/// A limit high enough that no contender ever rejects in `bench`.
+pub const NEVER_REJECT: u64 = 1_000_000_000;
+
+/// How many requests `tower::buffer::Buffer` may hold in front of
+/// `RateLimit`; past that `LoadShed` answers 429. See
+/// [`Contender::TowerRateLimit`].
+pub const TOWER_BUFFER: usize = 16;
+
+/// One way of serving the app.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Contender {
+    /// No layer at all: the baseline every ratio is taken against.
+    Bare,
+    /// A layer that only forwards: what any tower layer costs at the least.
+    Noop,
+    /// `SlidingWindowLayer::qps(limit)`: one global key.
+    OursGlobal,
+    /// `SlidingWindowLayer::qps(limit).key(MatchedPathKey)`: a key per route.
+    OursPath,
+    /// tower_governor as it is usually configured for "`limit` per second":
+    /// one cell every `1 s / limit`, burst `limit`, one global key.
+    GovernorUsual,
+    /// tower_governor with one cell every `1 s / limit` and burst 1.
+    GovernorBurst1,
+    /// `tower::limit::RateLimitLayer::new(limit, 1 s)` made to work under
+    /// axum: `HandleErrorLayer` (errors to responses) + `LoadShedLayer` (to
+    /// answer instead of waiting) + `BufferLayer` (`RateLimit` is not
+    /// `Clone`) in front of it.
+    TowerRateLimit,
+}
+
+impl Contender {
+    /// A short name for tables, charts and file names.
+    pub fn name(self) -> &'static str {
+        match self {
+            Contender::Bare => "bare axum",
+            Contender::Noop => "no-op layer",
+            Contender::OursGlobal => "sliding window (global)",
+            Contender::OursPath => "sliding window (matched path)",
+            Contender::GovernorUsual => "tower_governor (burst = limit)",
+            Contender::GovernorBurst1 => "tower_governor (burst 1)",
+            Contender::TowerRateLimit => "tower RateLimit + Buffer + LoadShed",
+        }
+    }
+
+    /// A file-name friendly identifier.
+    pub fn slug(self) -> &'static str {
+        match self {
+            Contender::Bare => "bare",
+            Contender::Noop => "noop",
+            Contender::OursGlobal => "ours-global",
+            Contender::OursPath => "ours-path",
+            Contender::GovernorUsual => "governor-usual",
+            Contender::GovernorBurst1 => "governor-burst1",
+            Contender::TowerRateLimit => "tower-ratelimit",
+        }
+    }
+}
+
+/// How a contender is set up for one run.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Passes per second (per 1 s window for our layer).
+    pub limit: u64,
+    /// Record the admission time of every request that reaches the handler.
+    pub record: bool,
+    /// Drive our layer from this clock instead of the system clock.
+    pub manual_clock: Option<ManualClock>,
+}
+
+/// One admitted request, as seen by the handler.
+///
+/// `before_ms` is read before the request enters the limiter, `after_ms` and
+/// `after_us` in the handler, all from the same [`SystemClock`] our layer
+/// reads; the limiter decided somewhere in `[before_ms, after_ms]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Admit {
+    /// Milliseconds before the limiter saw the request.
+    pub before_ms: u64,
+    /// Milliseconds when the handler ran.
+    pub after_ms: u64,
+    /// Microseconds when the handler ran (for the exact sliding window).
+    pub after_us: u64,
+}
+
+/// The handler-level admission recorder.
+#[derive(Debug, Default)]
+pub struct Recorder {
+    /// Every admission, in the order the handler saw them.
+    admits: Mutex<Vec<Admit>>,
+}
+
+impl Recorder {
+    /// Notes one admission.
+    fn record(&self, before_ms: Option<u64>) {
+        let clock = SystemClock::new();
+        let after_ms = clock.now_millis();
+        let after_us = clock.now_micros();
+        let admit = Admit {
+            before_ms: before_ms.unwrap_or(after_ms),
+            after_ms,
+            after_us,
+        };
+        // A poisoned lock only means a handler panicked mid-push; the data
+        // pushed so far is still sound.
+        self.admits
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(admit);
+    }
+
+    /// Takes everything recorded so far.
+    pub fn take(&self) -> Vec<Admit> {
+        std::mem::take(&mut *self.admits.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+}
+
+/// The time a request reached the outermost layer, as a request extension.
+#[derive(Debug, Clone, Copy)]
+struct Stamp(u64);
+
+/// State shared by the handlers.
+#[derive(Debug, Clone, Default)]
+struct AppState {
+    /// Present when admissions are recorded.
+    recorder: Option<Arc<Recorder>>,
+}
+
+/// The one handler: records the admission when asked to and answers "ok".
+async fn handler(State(state): State<AppState>, request: Request) -> &'static str {
+    if let Some(recorder) = &state.recorder {
+        recorder.record(request.extensions().get::<Stamp>().map(|s| s.0));
+    }
+    "ok"
+}
+
+/// Stamps a request with the time it arrived, before any limiter sees it.
+fn stamp(mut request: Request) -> Request {
+    let now = SystemClock::new().now_millis();
+    request.extensions_mut().insert(Stamp(now));
+    request
+}
+
+/// The app every contender wraps: `/` and `/items/{id}`.
+fn base(recorder: Option<Arc<Recorder>>) -> Router {
+    Router::new()
+        .route("/", get(handler))
+        .route("/items/{id}", get(handler))
+        .with_state(AppState { recorder })
+}
+
+/// The app with no limiter and no recorder, for callers that add their own
+/// layer (the soak, the short checks).
+pub fn base_router() -> Router {
+    base(None)
+}
+
+/// Everything a started contender hands back.
+#[derive(Debug)]
+pub struct Built {
+    /// The app, ready to serve.
+    pub router: Router,
+    /// The admissions, when `Settings::record` was set.
+    pub recorder: Option<Arc<Recorder>>,
+    /// Our layer's statistics, for our contenders.
+    pub stats: Option<OurStats>,
+}
+
+/// Builds `contender` as configured by `settings`.
+///
+/// Must run inside a Tokio runtime: `BufferLayer` spawns its worker when it
+/// wraps the route.
+pub fn build(contender: Contender, settings: &Settings) -> Result<Built, String> {
+    let recorder = settings.record.then(|| Arc::new(Recorder::default()));
+    let app = base(recorder.clone());
+    let limit = settings.limit;
+    let mut stats = None;
+    let app = match contender {
+        Contender::Bare => app,
+        Contender::Noop => app.layer(NoopLayer),
+        Contender::OursGlobal => {
+            let (app, handle) = ours::global(app, limit, settings.manual_clock.clone());
+            stats = Some(handle);
+            app
+        }
+        Contender::OursPath => {
+            let (app, handle) = ours::matched_path(app, limit, settings.manual_clock.clone());
+            stats = Some(handle);
+            app
+        }
+        Contender::GovernorUsual => app.layer(governor(limit, limit)?),
+        Contender::GovernorBurst1 => app.layer(governor(limit, 1)?),
+        Contender::TowerRateLimit => app.layer(
+            ServiceBuilder::new()
+                .layer(HandleErrorLayer::new(tower_error_to_response))
+                .layer(LoadShedLayer::new())
+                .layer(BufferLayer::new(TOWER_BUFFER))
+                .layer(RateLimitLayer::new(limit, Duration::from_secs(1))),
+        ),
+    };
+    // Outermost, so the stamp is taken before the limiter decides.
+    let router = if settings.record {
+        app.layer(tower::util::MapRequestLayer::new(stamp))
+    } else {
+        app
+    };
+    Ok(Built {
+        router,
+        recorder,
+        stats,
+    })
+}
+
+/// tower_governor for `limit` requests per second with the given burst.
+///
+/// Its `per_second(n)` sets a *period* (one cell every `n` seconds), so a
+/// rate of `limit` per second is written as a period of `1 s / limit`.
+fn governor(
+    limit: u64,
+    burst: u64,
+) -> Result<
+    GovernorLayer<
+        GlobalKeyExtractor,
+        ::governor::middleware::NoOpMiddleware<::governor::clock::QuantaInstant>,
+        axum::body::Body,
+    >,
+    String,
+> {
+    let limit32 = u32::try_from(limit).map_err(|_| format!("limit {limit} exceeds u32"))?;
+    let burst = u32::try_from(burst).map_err(|_| format!("burst {burst} exceeds u32"))?;
+    let period = Duration::from_secs(1) / limit32.max(1);
+    let config = GovernorConfigBuilder::default()
+        .period(period)
+        .burst_size(burst)
+        .key_extractor(GlobalKeyExtractor)
+        .finish()
+        .ok_or_else(|| format!("tower_governor refused period {period:?}, burst {burst}"))?;
+    Ok(GovernorLayer::new(config))
+}
+
+/// `HandleErrorLayer`'s handler for the tower stack: `LoadShed`'s
+/// `Overloaded` means "rate limited"; anything else (the buffer's worker
+/// gone) is a server error.
+async fn tower_error_to_response(error: BoxError) -> (StatusCode, String) {
+    if error.is::<tower::load_shed::error::Overloaded>() {
+        (StatusCode::TOO_MANY_REQUESTS, "rate limited".to_owned())
+    } else {
+        (StatusCode::INTERNAL_SERVER_ERROR, format!("{error}"))
+    }
+}
+
+/// A layer that adds a service wrapper and nothing else.
+#[derive(Debug, Clone, Copy)]
+pub struct NoopLayer;
+
+impl<S> Layer<S> for NoopLayer {
+    type Service = Noop<S>;
+
+    fn layer(&self, inner: S) -> Noop<S> {
+        Noop { inner }
+    }
+}
+
+/// The service [`NoopLayer`] produces: forwards both calls untouched.
+#[derive(Debug, Clone)]
+pub struct Noop<S> {
+    /// The wrapped service.
+    inner: S,
+}
+
+impl<S, R> Service<R> for Noop<S>
+where
+    S: Service<R>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: R) -> Self::Future {
+        self.inner.call(request)
+    }
+}
+
+/// A contender serving on a loopback port from its own runtime.
+///
+/// Dropping it stops the runtime, which closes the listener and every
+/// connection task.
+#[derive(Debug)]
+pub struct Server {
+    /// The server's runtime; `None` only while dropping.
+    runtime: Option<tokio::runtime::Runtime>,
+    /// Where it listens.
+    pub addr: SocketAddr,
+    /// The admissions, when recorded.
+    pub recorder: Option<Arc<Recorder>>,
+    /// Our layer's statistics, for our contenders.
+    pub stats: Option<OurStats>,
+}
+
+impl Server {
+    /// Builds `contender` and serves it on `127.0.0.1` with `threads` workers.
+    pub fn start(
+        contender: Contender,
+        settings: &Settings,
+        threads: usize,
+    ) -> Result<Server, String> {
+        Server::start_with(threads, || build(contender, settings))
+    }
+
+    /// Serves whatever `make` builds (inside the server's runtime).
+    pub fn start_with(
+        threads: usize,
+        make: impl FnOnce() -> Result<Built, String>,
+    ) -> Result<Server, String> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads)
+            .thread_name("load-server")
+            .enable_all()
+            .build()
+            .map_err(|e| format!("cannot start a server runtime: {e}"))?;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0")
+            .map_err(|e| format!("cannot bind a loopback port: {e}"))?;
+        let addr = listener
+            .local_addr()
+            .map_err(|e| format!("cannot read the bound address: {e}"))?;
+        listener
+            .set_nonblocking(true)
+            .map_err(|e| format!("cannot make the listener non-blocking: {e}"))?;
+        let built = {
+            let _guard = runtime.enter();
+            let built = make()?;
+            let listener = tokio::net::TcpListener::from_std(listener)
+                .map_err(|e| format!("cannot register the listener: {e}"))?;
+            let router = built.router.clone();
+            runtime.spawn(async move {
+                if let Err(error) = axum::serve(listener, router).await {
+                    eprintln!("load: server on {addr} stopped: {error}");
+                }
+            });
+            built
+        };
+        Ok(Server {
+            runtime: Some(runtime),
+            addr,
+            recorder: built.recorder,
+            stats: built.stats,
+        })
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.runtime.take() {
+            // Safe from inside another runtime, unlike a blocking shutdown.
+            runtime.shutdown_background();
+        }
+    }
+}
