@@ -630,3 +630,46 @@ fn debug_output_names_the_shape() {
     assert!(debug.contains("sample_count: 4"), "{debug}");
     assert!(debug.contains("interval_ms: 2000"), "{debug}");
 }
+
+#[test]
+fn a_matured_reservation_survives_the_reuse_of_its_reservation_slot() {
+    // Regression: when the reservation ring reused a slot, the old
+    // reservation was folded into the main ring only if the main ring had
+    // already opened a bucket at or after it. Reads count a matured
+    // reservation as passes without opening anything, so after a run of
+    // reservations with no other write the passes vanished from the window.
+    let (clock, m) = occupiable(2, 1000, 700);
+    m.add_waiting(1_000, 3);
+    clock.set(1_200);
+    assert_eq!(m.pass(), 3, "matured at {} ms", clock.now_millis());
+    // 2 000 falls in the same reservation slot as 1 000.
+    m.add_waiting(2_000, 1);
+    let t = clock.now_millis();
+    assert_eq!(m.pass(), 3, "still in the window at {t} ms");
+    assert_eq!(m.window_pass(1_000), 3, "at {t} ms");
+    assert_eq!(m.waiting(), 1, "at {t} ms");
+    clock.set(1_999);
+    assert_eq!(m.pass(), 3, "at {} ms", clock.now_millis());
+    clock.set(2_000);
+    assert_eq!(m.pass(), 1, "at {} ms", clock.now_millis());
+}
+
+#[test]
+fn a_reservation_not_yet_due_is_not_folded_in_early() {
+    // Reserving two laps ahead replaces a reservation that has not matured
+    // (as in Sentinel); it must not open a main bucket in the future.
+    let (clock, m) = occupiable(2, 1000, 100);
+    m.add_waiting(1_000, 3);
+    m.add_waiting(2_000, 1);
+    let t = clock.now_millis();
+    assert_eq!(m.pass(), 0, "at {t} ms");
+    assert_eq!(m.waiting(), 1, "at {t} ms");
+    assert!(m.try_pass(1, 1).is_pass(), "at {t} ms");
+    clock.set(1_000);
+    assert_eq!(
+        m.pass(),
+        0,
+        "the replaced reservation, at {} ms",
+        clock.now_millis()
+    );
+}

@@ -379,6 +379,32 @@ fn occupy_checked_numbers_full_oldest_bucket() {
 }
 
 #[test]
+fn reservations_alone_keep_counting_as_passes() {
+    // Regression: prioritized requests that pass on borrowed quota write
+    // nothing to the second window themselves; their reservations must
+    // still count as passes once matured, also after a later reservation
+    // reuses the reservation slot.
+    let (clock, n) = java_node(100);
+    n.add_pass_request(10);
+    for now in [700, 1_200, 1_700] {
+        clock.set(now);
+        let t = clock.now_millis();
+        let wait = n.try_occupy_next(now, 1, 10.0);
+        assert_eq!(wait, Some(300), "at {t} ms");
+        // What Sentinel's DefaultController does with the answer.
+        n.add_waiting_request(now + 300, 1);
+        n.add_occupied_pass(1);
+    }
+    let t = clock.now_millis();
+    // Reservations at 1 000 and 1 500 have matured; the one at 2 000 waits.
+    assert_eq!(n.pass_qps(), 2.0, "at {t} ms");
+    assert_eq!(n.waiting(), 1, "at {t} ms");
+    assert_eq!(n.total_pass(), 13, "at {t} ms");
+    clock.set(2_000);
+    assert_eq!(n.pass_qps(), 2.0, "at {} ms", clock.now_millis());
+}
+
+#[test]
 fn occupy_checked_numbers_full_newest_bucket() {
     // pass 10 at t=600 -> 500 in Java (= timeout: reject): None here.
     let (clock, n) = java_node(600);

@@ -247,7 +247,7 @@ impl ArrayMetric {
     /// On a metric that is not [occupiable](Self::occupiable) this does
     /// nothing (Sentinel throws; a statistics call should not fail).
     pub fn add_waiting(&self, future_time_ms: u64, n: u64) {
-        self.array.add_waiting(future_time_ms, n);
+        self.array.add_waiting(Some(self.now()), future_time_ms, n);
     }
 
     // --- admission ----------------------------------------------------------

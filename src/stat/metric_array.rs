@@ -135,9 +135,11 @@ impl MetricArray {
         WindowWrap::new(start, self.main.window_length_ms(), self.main.value_at(idx))
     }
 
-    /// Reserves `n` passes in the bucket containing `future_time`. Does
-    /// nothing on an array that is not occupiable.
-    pub(crate) fn add_waiting(&self, future_time: u64, n: u64) {
+    /// Reserves `n` passes in the bucket containing `future_time`, for a
+    /// caller whose clock reads `now` (`None` when it has none: the newest
+    /// opened bucket stands in for it). Does nothing on an array that is not
+    /// occupiable.
+    pub(crate) fn add_waiting(&self, now: Option<u64>, future_time: u64, n: u64) {
         let Some(cell) = &self.borrow else {
             return;
         };
@@ -146,7 +148,7 @@ impl MetricArray {
                 ring: LeapArray::with_shape_of(&self.main),
             })
             .ring;
-        let hooks = BorrowHooks { owner: self };
+        let hooks = BorrowHooks { owner: self, now };
         let (idx, _) = borrow.open(future_time, &hooks);
         borrow.value_at(idx).add_pass(n);
     }
@@ -326,6 +328,8 @@ impl OpenHooks<MetricBucket> for MetricArray {
 /// Steps taken while a bucket of the reservation ring opens.
 struct BorrowHooks<'a> {
     owner: &'a MetricArray,
+    /// The reserving caller's time, if it has a clock.
+    now: Option<u64>,
 }
 
 impl OpenHooks<MetricBucket> for BorrowHooks<'_> {
@@ -341,7 +345,13 @@ impl OpenHooks<MetricBucket> for BorrowHooks<'_> {
         // with the reservation. (Lock order: reservation ring, then main.)
         if let Some(old) = array.held_start(slot) {
             let main = &self.owner.main;
-            let matured = main.newest_start().is_some_and(|newest| old <= newest);
+            // Matured means the bucket has started by the caller's time.
+            // Reads count a matured reservation whether or not anything has
+            // opened the main ring since, so the main ring's newest bucket
+            // alone is not enough: a run of reservations with no other
+            // write in between would drop every one of them here.
+            let matured = self.now.is_some_and(|now| old <= now)
+                || main.newest_start().is_some_and(|newest| old <= newest);
             if matured && array.value_at(slot).pass() > 0 && main.held(old).is_none() {
                 main.open(old, self.owner);
             }

@@ -263,7 +263,7 @@ impl StatisticNode {
     /// Reserves `n` passes in the second-window bucket containing
     /// `future_time_ms`.
     pub fn add_waiting_request(&self, future_time_ms: u64, n: u64) {
-        self.sec().add_waiting(future_time_ms, n);
+        self.sec().add_waiting(Some(self.now()), future_time_ms, n);
     }
 
     // --- live figures (second window, per second) ---------------------------

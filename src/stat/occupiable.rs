@@ -110,7 +110,7 @@ impl OccupiableBucketLeapArray {
 
     /// Reserves `n` passes in the bucket containing `future_time_ms`.
     pub fn add_waiting(&self, future_time_ms: u64, n: u64) {
-        self.array.add_waiting(future_time_ms, n);
+        self.array.add_waiting(None, future_time_ms, n);
     }
 
     /// Passes reserved in buckets that start after `now_ms`.
