@@ -11,8 +11,12 @@ use tower_sliding_window::stat::{
 };
 use tower_sliding_window::ConfigError;
 
+/// Builds something from `(sample_count, interval_ms)`, keeping only the
+/// outcome.
+type Make = fn(usize, u64) -> Result<(), ConfigError>;
+
 /// Every public constructor that takes a window shape.
-fn constructors() -> Vec<(&'static str, fn(usize, u64) -> Result<(), ConfigError>)> {
+fn constructors() -> Vec<(&'static str, Make)> {
     vec![
         ("LeapArray::new", |sc, i| {
             LeapArray::<MetricBucket>::new(sc, i).map(drop)
