@@ -47,8 +47,8 @@ fn configuration_accessors() {
     assert_eq!(m.sample_count(), 4);
     assert_eq!(m.interval_ms(), 1000);
     assert_eq!(m.window_length_ms(), 250);
-    assert_eq!(m.leap_array().sample_count(), 4);
-    assert_eq!(m.leap_array().interval_ms(), 1000);
+    assert_eq!(m.sample_count(), 4);
+    assert_eq!(m.interval_ms(), 1000);
 }
 
 #[test]
@@ -226,7 +226,7 @@ fn window_pass_reads_one_bucket_without_opening_it() {
     assert_eq!(m.window_pass(100), 4, "held old bucket, read at {t} ms");
     // Reading did not open the bucket at 1 000.
     assert_eq!(m.window_pass(1_000), 0, "unopened bucket at {t} ms");
-    assert!(m.leap_array().window_value(1_000).is_none());
+    assert!(m.window_value(1_000).is_none());
 
     // Once the slot is reused, the old bucket is gone.
     m.add_pass(2);
@@ -480,7 +480,7 @@ fn a_bucket_exactly_one_interval_old_is_never_counted() {
     assert_eq!(m.pass(), 3, "at {} ms", clock.now_millis());
     clock.set(1_000);
     // Nothing has reused slot 0 yet, and reads do not open buckets.
-    assert!(m.leap_array().window_value(0).is_some());
+    assert!(m.window_value(0).is_some());
     assert_eq!(m.pass(), 2, "at {} ms", clock.now_millis());
     assert_eq!(m.block(), 0, "at {} ms", clock.now_millis());
     assert_eq!(m.details().len(), 1, "at {} ms", clock.now_millis());

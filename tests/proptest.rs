@@ -381,12 +381,7 @@ fn compare(
 
     // The ring holds (at least) every bucket a write opened in the window,
     // and nothing outside what a read can see.
-    let listed: BTreeSet<u64> = metric
-        .leap_array()
-        .list(r)
-        .iter()
-        .map(|w| w.window_start())
-        .collect();
+    let listed: BTreeSet<u64> = metric.list().iter().map(|w| w.window_start()).collect();
     let visible: BTreeSet<u64> = model.visible_buckets(r).into_iter().collect();
     let opened: BTreeSet<u64> = model
         .opened
@@ -567,7 +562,7 @@ proptest! {
                 m.add_pass(n);
                 written += n;
             }
-            let window: u64 = m.leap_array().values(t).map(|b| b.pass()).sum();
+            let window: u64 = m.list().iter().map(|w| w.value().pass()).sum();
             prop_assert!(m.pass() <= written, "pass {} > written {} at {} ms", m.pass(), written, t);
             prop_assert_eq!(m.pass(), window, "at {} ms", t);
             let _ = m.details();

@@ -46,8 +46,11 @@ pub(crate) struct Window {
     pub(crate) interval_ms: u64,
 }
 
+/// One shard of the key table.
+type Shard<K> = RwLock<HashTable<(K, Arc<Entry>)>>;
+
 pub(crate) struct Registry<K> {
-    shards: Box<[RwLock<HashTable<(K, Arc<Entry>)>>]>,
+    shards: Box<[Shard<K>]>,
     hasher: RandomState,
     /// The one entry of a zero-sized key type.
     single: OnceLock<(K, Arc<Entry>)>,
@@ -106,7 +109,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
     }
 
     #[inline]
-    fn shard(&self, hash: u64) -> &RwLock<HashTable<(K, Arc<Entry>)>> {
+    fn shard(&self, hash: u64) -> &Shard<K> {
         // The high bits pick the shard; the table uses the low ones.
         &self.shards[(hash >> 59) as usize % SHARDS]
     }

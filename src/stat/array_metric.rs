@@ -2,7 +2,7 @@ use std::fmt;
 use std::time::Duration;
 
 use super::metric_array::{BucketRef, MetricArray};
-use super::{LeapArray, MetricBucket, MetricNode};
+use super::{MetricBucket, MetricNode, WindowWrap};
 use crate::clock::{Clock, SharedClock};
 use crate::error::ConfigError;
 use crate::flow::Admission;
@@ -11,7 +11,7 @@ use crate::flow::Admission;
 /// current time: Sentinel's `ArrayMetric` with its whole `Metric` API.
 ///
 /// Every read covers the buckets in the window at the current time (see
-/// [`LeapArray`] for the exact window edge), and behaves as though the
+/// [`LeapArray`](super::LeapArray) for the exact window edge), and behaves as though the
 /// current bucket had been opened: nothing needs to be written first.
 ///
 /// [`try_pass`](Self::try_pass) is the exact admission primitive the HTTP
@@ -55,7 +55,7 @@ impl ArrayMetric {
     ///
     /// # Errors
     ///
-    /// See [`LeapArray::new`].
+    /// See [`LeapArray::new`](super::LeapArray::new).
     pub fn new(sample_count: usize, interval_ms: u64) -> Result<Self, ConfigError> {
         Self::build(sample_count, interval_ms, SharedClock::system(), false)
     }
@@ -64,7 +64,7 @@ impl ArrayMetric {
     ///
     /// # Errors
     ///
-    /// See [`LeapArray::new`].
+    /// See [`LeapArray::new`](super::LeapArray::new).
     pub fn with_clock(
         sample_count: usize,
         interval_ms: u64,
@@ -80,7 +80,7 @@ impl ArrayMetric {
     ///
     /// # Errors
     ///
-    /// See [`LeapArray::new`].
+    /// See [`LeapArray::new`](super::LeapArray::new).
     pub fn occupiable(
         sample_count: usize,
         interval_ms: u64,
@@ -131,10 +131,23 @@ impl ArrayMetric {
         self.array.window_length_ms()
     }
 
-    /// The underlying bucket ring, for reads that need the buckets
-    /// themselves.
-    pub fn leap_array(&self) -> &LeapArray<MetricBucket> {
-        self.array.leap_array()
+    /// The buckets the ring holds for the current window, oldest first,
+    /// each with its window (reservations that matured without their bucket
+    /// being opened are not buckets; [`details`](Self::details) has them).
+    ///
+    /// The ring itself is not exposed: its buckets must be opened by this
+    /// metric, which keeps the bookkeeping that makes admission exact.
+    /// Counts added directly to a listed bucket are read like any other, but
+    /// an admission sees a pass added that way to an older bucket only from
+    /// the next bucket on; record passes with [`add_pass`](Self::add_pass).
+    pub fn list(&self) -> Vec<WindowWrap<'_, MetricBucket>> {
+        self.array.leap_array().list(self.now())
+    }
+
+    /// The held bucket containing `time_ms`, without opening it (Sentinel's
+    /// `getWindowValue`); see [`list`](Self::list) about writing to it.
+    pub fn window_value(&self, time_ms: u64) -> Option<&MetricBucket> {
+        self.array.leap_array().window_value(time_ms)
     }
 
     // --- reads --------------------------------------------------------------
@@ -214,7 +227,7 @@ impl ArrayMetric {
     /// Records `n` admitted requests, unconditionally. Use
     /// [`try_pass`](Self::try_pass) to admit against a limit.
     pub fn add_pass(&self, n: u64) {
-        self.array.current(self.now()).add_pass(n);
+        self.array.add_pass(self.now(), n);
     }
 
     /// Records `n` rejected requests.

@@ -174,20 +174,25 @@ impl MetricBucket {
 
     /// Adds `n` admitted requests (saturating at about 1.4 × 10^14).
     pub fn add_pass(&self, n: u64) {
+        self.add_pass_returning(n);
+    }
+
+    /// Adds `n` passes and returns the pass word as it was before.
+    #[inline]
+    pub(crate) fn add_pass_returning(&self, n: u64) -> u64 {
         let current = self.pass.load(Ordering::Relaxed);
         if n < FAST_ADD_LIMIT
             && pass_word::count(current) < pass_word::COUNT_MAX - FAST_ADD_HEADROOM
         {
             // AcqRel keeps the pass word's modification order usable by the
             // admission protocol, which reads it with Acquire.
-            self.pass.fetch_add(n, Ordering::AcqRel);
-            return;
+            return self.pass.fetch_add(n, Ordering::AcqRel);
         }
-        self.add_pass_saturating(n);
+        self.add_pass_saturating(n)
     }
 
     #[cold]
-    fn add_pass_saturating(&self, n: u64) {
+    fn add_pass_saturating(&self, n: u64) -> u64 {
         let mut current = self.pass.load(Ordering::Acquire);
         loop {
             let count = pass_word::count(current)
@@ -200,7 +205,7 @@ impl MetricBucket {
                 Ordering::AcqRel,
                 Ordering::Acquire,
             ) {
-                Ok(_) => return,
+                Ok(previous) => return previous,
                 Err(actual) => current = actual,
             }
         }

@@ -10,7 +10,7 @@ use super::leap_array::OpenHooks;
 use super::{FutureBucketLeapArray, LeapArray, MetricBucket, MetricNode, WindowWrap};
 use crate::error::ConfigError;
 use crate::flow::{wait_for_quota, Admission};
-use crate::sync::backoff;
+use crate::sync::{backoff, AtomicU64, Ordering};
 
 /// A bucket of the window as reads see it.
 #[derive(Clone, Copy)]
@@ -72,6 +72,37 @@ pub(crate) struct MetricArray {
     /// the ring itself is allocated on the first reservation, so nodes that
     /// never borrow quota do not pay for it.
     borrow: Option<OnceLock<FutureBucketLeapArray>>,
+    /// Per slot: the passes of the window's older buckets, computed when the
+    /// slot's bucket was opened as the newest, packed with the value of
+    /// `stragglers` at that moment (see [`before_word`]). An admission reuses
+    /// it while `stragglers` is unchanged, instead of summing the older
+    /// buckets on every request. `UNKNOWN` when there is nothing to reuse.
+    before: Box<[AtomicU64]>,
+    /// Bumped after every pass recorded into a sealed bucket, i.e. behind
+    /// the newest bucket, where the cached sums of older buckets cannot see
+    /// it. `Release` on the bump, `Acquire` on the read: an admission that
+    /// sees the old value may only be ordered before that late pass.
+    stragglers: AtomicU64,
+}
+
+/// `MetricArray::before` entry with nothing cached.
+const UNKNOWN: u64 = u64::MAX;
+
+/// Packing of a cached sum: 24 bits of straggler generation over 40 bits of
+/// sum. A sum that does not fit is not cached.
+mod before_word {
+    pub(super) const SUM_BITS: u32 = 40;
+    pub(super) const SUM_MAX: u64 = (1 << SUM_BITS) - 1;
+    pub(super) const GEN_MASK: u64 = (1 << 24) - 1;
+
+    pub(super) fn pack(generation: u64, sum: u64) -> Option<u64> {
+        (sum <= SUM_MAX).then_some(((generation & GEN_MASK) << SUM_BITS) | sum)
+    }
+
+    pub(super) fn unpack(word: u64, generation: u64) -> Option<u64> {
+        (word != super::UNKNOWN && word >> SUM_BITS == generation & GEN_MASK)
+            .then_some(word & SUM_MAX)
+    }
 }
 
 /// The round tag of a window start: how many whole intervals precede it,
@@ -90,6 +121,8 @@ impl MetricArray {
         Ok(MetricArray {
             main: LeapArray::new(sample_count, interval_ms)?,
             borrow: occupiable.then(OnceLock::new),
+            before: (0..sample_count).map(|_| AtomicU64::new(UNKNOWN)).collect(),
+            stragglers: AtomicU64::new(0),
         })
     }
 
@@ -133,6 +166,16 @@ impl MetricArray {
     pub(crate) fn current_window(&self, now: u64) -> WindowWrap<'_, MetricBucket> {
         let (idx, start) = self.main.open(now, self);
         WindowWrap::new(start, self.main.window_length_ms(), self.main.value_at(idx))
+    }
+
+    /// Records `n` passes at `now`, unconditionally.
+    pub(crate) fn add_pass(&self, now: u64, n: u64) {
+        let previous = self.current(now).add_pass_returning(n);
+        if pass_word::is_sealed(previous) {
+            // Behind the newest bucket: cached sums of older buckets must be
+            // recomputed to include it.
+            self.stragglers.fetch_add(1, Ordering::Release);
+        }
     }
 
     /// Reserves `n` passes in the bucket containing `future_time`, for a
@@ -256,13 +299,7 @@ impl MetricArray {
             let (idx, start) = self.main.open(t, self);
             let current = self.main.value_at(idx);
             let tag = round_tag(start, self.main.interval_ms());
-            let before = self
-                .main
-                .window_starts(start)
-                .take(self.main.sample_count() - 1)
-                .filter(|&s| s != start)
-                .filter_map(|s| self.bucket(s))
-                .fold(0u64, |sum, b| sum.saturating_add(b.pass()));
+            let before = self.passes_before(idx, start);
             let mut word = current.pass_word();
             while !pass_word::is_sealed(word) && pass_word::tag(word) == tag {
                 let count = pass_word::count(word);
@@ -285,6 +322,33 @@ impl MetricArray {
         }
     }
 
+    /// Passes of the window's buckets older than the newest one, `start`,
+    /// held in slot `idx`: from the cache when it is current.
+    #[inline]
+    fn passes_before(&self, idx: usize, start: u64) -> u64 {
+        let generation = self.stragglers.load(Ordering::Acquire);
+        let cached = self.before[idx].load(Ordering::Acquire);
+        if let Some(sum) = before_word::unpack(cached, generation) {
+            return sum;
+        }
+        let sum = self.sum_before(start);
+        if let Some(word) = before_word::pack(generation, sum) {
+            // A racing store may win; any stored value is a correct sum for
+            // its generation, and a wrong window is caught by the round tag.
+            self.before[idx].store(word, Ordering::Release);
+        }
+        sum
+    }
+
+    /// Sums the passes of the window's buckets older than `start`.
+    fn sum_before(&self, start: u64) -> u64 {
+        self.main
+            .window_starts(start)
+            .filter(|&s| s != start)
+            .filter_map(|s| self.bucket(s))
+            .fold(0u64, |sum, b| sum.saturating_add(b.pass()))
+    }
+
     /// Milliseconds from `now` until `n` more passes fit under `limit` if
     /// nothing else passes; `None` if they never can.
     pub(crate) fn wait_for_quota(&self, now: u64, n: u64, limit: u64) -> Option<u64> {
@@ -297,6 +361,7 @@ impl MetricArray {
 impl OpenHooks<MetricBucket> for MetricArray {
     fn before_reset(&self, array: &LeapArray<MetricBucket>, slot: usize, start: u64, newest: bool) {
         if !newest {
+            self.before[slot].store(UNKNOWN, Ordering::Release);
             return;
         }
         // A new newest bucket: seal every older one so that an admission
@@ -308,6 +373,11 @@ impl OpenHooks<MetricBucket> for MetricArray {
                 bucket.seal_pass();
             }
         }
+        // Sealed, the older buckets take no more admissions; cache their sum
+        // for every admission into this bucket.
+        let generation = self.stragglers.load(Ordering::Acquire);
+        let cached = before_word::pack(generation, self.sum_before(start)).unwrap_or(UNKNOWN);
+        self.before[slot].store(cached, Ordering::Release);
     }
 
     fn after_reset(&self, bucket: &MetricBucket, start: u64, newest: bool) {
@@ -321,6 +391,9 @@ impl OpenHooks<MetricBucket> for MetricArray {
             // An older bucket opened late (a clock behind the others): it
             // takes plain writes, never admissions.
             bucket.seal_pass();
+            if reserved > 0 {
+                self.stragglers.fetch_add(1, Ordering::Release);
+            }
         }
     }
 }

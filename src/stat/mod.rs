@@ -88,10 +88,18 @@
 //!
 //! 1. The caller moves its time forward to the newest opened bucket if its
 //!    clock lags behind it, and opens that bucket (rotation above).
-//! 2. It sums the passes of the older buckets in the window. Those are final
+//! 2. It takes the passes of the older buckets in the window. Those are final
 //!    for admission: whenever a newer bucket is opened, the opener sets the
 //!    `SEALED` bit on every older bucket *before* publishing the new one, and
-//!    an admission only succeeds on an unsealed word.
+//!    an admission only succeeds on an unsealed word. So the opener sums them
+//!    once, under the rotation lock, and caches the sum beside the slot; the
+//!    admissions of that bucket reuse it. A pass recorded into a sealed
+//!    bucket (by `add_pass` from a clock behind the newest bucket) bumps a
+//!    straggler counter (`Release`) after landing; the cache is stamped with
+//!    that counter, and an admission that reads (`Acquire`) a different value
+//!    sums the buckets again. Either the late pass was complete before the
+//!    admission began, and the admission sees the bump, or the two were
+//!    concurrent and the admission may be ordered first.
 //! 3. It loads the current bucket's word (`Acquire`). If the word is sealed
 //!    or its round tag is not this window's, a newer bucket exists: back to 1.
 //!    Otherwise it compares `older + count + n` with the limit and, if it

@@ -197,7 +197,7 @@ impl StatisticNode {
     pub(crate) fn try_pass_at(&self, now: u64, n: u64, limit: u64) -> Admission {
         let admission = self.sec().try_pass(now, n, limit);
         match admission {
-            Admission::Pass { .. } => self.min().current(now).add_pass(n),
+            Admission::Pass { .. } => self.min().add_pass(now, n),
             Admission::Block { .. } => {
                 self.sec().current(now).add_block(n);
                 self.min().current(now).add_block(n);
@@ -209,8 +209,8 @@ impl StatisticNode {
     /// Records `n` passed requests, unconditionally.
     pub fn add_pass_request(&self, n: u64) {
         let now = self.now();
-        self.sec().current(now).add_pass(n);
-        self.min().current(now).add_pass(n);
+        self.sec().add_pass(now, n);
+        self.min().add_pass(now, n);
     }
 
     /// Records `n` blocked requests.
@@ -255,9 +255,9 @@ impl StatisticNode {
     /// as occupied passes and as passes (Sentinel's bookkeeping; the second
     /// window gets the passes when the reserved bucket opens).
     pub fn add_occupied_pass(&self, n: u64) {
-        let bucket = self.min().current(self.now());
-        bucket.add_occupied_pass(n);
-        bucket.add_pass(n);
+        let now = self.now();
+        self.min().current(now).add_occupied_pass(n);
+        self.min().add_pass(now, n);
     }
 
     /// Reserves `n` passes in the second-window bucket containing

@@ -124,9 +124,10 @@ impl OccupiableBucketLeapArray {
         self.array.details(now_ms)
     }
 
-    /// The main ring.
-    pub fn leap_array(&self) -> &LeapArray<MetricBucket> {
-        self.array.leap_array()
+    /// The buckets the main ring holds for the window at `now_ms`, oldest
+    /// first (see [`ArrayMetric::list`](super::ArrayMetric::list)).
+    pub fn list(&self, now_ms: u64) -> Vec<WindowWrap<'_, MetricBucket>> {
+        self.array.leap_array().list(now_ms)
     }
 }
 
