@@ -313,3 +313,111 @@ async fn plain_hyper_server_through_the_tower_adapter() {
     let s = stats.snapshot(&localhost).expect("the peer's key");
     assert_eq!((s.pass, s.block, s.concurrency), (LIMIT, 32 - LIMIT, 0));
 }
+
+/// Waits (up to a generous bound, polling) until `done` holds. A liveness
+/// wait, not a timing assertion: it returns as soon as the condition holds.
+async fn eventually(mut done: impl FnMut() -> bool) -> bool {
+    for _ in 0..1_000 {
+        if done() {
+            return true;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    done()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_hangs_up_releases_the_concurrency_gauge() {
+    let clock = clock();
+    let layer = SlidingWindowLayer::qps(10).clock(clock.clone());
+    let stats = layer.handle();
+    let started = Arc::new(tokio::sync::Notify::new());
+    let notify = Arc::clone(&started);
+    let app = Router::new()
+        .route(
+            "/",
+            get(move || {
+                let notify = Arc::clone(&notify);
+                async move {
+                    notify.notify_one();
+                    std::future::pending::<()>().await;
+                    "never"
+                }
+            }),
+        )
+        .layer(layer);
+    let addr = serve(app).await;
+
+    let mut sender = connect(addr).await;
+    let request = Request::get("/")
+        .header(header::HOST, addr.to_string())
+        .body(Empty::new())
+        .expect("request");
+    let pending = tokio::spawn(async move { sender.send_request(request).await });
+    started.notified().await;
+    assert_eq!(
+        stats.snapshot(&()).map(|s| (s.pass, s.concurrency)),
+        Some((1, 1)),
+        "in flight {}",
+        at(&clock)
+    );
+
+    // The client gives up: the request is dropped, so hyper's client closes
+    // the connection, and the server drops the request's future.
+    pending.abort();
+    let released = eventually(|| stats.snapshot(&()).is_some_and(|s| s.concurrency == 0)).await;
+    let s = stats.snapshot(&()).expect("global key");
+    assert!(released, "gauge still {} {}", s.concurrency, at(&clock));
+    assert_eq!(
+        (s.pass, s.success, s.exception),
+        (1, 0, 0),
+        "{}",
+        at(&clock)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_panic_under_axum_serve_counts_one_exception() {
+    let clock = clock();
+    let layer = SlidingWindowLayer::qps(10).clock(clock.clone());
+    let stats = layer.handle();
+    let app = Router::new()
+        .route(
+            "/",
+            get(|| async {
+                if true {
+                    panic!("handler panicked on purpose");
+                }
+                "never"
+            }),
+        )
+        .route("/ok", get(hello))
+        .layer(layer);
+    let addr = serve(app).await;
+
+    let mut sender = connect(addr).await;
+    sender.ready().await.expect("ready");
+    let request = Request::get("/")
+        .header(header::HOST, addr.to_string())
+        .body(Empty::new())
+        .expect("request");
+    assert!(
+        sender.send_request(request).await.is_err(),
+        "the connection closes without a response"
+    );
+
+    // The client may see the connection close before the server task has
+    // finished unwinding: wait for the guard to be dropped.
+    let released = eventually(|| stats.snapshot(&()).is_some_and(|s| s.concurrency == 0)).await;
+    assert!(released, "gauge not released {}", at(&clock));
+    let s = stats.snapshot(&()).expect("global key");
+    assert_eq!(
+        (s.pass, s.success, s.exception, s.concurrency),
+        (1, 0, 1, 0),
+        "{}",
+        at(&clock)
+    );
+    // The server and the limiter keep working.
+    let answer = fetch(&mut connect(addr).await, addr, "/ok").await;
+    assert_eq!(answer.status, StatusCode::OK);
+}
