@@ -627,3 +627,66 @@ async fn header_keys_limit_each_client() {
         );
     }
 }
+
+#[tokio::test]
+async fn set_limit_gives_an_overflowed_key_its_own_entry() {
+    let clock = clock();
+    let layer = SlidingWindowLayer::qps(10)
+        .key(PathKey)
+        .max_keys(1)
+        .clock(clock.clone());
+    let stats = layer.handle();
+    let app = app(layer);
+
+    // "/a" takes the only slot; "/b" shares the overflow entry.
+    assert_eq!(statuses(&app, "/a", 1).await, ok_then_429(1, 0));
+    assert_eq!(statuses(&app, "/b", 1).await, ok_then_429(1, 0));
+    assert!(stats.snapshot("/b").is_none(), "{:?}", stats.keys());
+    assert_eq!(stats.overflow().pass, 1);
+
+    stats.set_limit("/b", 2);
+    assert_eq!(
+        statuses(&app, "/b", 3).await,
+        ok_then_429(2, 1),
+        "{}",
+        at(&clock)
+    );
+    assert_eq!(
+        stats.snapshot("/b").map(|s| (s.pass, s.limit)),
+        Some((2, 2))
+    );
+    assert_eq!(
+        stats.overflow().pass,
+        1,
+        "the overflow entry was not used again"
+    );
+}
+
+#[tokio::test]
+async fn a_flood_of_other_keys_does_not_dilute_a_rule() {
+    let clock = clock();
+    let layer = SlidingWindowLayer::qps(100)
+        .key(PathKey)
+        .rule("/login", 2)
+        .max_keys(4)
+        .clock(clock.clone());
+    let stats = layer.handle();
+    let app = Router::new().fallback(hello).layer(layer);
+
+    for i in 0..50 {
+        send(&app, req(&format!("/flood/{i}"))).await;
+    }
+    assert_eq!(
+        stats.len(),
+        5,
+        "4 keys and the overflow entry: {:?}",
+        stats.keys()
+    );
+    assert_eq!(
+        statuses(&app, "/login", 3).await,
+        ok_then_429(2, 1),
+        "{}",
+        at(&clock)
+    );
+    assert_eq!(stats.snapshot("/login").map(|s| s.limit), Some(2));
+}
