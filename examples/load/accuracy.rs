@@ -142,3 +142,27 @@ pub async fn run(config: &Config) -> Result<Vec<Run>, String> {
     }
     Ok(runs)
 }
+
+/// The raw series of every run as JSON (for re-plotting or checking).
+pub fn to_json(runs: &[Run]) -> serde_json::Value {
+    serde_json::Value::Array(
+        runs.iter()
+            .map(|r| {
+                serde_json::json!({
+                    "scenario": r.scenario.slug(),
+                    "contender": r.contender.slug(),
+                    "limit": r.limit,
+                    "sent": r.sent,
+                    "admitted": r.accuracy.passes,
+                    "limited": r.tally.limited,
+                    "unanswered": r.unanswered,
+                    "bucket_max": r.accuracy.bucket_max,
+                    "bucket_max_bound": r.accuracy.bucket_max_bound,
+                    "sliding_max": r.accuracy.sliding_max,
+                    "sliding_at_us": r.accuracy.sliding_at_us,
+                    "per_100ms": r.per_bucket,
+                })
+            })
+            .collect(),
+    )
+}

@@ -61,7 +61,7 @@ pub struct Accuracy {
     pub sliding_max: u64,
     /// Where that window starts, microseconds after the span's start.
     pub sliding_at_us: u64,
-    /// Admissions per second over the offered interval.
+    /// Admissions per second inside the offered interval.
     pub rate: f64,
     /// Admissions per second after the first second of the offered interval.
     pub rate_after_first: f64,
@@ -174,13 +174,19 @@ pub fn analyse(admits: &[Admit], span: Span, grid: Grid, limit: u64) -> Accuracy
     result.sliding_max = max;
     result.sliding_at_us = at.saturating_sub(span.start_ms * 1000);
     let seconds = (span.end_ms.saturating_sub(span.start_ms)) as f64 / 1000.0;
+    // Requests queued in the client or server can still be admitted after
+    // the offered load ends; the rate counts only admissions inside it.
+    let inside = admits
+        .iter()
+        .filter(|a| a.after_ms >= span.start_ms && a.after_ms < span.end_ms)
+        .count();
     if seconds > 0.0 {
-        result.rate = result.passes as f64 / seconds;
+        result.rate = inside as f64 / seconds;
     }
     if seconds > 1.0 {
         let later = admits
             .iter()
-            .filter(|a| a.after_ms >= span.start_ms + 1000)
+            .filter(|a| a.after_ms >= span.start_ms + 1000 && a.after_ms < span.end_ms)
             .count();
         result.rate_after_first = later as f64 / (seconds - 1.0);
     }

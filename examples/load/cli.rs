@@ -72,6 +72,8 @@ pub struct Config {
     pub scenario_time: Duration,
     /// Connections of the open-loop generator.
     pub open_connections: usize,
+    /// Length of each `retry` setting.
+    pub retry_time: Duration,
     /// Length of the soak.
     pub soak_time: Duration,
     /// Distinct keys the soak cycles through.
@@ -108,6 +110,7 @@ impl Config {
             limit: 100,
             scenario_time: Duration::from_secs(5),
             open_connections: 256,
+            retry_time: Duration::from_secs(15),
             soak_time: Duration::from_secs(600),
             soak_keys: 100_000,
             soak_max_keys: 10_000,
@@ -142,6 +145,7 @@ options (defaults in brackets):
   --limit N               passes per second in accuracy/retry [100]
   --scenario-secs S       length of each accuracy/retry scenario [5]
   --open-connections N    open-loop generator connections [256]
+  --retry-secs S          length of each retry setting [15]
   --soak-secs S           soak length [600]
   --soak-keys N           distinct keys in the soak [100000]
   --soak-max-keys N       registry bound in the soak [10000]
@@ -200,6 +204,7 @@ fn apply(config: &mut Config, flag: &str, value: &str) -> Result<(), String> {
         "--limit" => config.limit = number()?.max(10),
         "--scenario-secs" => config.scenario_time = secs()?.max(Duration::from_secs(2)),
         "--open-connections" => config.open_connections = count()?,
+        "--retry-secs" => config.retry_time = secs()?.max(Duration::from_secs(2)),
         "--soak-secs" => config.soak_time = secs()?,
         "--soak-keys" => config.soak_keys = count()?,
         "--soak-max-keys" => config.soak_max_keys = count()?,

@@ -92,6 +92,11 @@ fn run(config: &Config) -> Result<bool, String> {
         if matches!(mode, Mode::Accuracy | Mode::All) {
             let runs = accuracy::run(config).await?;
             report.accuracy(&runs);
+            let path = config.out.join("accuracy.json");
+            let json = serde_json::to_string_pretty(&accuracy::to_json(&runs))
+                .map_err(|e| format!("cannot encode the accuracy runs: {e}"))?;
+            std::fs::write(&path, json)
+                .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
             charts.extend(plots::accuracy(&config.out, &runs)?);
         }
         if matches!(mode, Mode::Retry | Mode::All) {

@@ -124,7 +124,7 @@ async fn run_one(contender: Contender, config: &Config) -> Result<RetryRun, Stri
         record: false,
         manual_clock: None,
     };
-    let length = config.scenario_time.max(Duration::from_secs(5));
+    let length = config.retry_time;
 
     // Alone: one client at twice the limit.
     let server = Server::start(contender, &settings, config.server_threads)?;

@@ -71,7 +71,7 @@ impl Scenario {
                 (0..total).map(|i| i * 1_000_000 / per_second).collect()
             }
             Shape::BurstStart => (0..seconds)
-                .flat_map(|s| std::iter::repeat_n(s * 1_000_000, per_second as usize))
+                .flat_map(|s| std::iter::repeat(s * 1_000_000).take(per_second as usize))
                 .collect(),
             Shape::BurstStraddle => (1..=seconds)
                 .flat_map(|s| {

@@ -10,8 +10,12 @@
 //! from `/proc/self/statm`; the whole process is measured (client and server
 //! share it), which only makes a leak easier to see.
 //!
-//! Every tenth epoch is a flood: more distinct keys in one window than
-//! `max_keys`, so the overflow entry is exercised too.
+//! Between epochs the clock jumps [`GAP`]. A key is idle, and may be
+//! evicted, once neither its second nor its minute window holds an event,
+//! so keys stay for about three epochs: the registry runs full, and sweeps
+//! keep evicting the oldest keys while newer ones stay. Every tenth epoch is
+//! a flood: more distinct keys in one window than `max_keys`, so the
+//! overflow entry is exercised too.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -31,7 +35,10 @@ const SAMPLE_EVERY: Duration = Duration::from_secs(5);
 const CONNECTIONS: usize = 32;
 
 /// Distinct keys per batch in a normal epoch (each key is asked twice).
-const KEYS_PER_BATCH: usize = 600;
+const KEYS_PER_BATCH: usize = 200;
+
+/// How far the clock jumps between epochs (on top of the last 100 ms step).
+const GAP: Duration = Duration::from_secs(20);
 
 /// Distinct keys per batch in a flood epoch.
 const FLOOD_KEYS_PER_BATCH: usize = 1_500;
@@ -230,7 +237,7 @@ pub async fn run(config: &Config) -> Result<SoakResult, String> {
         }
         result.tally.merge(epoch);
         result.epochs += 1;
-        clock.advance(Duration::from_millis(100));
+        clock.advance(Duration::from_millis(100) + GAP);
     }
     result.elapsed = started.elapsed();
     stop.store(true, Ordering::Relaxed);
