@@ -66,6 +66,9 @@ fn run(config: &Config) -> Result<bool, String> {
         config.server_threads, config.client_threads
     ));
     let mode = config.mode;
+    if mode != Mode::Soak {
+        report.contenders();
+    }
     let mut charts = Vec::new();
     if matches!(mode, Mode::Bench | Mode::Overhead | Mode::All) {
         let rows = overhead::run(config)?;

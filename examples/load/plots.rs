@@ -68,13 +68,14 @@ fn draw_accuracy_panel(
     let mut chart = ChartBuilder::on(panel)
         .caption(run.contender.name(), ("sans-serif", 15))
         .margin(6)
-        .x_label_area_size(28)
+        .x_label_area_size(34)
         .y_label_area_size(48)
         .build_cartesian_2d(0f64..seconds.max(0.1), 0f64..top)?;
     chart
         .configure_mesh()
         .x_desc("seconds")
         .y_desc("requests")
+        .y_label_formatter(&|y| format!("{y:.0}"))
         .light_line_style(WHITE.mix(0.0))
         .draw()?;
     chart
@@ -130,6 +131,7 @@ pub fn latency(dir: &Path, rows: &[BenchRow]) -> Result<String, String> {
                 ("sans-serif", 18),
             )
             .margin(10)
+            .margin_right(40)
             .x_label_area_size(36)
             .y_label_area_size(60)
             .build_cartesian_2d(0f64..4.0, (10f64..top).log_scale())?;
@@ -142,6 +144,7 @@ pub fn latency(dir: &Path, rows: &[BenchRow]) -> Result<String, String> {
                 let p = 100.0 * (1.0 - 10f64.powf(-*x));
                 format!("p{}", (p * 100.0).round() / 100.0)
             })
+            .y_label_formatter(&|y| format!("{y:.0}"))
             .draw()?;
         for (i, row) in rows.iter().enumerate() {
             let color = Palette99::pick(i).to_rgba();

@@ -36,6 +36,48 @@ impl Report {
         let _ = writeln!(self.text, "{line}\n");
     }
 
+    /// How each contender is configured, in words.
+    pub fn contenders(&mut self) {
+        let t = &mut self.text;
+        let _ = writeln!(
+            t,
+            "### Contenders
+"
+        );
+        for (name, how) in [
+            (Contender::Bare, "`Router` with no layer; every ratio is taken against it.".to_owned()),
+            (Contender::Noop, "a layer whose service only forwards `poll_ready` and `call`.".to_owned()),
+            (Contender::OursGlobal, "`SlidingWindowLayer::qps(limit)` (one global key, 10 x 100 ms buckets).".to_owned()),
+            (Contender::OursPath, "`SlidingWindowLayer::qps(limit).key(MatchedPathKey)` (a key per route).".to_owned()),
+            (
+                Contender::GovernorUsual,
+                "`GovernorConfigBuilder::default().period(1 s / limit).burst_size(limit)` with \
+                 `GlobalKeyExtractor`. Its `per_second(n)` would mean one request every n seconds \
+                 (a period, not a rate), so the rate is written as a period; burst = limit is what \
+                 `Quota::per_second(limit)` gives, and lets up to twice the limit through in the \
+                 first second."
+                    .to_owned(),
+            ),
+            (Contender::GovernorBurst1, "the same period with `burst_size(1)`: one request every 1 s / limit.".to_owned()),
+            (
+                Contender::TowerRateLimit,
+                format!(
+                    "`RateLimitLayer::new(limit, 1 s)` is not `Clone` and waits in `poll_ready` \
+                     instead of rejecting, so under axum it needs `BufferLayer::new({})` (Clone, \
+                     one worker task), `LoadShedLayer` (fail instead of wait when the buffer is \
+                     full) and `HandleErrorLayer` (turn `Overloaded` into 429; there is nothing to \
+                     compute a Retry-After from). Up to {} requests wait in the buffer for the next \
+                     window.",
+                    crate::servers::TOWER_BUFFER,
+                    crate::servers::TOWER_BUFFER
+                ),
+            ),
+        ] {
+            let _ = writeln!(t, "- **{}**: {how}", name.name());
+        }
+        let _ = writeln!(t);
+    }
+
     /// The throughput and latency table.
     pub fn bench(&mut self, rows: &[BenchRow], connections: usize, rounds: usize, secs: u64) {
         let t = &mut self.text;
