@@ -168,6 +168,32 @@ async fn peer_ip_key_reads_a_socket_addr_extension() {
     assert_eq!(stats.len(), 3, "{:?}", stats.keys());
 }
 
+#[tokio::test]
+async fn peer_ip_key_treats_an_ipv4_mapped_address_as_the_ipv4_address() {
+    // A dual-stack listener (bound to `[::]`) sees IPv4 clients as
+    // `::ffff:a.b.c.d`. A rule written for the IPv4 address must apply, and
+    // both forms of one client must share one window.
+    let clock = clock();
+    let ip: IpAddr = "10.0.0.1".parse().unwrap();
+    let layer = SlidingWindowLayer::qps(5)
+        .key(PeerIpKey)
+        .rule(Some(ip), 1)
+        .clock(clock.clone());
+    let stats = layer.handle();
+    let app = app(layer);
+
+    let got = run(
+        &app,
+        vec![
+            with_peer("[::ffff:10.0.0.1]:1000"),
+            with_peer("10.0.0.1:2000"),
+        ],
+    )
+    .await;
+    assert_eq!(got, ok_then_429(1, 1), "{}", at(&clock));
+    assert_eq!(stats.keys(), [Some(ip)]);
+}
+
 /// With the crate's `axum` feature, axum's `ConnectInfo<SocketAddr>` is read.
 #[cfg(feature = "axum")]
 #[tokio::test]

@@ -166,6 +166,9 @@ impl KeyExtractor for HeaderKey {
 /// either, the key is `None`: all such requests share one limited key, and
 /// nothing fails.
 ///
+/// An IPv4-mapped IPv6 address (`::ffff:10.0.0.1`, how a dual-stack
+/// listener sees IPv4 peers) is keyed as the IPv4 address (`10.0.0.1`).
+///
 /// This is the TCP peer. Behind a reverse proxy that is the proxy; key on a
 /// header the proxy sets instead ([`HeaderKey`] or a closure), and trust it
 /// only if every request passes through that proxy.
@@ -181,9 +184,15 @@ impl KeyExtractor for PeerIpKey {
             .extensions
             .get::<axum::extract::ConnectInfo<SocketAddr>>()
         {
-            return Some(info.0.ip());
+            return Some(info.0.ip().to_canonical());
         }
-        parts.extensions.get::<SocketAddr>().map(SocketAddr::ip)
+        // `to_canonical`: a dual-stack listener sees IPv4 peers as
+        // `::ffff:a.b.c.d`; key them by their IPv4 address, so one client
+        // has one key and rules written for IPv4 addresses apply.
+        parts
+            .extensions
+            .get::<SocketAddr>()
+            .map(|addr| addr.ip().to_canonical())
     }
 }
 
