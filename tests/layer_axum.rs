@@ -385,6 +385,23 @@ async fn set_limit_on_the_global_key() {
 }
 
 #[tokio::test]
+async fn set_limit_on_the_global_key_before_any_request() {
+    let clock = clock();
+    let layer = SlidingWindowLayer::qps(10).clock(clock.clone());
+    let stats = layer.handle();
+    stats.set_limit((), 2);
+    let app = app(layer);
+
+    assert_eq!(
+        statuses(&app, "/", 3).await,
+        ok_then_429(2, 1),
+        "{}",
+        at(&clock)
+    );
+    assert_eq!(stats.snapshot(&()).map(|s| s.limit), Some(2));
+}
+
+#[tokio::test]
 async fn set_limit_applies_to_a_key_not_seen_yet() {
     let clock = clock();
     let layer = SlidingWindowLayer::qps(10)
