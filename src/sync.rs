@@ -6,14 +6,109 @@
 //! `cfg(loom)`.
 
 #[cfg(loom)]
-pub(crate) use loom::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+pub(crate) use loom::sync::atomic::{AtomicUsize, Ordering};
 #[cfg(loom)]
 pub(crate) use loom::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+#[cfg(loom)]
+pub(crate) use loom_store_as_swap::AtomicU64;
 
 #[cfg(not(loom))]
 pub(crate) use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 #[cfg(not(loom))]
 pub(crate) use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+/// loom's `AtomicU64`, except that `store` is modelled as a `swap`.
+///
+/// loom 0.7 lets a plain `store` land between the read and the write of a
+/// concurrent read-modify-write on the same atomic (tokio-rs/loom#254 and
+/// #389), so it reports histories that the memory model forbids: a bucket
+/// reset (`store`) racing with a late writer's `fetch_add` then "loses" the
+/// reset, and the old window's counts appear in the new one. A `swap` whose
+/// result is ignored allows exactly the executions a `store` does, and loom
+/// models its atomicity correctly. Normal builds use `std`'s type directly;
+/// nothing changes outside `--cfg loom`.
+#[cfg(loom)]
+mod loom_store_as_swap {
+    use loom::sync::atomic::{AtomicU64 as Inner, Ordering};
+
+    #[derive(Debug)]
+    pub(crate) struct AtomicU64(Inner);
+
+    #[allow(dead_code)]
+    impl AtomicU64 {
+        pub(crate) fn new(value: u64) -> Self {
+            AtomicU64(Inner::new(value))
+        }
+
+        pub(crate) fn load(&self, order: Ordering) -> u64 {
+            self.0.load(order)
+        }
+
+        pub(crate) fn store(&self, value: u64, order: Ordering) {
+            self.0.swap(value, order);
+        }
+
+        pub(crate) fn swap(&self, value: u64, order: Ordering) -> u64 {
+            self.0.swap(value, order)
+        }
+
+        pub(crate) fn fetch_add(&self, value: u64, order: Ordering) -> u64 {
+            self.0.fetch_add(value, order)
+        }
+
+        pub(crate) fn fetch_sub(&self, value: u64, order: Ordering) -> u64 {
+            self.0.fetch_sub(value, order)
+        }
+
+        pub(crate) fn fetch_or(&self, value: u64, order: Ordering) -> u64 {
+            self.0.fetch_or(value, order)
+        }
+
+        pub(crate) fn fetch_and(&self, value: u64, order: Ordering) -> u64 {
+            self.0.fetch_and(value, order)
+        }
+
+        pub(crate) fn fetch_min(&self, value: u64, order: Ordering) -> u64 {
+            self.0.fetch_min(value, order)
+        }
+
+        pub(crate) fn fetch_max(&self, value: u64, order: Ordering) -> u64 {
+            self.0.fetch_max(value, order)
+        }
+
+        pub(crate) fn compare_exchange(
+            &self,
+            current: u64,
+            new: u64,
+            success: Ordering,
+            failure: Ordering,
+        ) -> Result<u64, u64> {
+            self.0.compare_exchange(current, new, success, failure)
+        }
+
+        pub(crate) fn compare_exchange_weak(
+            &self,
+            current: u64,
+            new: u64,
+            success: Ordering,
+            failure: Ordering,
+        ) -> Result<u64, u64> {
+            self.0.compare_exchange_weak(current, new, success, failure)
+        }
+
+        pub(crate) fn fetch_update<F>(
+            &self,
+            set_order: Ordering,
+            fetch_order: Ordering,
+            f: F,
+        ) -> Result<u64, u64>
+        where
+            F: FnMut(u64) -> Option<u64>,
+        {
+            self.0.fetch_update(set_order, fetch_order, f)
+        }
+    }
+}
 
 /// Read-locks, ignoring poisoning: every structure behind these locks stays
 /// consistent at every await-free step, so a panic elsewhere while a guard
