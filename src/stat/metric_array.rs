@@ -106,10 +106,19 @@ mod before_word {
 }
 
 /// The round tag of a window start: how many whole intervals precede it,
-/// modulo 2^16. Consecutive windows of one slot differ by exactly one.
+/// modulo 2^16 - 1, plus one. Consecutive windows of one slot differ.
+///
+/// Never 0: a bucket reset clears the whole pass word to 0 before the new
+/// round's word is stored, and a fresh bucket's word is 0 too. With a tag of
+/// 0 allowed, the first bucket of a tag-0 round (for example the first
+/// interval after time 0) has the word 0 while it is empty; an admission
+/// that loaded that word, stalled while a rotation reused the slot, and
+/// swapped in the middle of the reset would succeed against the cleared
+/// word, and the reset would then overwrite it: admitted, but counted in no
+/// window.
 #[inline]
 fn round_tag(start: u64, interval_ms: u64) -> u64 {
-    (start / interval_ms) & 0xFFFF
+    (start / interval_ms) % 0xFFFF + 1
 }
 
 impl MetricArray {
@@ -331,13 +340,13 @@ impl MetricArray {
         if let Some(sum) = before_word::unpack(cached, generation) {
             return sum;
         }
-        let sum = self.sum_before(start);
-        if let Some(word) = before_word::pack(generation, sum) {
-            // A racing store may win; any stored value is a correct sum for
-            // its generation, and a wrong window is caught by the round tag.
-            self.before[idx].store(word, Ordering::Release);
-        }
-        sum
+        // No refill here: the entry does not say which window of the slot
+        // it was computed for, so only the bucket's opener, under the
+        // rotation lock, may write it. A caller still aimed at an older
+        // window of this slot would otherwise store that window's sum after
+        // the opener stored the new one, and every admission into the new
+        // bucket would then miss the older buckets' passes.
+        self.sum_before(start)
     }
 
     /// Sums the passes of the window's buckets older than `start`.

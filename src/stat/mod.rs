@@ -97,7 +97,9 @@
 //!    bucket (by `add_pass` from a clock behind the newest bucket) bumps a
 //!    straggler counter (`Release`) after landing; the cache is stamped with
 //!    that counter, and an admission that reads (`Acquire`) a different value
-//!    sums the buckets again. Either the late pass was complete before the
+//!    sums the buckets again (without writing the cache back: only the
+//!    opener knows which window of the slot a sum belongs to). Either the
+//!    late pass was complete before the
 //!    admission began, and the admission sees the bump, or the two were
 //!    concurrent and the admission may be ordered first.
 //! 3. It loads the current bucket's word (`Acquire`). If the word is sealed
@@ -110,9 +112,11 @@
 //! moment of its swap: the older buckets cannot gain an admission after being
 //! sealed, and the current one cannot change between the load and the
 //! successful swap. The round tag (the window start divided by the interval,
-//! modulo 2^16) changes every time the slot is reused, so a caller delayed
-//! across whole rotations cannot succeed with a stale word that happens to
-//! hold the same count (ABA), unless it slept through 65 536 of them.
+//! modulo 2^16 - 1, plus one) changes every time the slot is reused, so a
+//! caller delayed across whole rotations cannot succeed with a stale word
+//! that happens to hold the same count (ABA), unless it slept through 65 535
+//! of them. It is never 0, so no valid word equals the 0 a reset briefly
+//! leaves in the word before the new round's word is stored.
 //!
 //! Passes recorded with `add_pass` (not through admission) still count in
 //! the window; they are simply not limited.
