@@ -411,3 +411,46 @@ async fn a_panicking_handler_caught_with_catch_unwind_counts_one_exception() {
         at(&clock)
     );
 }
+
+/// An inner service whose `call` panics before it returns any future.
+#[derive(Clone)]
+struct PanicsInCall;
+
+impl tower::Service<Request<axum::body::Body>> for PanicsInCall {
+    type Response = http::Response<axum::body::Body>;
+    type Error = std::convert::Infallible;
+    type Future = std::future::Ready<Result<Self::Response, std::convert::Infallible>>;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> Poll<Result<(), std::convert::Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _: Request<axum::body::Body>) -> Self::Future {
+        panic!("call panicked on purpose");
+    }
+}
+
+#[test]
+fn a_panic_in_the_inner_call_counts_one_exception_and_releases_the_gauge() {
+    let clock = clock();
+    let layer = SlidingWindowLayer::qps(10).clock(clock.clone());
+    let stats = layer.handle();
+    let mut service = tower::Layer::layer(&layer, PanicsInCall);
+
+    let panicked = std::panic::catch_unwind(AssertUnwindSafe(|| {
+        tower::Service::call(&mut service, req("/"))
+    }))
+    .is_err();
+    assert!(panicked, "the inner call panicked");
+
+    let s = snap(&stats, &());
+    assert_eq!(
+        (s.pass, s.success, s.exception, s.concurrency),
+        (1, 0, 1, 0),
+        "{}",
+        at(&clock)
+    );
+}

@@ -76,11 +76,11 @@ where
                 let Some(pending) = completion.as_mut() else {
                     panic!("`ResponseFuture` polled after it completed");
                 };
-                // If the inner future panics, `polling` stays set and the
-                // guard's drop records the request as a failure.
-                pending.in_flight.polling = true;
+                // If the inner future panics, the guard stays marked as in
+                // user code and its drop records the request as a failure.
+                pending.in_flight.enter_user_code();
                 let poll = future.poll(cx);
-                pending.in_flight.polling = false;
+                pending.in_flight.leave_user_code();
                 let result = ready!(poll);
                 let done = completion
                     .take()
@@ -161,9 +161,9 @@ pub(crate) struct InFlight {
     entry: Arc<Entry>,
     /// `Clock::now_micros` at admission.
     started_us: u64,
-    /// Set while the inner future is being polled; still set at drop only if
-    /// that poll unwound.
-    polling: bool,
+    /// Set while the inner service's code runs (its `call`, or a poll of its
+    /// future); still set at drop only if that code unwound.
+    in_user_code: bool,
     completed: bool,
 }
 
@@ -174,9 +174,19 @@ impl InFlight {
         InFlight {
             entry,
             started_us,
-            polling: false,
+            in_user_code: false,
             completed: false,
         }
+    }
+
+    #[inline]
+    pub(crate) fn enter_user_code(&mut self) {
+        self.in_user_code = true;
+    }
+
+    #[inline]
+    pub(crate) fn leave_user_code(&mut self) {
+        self.in_user_code = false;
     }
 
     /// Records a completion: one success with its response time, and an
@@ -195,8 +205,8 @@ impl InFlight {
 impl Drop for InFlight {
     fn drop(&mut self) {
         let node = &self.entry.node;
-        if !self.completed && self.polling {
-            // The inner future panicked mid-poll: a failure, not a success.
+        if !self.completed && self.in_user_code {
+            // The inner service panicked: a failure, not a success.
             node.increase_exception_qps(1);
         }
         node.decrease_concurrency();

@@ -129,8 +129,12 @@ where
                 });
                 let legacy_headers = response.legacy_headers;
                 let classifier = self.make_classifier.make_classifier(&request);
-                let in_flight = InFlight::start(entry, clock.now_micros());
+                let mut in_flight = InFlight::start(entry, clock.now_micros());
+                // A panic in the inner `call` itself unwinds through here and
+                // drops the guard while it is marked as in user code.
+                in_flight.enter_user_code();
                 let future = self.inner.call(request);
+                in_flight.leave_user_code();
                 ResponseFuture::passed(
                     future,
                     Completion {

@@ -118,7 +118,15 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
     #[inline]
     pub(crate) fn entry(&self, key: K, now: u64) -> Arc<Entry> {
         if Self::is_single() {
-            return Arc::clone(&self.single.get_or_init(|| self.create(key, 0)).1);
+            return Arc::clone(
+                &self
+                    .single
+                    .get_or_init(|| {
+                        let hash = self.hasher.hash_one(&key);
+                        self.create(key, hash)
+                    })
+                    .1,
+            );
         }
         let hash = self.hasher.hash_one(&key);
         {
@@ -277,7 +285,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
         write(&self.limits).insert(key.clone(), limit);
         if Self::is_single() {
             if let Some((_, entry)) = self.single.get() {
-                entry.set_limit(limit, 0);
+                entry.set_limit(limit, self.hasher.hash_one(&key));
             }
             return;
         }
