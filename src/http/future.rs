@@ -38,7 +38,9 @@ pin_project! {
             completion: Option<Completion<C>>,
         },
         Blocked {
-            response: Option<Response<Bytes>>,
+            // Boxed: a rejection may allocate, and the future every passed
+            // request carries stays small.
+            response: Option<Box<Response<Bytes>>>,
         },
     }
 }
@@ -56,7 +58,7 @@ impl<F, C> ResponseFuture<F, C> {
     pub(crate) fn blocked(response: Response<Bytes>) -> Self {
         ResponseFuture {
             kind: Kind::Blocked {
-                response: Some(response),
+                response: Some(Box::new(response)),
             },
         }
     }
@@ -91,7 +93,7 @@ where
                 let response = response
                     .take()
                     .expect("`ResponseFuture` polled after it completed");
-                Poll::Ready(Ok(response.map(ResponseBody::full)))
+                Poll::Ready(Ok((*response).map(ResponseBody::full)))
             }
         }
     }
@@ -113,8 +115,9 @@ impl<F, C> fmt::Debug for ResponseFuture<F, C> {
 pub(crate) struct Completion<C> {
     pub(crate) in_flight: InFlight,
     pub(crate) classifier: C,
-    /// RateLimit fields for the response, when configured.
-    pub(crate) quota: Option<Quota>,
+    /// RateLimit fields for the response, when configured (boxed: rare, and
+    /// the future of every passed request carries this field).
+    pub(crate) quota: Option<Box<Quota>>,
     pub(crate) legacy_headers: bool,
 }
 

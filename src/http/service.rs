@@ -125,7 +125,7 @@ where
                             limit,
                         )
                         .unwrap_or(0);
-                    self.quota(&entry, limit, window_pass, reset)
+                    Box::new(self.quota(&entry, limit, window_pass, reset))
                 });
                 let legacy_headers = response.legacy_headers;
                 let classifier = self.make_classifier.make_classifier(&request);

@@ -342,10 +342,18 @@ impl<B: BucketValue> LeapArray<B> {
 
     /// Opens the bucket for `now_ms` (see [`current_window`]) and returns its
     /// slot index and the start of the window the slot holds.
+    #[inline]
     pub(crate) fn open<H: OpenHooks<B>>(&self, now_ms: u64, hooks: &H) -> (usize, u64) {
-        if let Some(found) = self.newest_holding(now_ms) {
-            return found;
+        match self.newest_holding(now_ms) {
+            Some(found) => found,
+            None => self.open_slow(now_ms, hooks),
         }
+    }
+
+    /// [`open`](Self::open) when `now_ms` is not in the newest bucket.
+    #[cold]
+    #[inline(never)]
+    fn open_slow<H: OpenHooks<B>>(&self, now_ms: u64, hooks: &H) -> (usize, u64) {
         let (idx, start) = self.locate(now_ms);
         let slot = &self.slots[idx];
         let mut round = 0;
