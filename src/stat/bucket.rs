@@ -306,8 +306,11 @@ impl MetricBucket {
     /// Starts a new round: count `count`, tag `tag`, unsealed.
     #[inline]
     pub(crate) fn reset_pass(&self, tag: u64, count: u64) {
+        // Release: an admission that reads this round's word (Acquire) also
+        // sees what its opener stored before it, the cached sum of the
+        // older buckets.
         self.pass
-            .store(pass_word::with_tag(tag, count), Ordering::Relaxed);
+            .store(pass_word::with_tag(tag, count), Ordering::Release);
     }
 }
 

@@ -88,20 +88,30 @@ pub(crate) struct MetricArray {
 /// `MetricArray::before` entry with nothing cached.
 const UNKNOWN: u64 = u64::MAX;
 
-/// Packing of a cached sum: 24 bits of straggler generation over 40 bits of
-/// sum. A sum that does not fit is not cached.
+/// Packing of a cached sum: the round tag of the bucket it was computed
+/// for (16 bits), the straggler generation (20 bits) and the sum (28 bits).
+/// A sum that does not fit is not cached. The tag lets an admission check
+/// that the cached sum belongs to the round its pass word is in, without
+/// dividing to compute the round of the window start.
 mod before_word {
-    pub(super) const SUM_BITS: u32 = 40;
-    pub(super) const SUM_MAX: u64 = (1 << SUM_BITS) - 1;
-    pub(super) const GEN_MASK: u64 = (1 << 24) - 1;
+    const TAG_SHIFT: u32 = 48;
+    const GEN_SHIFT: u32 = 28;
+    const GEN_MASK: u64 = (1 << 20) - 1;
+    const SUM_MAX: u64 = (1 << GEN_SHIFT) - 1;
 
-    pub(super) fn pack(generation: u64, sum: u64) -> Option<u64> {
-        (sum <= SUM_MAX).then_some(((generation & GEN_MASK) << SUM_BITS) | sum)
+    pub(super) fn pack(tag: u64, generation: u64, sum: u64) -> Option<u64> {
+        (sum <= SUM_MAX)
+            .then_some((tag << TAG_SHIFT) | ((generation & GEN_MASK) << GEN_SHIFT) | sum)
     }
 
-    pub(super) fn unpack(word: u64, generation: u64) -> Option<u64> {
-        (word != super::UNKNOWN && word >> SUM_BITS == generation & GEN_MASK)
-            .then_some(word & SUM_MAX)
+    /// The cached sum, if `word` was computed for round `tag` at straggler
+    /// generation `generation`.
+    #[inline]
+    pub(super) fn unpack(word: u64, tag: u64, generation: u64) -> Option<u64> {
+        let matches = word != super::UNKNOWN
+            && word >> TAG_SHIFT == tag
+            && (word >> GEN_SHIFT) & GEN_MASK == generation & GEN_MASK;
+        matches.then_some(word & SUM_MAX)
     }
 }
 
@@ -307,9 +317,8 @@ impl MetricArray {
                 .map_or(now, |newest| now.max(newest));
             let (idx, start) = self.main.open(t, self);
             let current = self.main.value_at(idx);
-            let tag = round_tag(start, self.main.interval_ms());
-            let before = self.passes_before(idx, start);
             let mut word = current.pass_word();
+            let (before, tag) = self.passes_before(idx, start, word);
             while !pass_word::is_sealed(word) && pass_word::tag(word) == tag {
                 let count = pass_word::count(word);
                 let window_pass = before.saturating_add(count);
@@ -332,13 +341,18 @@ impl MetricArray {
     }
 
     /// Passes of the window's buckets older than the newest one, `start`,
-    /// held in slot `idx`: from the cache when it is current.
+    /// held in slot `idx` whose pass word read `word`, and the round tag of
+    /// `start`: from the cache when it is current for that round.
     #[inline]
-    fn passes_before(&self, idx: usize, start: u64) -> u64 {
+    fn passes_before(&self, idx: usize, start: u64, word: u64) -> (u64, u64) {
         let generation = self.stragglers.load(Ordering::Acquire);
         let cached = self.before[idx].load(Ordering::Acquire);
-        if let Some(sum) = before_word::unpack(cached, generation) {
-            return sum;
+        let word_tag = pass_word::tag(word);
+        if let Some(sum) = before_word::unpack(cached, word_tag, generation) {
+            // The opener of this round stored the cache before the pass
+            // word, so a matching tag names the round `start` is in, or a
+            // later one whose word the admission's tag check then sees.
+            return (sum, word_tag);
         }
         // No refill here: the entry does not say which window of the slot
         // it was computed for, so only the bucket's opener, under the
@@ -346,7 +360,10 @@ impl MetricArray {
         // window of this slot would otherwise store that window's sum after
         // the opener stored the new one, and every admission into the new
         // bucket would then miss the older buckets' passes.
-        self.sum_before(start)
+        (
+            self.sum_before(start),
+            round_tag(start, self.main.interval_ms()),
+        )
     }
 
     /// Sums the passes of the window's buckets older than `start`.
@@ -385,7 +402,8 @@ impl OpenHooks<MetricBucket> for MetricArray {
         // Sealed, the older buckets take no more admissions; cache their sum
         // for every admission into this bucket.
         let generation = self.stragglers.load(Ordering::Acquire);
-        let cached = before_word::pack(generation, self.sum_before(start)).unwrap_or(UNKNOWN);
+        let tag = round_tag(start, self.main.interval_ms());
+        let cached = before_word::pack(tag, generation, self.sum_before(start)).unwrap_or(UNKNOWN);
         self.before[slot].store(cached, Ordering::Release);
     }
 
