@@ -12,14 +12,16 @@
 # depends on it while another thread runs: both bugs these models have found
 # (a stale cached sum written back over a newer bucket's, and an admission
 # swapped into a bucket in the middle of its reset) show up with 2. We run
-# with 3 for a margin of one more preemption; 4 costs four times as much and
-# 5 longer than CI should wait.
+# with 3 for a margin of one more preemption; each step up multiplies the
+# explored executions (4 costs about five times 3).
 #
-# Measured on a 2-core machine (time for the models; the loom tree's first
-# build comes on top, BUILD_PLACEHOLDER):
-#   LOOM_MAX_PREEMPTIONS=2    3 s
-#   LOOM_MAX_PREEMPTIONS=3   17 s   <- default
-#   LOOM_MAX_PREEMPTIONS=4   66 s
+# Measured on a 2-core machine shared with other builds (load 6), time spent
+# in the models:
+#   LOOM_MAX_PREEMPTIONS=2    2.4 s   (3 s at a heavier load)
+#   LOOM_MAX_PREEMPTIONS=3    5.1 s   (17 s at a heavier load)   <- default
+#   LOOM_MAX_PREEMPTIONS=4   27 s     (66 s at a heavier load)
+# The first build of the loom tree (release, own target dir) took 82 s, so
+# a cold run of this script takes about 1.5 minutes, 2 at most.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
