@@ -122,7 +122,15 @@ fn run(config: &Config) -> Result<bool, String> {
             }
         }
         if mode == Mode::Short {
-            let failures = short::run(config).await?;
+            // Nothing in short mode waits on time, so a stall means a hang.
+            let failures = tokio::time::timeout(short::TIME_LIMIT, short::run(config))
+                .await
+                .map_err(|_| {
+                    format!(
+                        "short mode did not finish within {:?}: a server or the client hung",
+                        short::TIME_LIMIT
+                    )
+                })??;
             if failures.is_empty() {
                 println!("load short: all checks passed");
             } else {
