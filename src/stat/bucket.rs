@@ -303,14 +303,22 @@ impl MetricBucket {
         self.pass.fetch_or(pass_word::SEALED, Ordering::AcqRel);
     }
 
-    /// Starts a new round: count `count`, tag `tag`, unsealed.
-    #[inline]
-    pub(crate) fn reset_pass(&self, tag: u64, count: u64) {
+    /// Tags a freshly [`reset`](Self::reset) pass word for a new round and
+    /// adds `count`, keeping any pass a late writer added since the reset
+    /// (it counts in the new round, like any write behind its bucket).
+    /// The word's tag and seal bits must be zero: only the bucket's opener,
+    /// which called `reset`, sets them.
+    pub(crate) fn start_round(&self, tag: u64, count: u64) {
+        debug_assert_eq!(
+            self.pass.load(Ordering::Relaxed) & !pass_word::COUNT_MAX,
+            0,
+            "start_round on a word that was not reset"
+        );
         // Release: an admission that reads this round's word (Acquire) also
-        // sees what its opener stored before it, the cached sum of the
+        // sees what the opener stored before it, the cached sum of the
         // older buckets.
         self.pass
-            .store(pass_word::with_tag(tag, count), Ordering::Release);
+            .fetch_add(pass_word::with_tag(tag, count), Ordering::Release);
     }
 }
 
@@ -369,7 +377,7 @@ mod tests {
     #[test]
     fn pass_saturates_instead_of_corrupting_the_tag() {
         let b = MetricBucket::new();
-        b.reset_pass(0xABCD, 0);
+        b.start_round(0xABCD, 0);
         b.add_pass(u64::MAX);
         b.add_pass(5);
         assert_eq!(b.pass(), pass_word::COUNT_MAX);
@@ -380,7 +388,7 @@ mod tests {
     #[test]
     fn seal_keeps_count_and_tag() {
         let b = MetricBucket::new();
-        b.reset_pass(7, 3);
+        b.start_round(7, 3);
         b.seal_pass();
         b.add_pass(2);
         let w = b.pass_word();

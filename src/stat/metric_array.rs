@@ -413,7 +413,9 @@ impl OpenHooks<MetricBucket> for MetricArray {
             .borrow()
             .and_then(|borrow| borrow.held(start))
             .map_or(0, MetricBucket::pass);
-        bucket.reset_pass(round_tag(start, self.main.interval_ms()), reserved);
+        // Not a plain store: a late writer's pass that landed after the
+        // reset must not be overwritten.
+        bucket.start_round(round_tag(start, self.main.interval_ms()), reserved);
         if !newest {
             // An older bucket opened late (a clock behind the others): it
             // takes plain writes, never admissions.
