@@ -99,10 +99,10 @@ pub async fn run_one(
         Duration::from_secs(3),
     )
     .await?;
-    let admits = server
+    let (admits, blocks) = server
         .recorder
         .as_ref()
-        .map(|r| r.take())
+        .map(|r| (r.take(), r.take_blocks()))
         .unwrap_or_default();
     drop(server);
     let span = Span {
@@ -117,7 +117,7 @@ pub async fn run_one(
         sent: result.sent,
         tally: result.tally,
         unanswered: result.unanswered,
-        accuracy: analysis::analyse(&admits, span, grid, config.limit),
+        accuracy: analysis::analyse(&admits, &blocks, span, grid, config.limit),
         per_bucket: analysis::per_bucket(&admits, span, grid),
         trailing: analysis::trailing(&admits, span, grid, 10),
         p50_us: result.latency.value_at_quantile(0.5),
@@ -159,6 +159,7 @@ pub fn to_json(runs: &[Run]) -> serde_json::Value {
                     "bucket_max": r.accuracy.bucket_max,
                     "bucket_max_bound": r.accuracy.bucket_max_bound,
                     "sliding_max": r.accuracy.sliding_max,
+                    "blocked_with_room": r.accuracy.blocked_with_room,
                     "sliding_at_us": r.accuracy.sliding_at_us,
                     "per_100ms": r.per_bucket,
                 })

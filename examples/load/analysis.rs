@@ -4,7 +4,7 @@
 //! Everything here is a pure function of the admission records, so it is
 //! checked on hand-made data in `short` mode (see [`self_check`]).
 
-use crate::servers::Admit;
+use crate::servers::{Admit, Block};
 
 /// The window grid of our layer with default settings: 10 buckets of 100 ms.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,6 +55,10 @@ pub struct Accuracy {
     pub full_windows: u64,
     /// Those windows whose count equals the limit.
     pub full_windows_at_limit: u64,
+    /// 429s answered while the bucket-aligned window had room, at both
+    /// readings around the limiter: admissions the limit did not require
+    /// refusing (under-admission).
+    pub blocked_with_room: u64,
     /// Admissions whose two readings fall in different buckets.
     pub straddling: u64,
     /// Largest count in any true sliding window (exact, from microseconds).
@@ -109,7 +113,7 @@ impl Cumulative {
 }
 
 /// Analyses the admissions of one run against `limit`.
-pub fn analyse(admits: &[Admit], span: Span, grid: Grid, limit: u64) -> Accuracy {
+pub fn analyse(admits: &[Admit], blocks: &[Block], span: Span, grid: Grid, limit: u64) -> Accuracy {
     let mut result = Accuracy {
         passes: admits.len() as u64,
         ..Accuracy::default()
@@ -168,6 +172,15 @@ pub fn analyse(admits: &[Admit], span: Span, grid: Grid, limit: u64) -> Accuracy
             };
         }
     }
+    let window_at = |b: i64| by_after.at_most(b) - by_after.at_most(b - width);
+    result.blocked_with_room = blocks
+        .iter()
+        .filter(|k| {
+            let early = bucket_of(k.before_ms.min(k.after_ms), origin, grid);
+            let late = bucket_of(k.after_ms, origin, grid);
+            window_at(early) < limit && window_at(late) < limit
+        })
+        .count() as u64;
     let mut micros: Vec<u64> = admits.iter().map(|a| a.after_us).collect();
     micros.sort_unstable();
     let (max, at) = sliding_max(&micros, grid.window_ms() * 1000);
@@ -284,21 +297,34 @@ pub fn self_check() -> Vec<String> {
     };
     let mut admits: Vec<Admit> = (0..5).map(|i| at(10_950 + i)).collect();
     admits.extend((0..5).map(|i| at(11_000 + i)));
-    let r = analyse(&admits, span, Grid::DEFAULT, 5);
+    let r = analyse(&admits, &[], span, Grid::DEFAULT, 5);
     expect("edge burst, bucket max", r.bucket_max, 10);
     expect("edge burst, sliding max", r.sliding_max, 10);
     expect("edge burst, straddling", r.straddling, 0);
     // An admission whose readings straddle a bucket edge widens the bound.
     let mut straddler = at(10_100);
     straddler.before_ms = 10_099;
-    let r = analyse(&[at(10_000), straddler], span, Grid::DEFAULT, 5);
+    let r = analyse(&[at(10_000), straddler], &[], span, Grid::DEFAULT, 5);
     expect("straddler, straddling", r.straddling, 1);
     expect("straddler, bound", r.bucket_max_bound, 2);
     // A steady 5 per second for 3 s: every full window holds exactly 5.
     let steady: Vec<Admit> = (0..15).map(|i| at(10_000 + i * 200)).collect();
-    let r = analyse(&steady, span, Grid::DEFAULT, 5);
+    let r = analyse(&steady, &[], span, Grid::DEFAULT, 5);
     expect("steady, bucket max", r.bucket_max, 5);
     expect("steady, min full", r.bucket_min_full, 5);
+    // A 429 while the window is full is justified; one with room is not.
+    let full = [Block {
+        before_ms: 10_900,
+        after_ms: 10_900,
+    }];
+    let r = analyse(&steady, &full, span, Grid::DEFAULT, 5);
+    expect("steady, 429 in a full window", r.blocked_with_room, 0);
+    let early = [Block {
+        before_ms: 10_000,
+        after_ms: 10_000,
+    }];
+    let r = analyse(&steady, &early, span, Grid::DEFAULT, 5);
+    expect("steady, 429 with room", r.blocked_with_room, 1);
     expect(
         "steady, all full windows at limit",
         r.full_windows_at_limit,

@@ -171,7 +171,7 @@ impl Report {
         );
         let _ = writeln!(
             t,
-            "| scenario | contender | offered | admitted | rate /s | rate after 1st s | bucket-aligned max (bound) | full windows at limit | sliding 1 s max | 429 | unanswered | p50 / p99 ms |"
+            "| scenario | contender | offered | admitted | rate /s | rate after 1st s | bucket-aligned max (bound) | full windows at limit | sliding 1 s max | 429 | 429 with room | unanswered | p50 / p99 ms |"
         );
         let _ = writeln!(
             t,
@@ -181,7 +181,7 @@ impl Report {
             let a = &run.accuracy;
             let _ = writeln!(
                 t,
-                "| {} | {} | {} | {} | {:.1} ({:.2}x) | {:.1} ({:.2}x) | {} ({}) | {}/{} | {} ({:.2}x) | {} | {} | {:.1} / {:.1} |",
+                "| {} | {} | {} | {} | {:.1} ({:.2}x) | {:.1} ({:.2}x) | {} ({}) | {}/{} | {} ({:.2}x) | {} | {} | {} | {:.1} / {:.1} |",
                 run.scenario,
                 run.contender.name(),
                 run.sent,
@@ -197,6 +197,7 @@ impl Report {
                 a.sliding_max,
                 ratio(a.sliding_max as f64, limit as f64),
                 run.tally.limited,
+                a.blocked_with_room,
                 run.unanswered,
                 run.p50_us as f64 / 1000.0,
                 run.p99_us as f64 / 1000.0
@@ -207,7 +208,10 @@ impl Report {
             "\n\"bucket-aligned max\" places each admission in the 100 ms bucket of its handler reading; \
              the bound in brackets allows it anywhere between the reading taken before the limiter and \
              the handler's. \"full windows at limit\" counts the 1 s windows lying wholly inside the \
-             offered load whose count equals the limit. \"sliding 1 s max\" is exact over microsecond \
+             offered load whose count equals the limit (fewer means the offered load left a bucket \
+             short, or the limiter refused with room). \"429 with room\" counts refusals while the \
+             bucket-aligned window held fewer than the limit, at both readings around the limiter \
+             (for our layer: under-admission). \"sliding 1 s max\" is exact over microsecond \
              handler timestamps. Target for our layer: bucket-aligned = limit, sliding <= {}.\n",
             limit + limit / 10
         );

@@ -14,6 +14,8 @@ use std::time::Duration;
 use axum::error_handling::HandleErrorLayer;
 use axum::extract::{Request, State};
 use axum::http::StatusCode;
+use axum::middleware::Next;
+use axum::response::Response;
 use axum::routing::get;
 use axum::Router;
 use tower::buffer::BufferLayer;
@@ -112,11 +114,23 @@ pub struct Admit {
     pub after_us: u64,
 }
 
-/// The handler-level admission recorder.
+/// One 429, as seen around the limiter: it decided somewhere in
+/// `[before_ms, after_ms]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Block {
+    /// Milliseconds before the limiter saw the request.
+    pub before_ms: u64,
+    /// Milliseconds when the 429 came back out of the limiter.
+    pub after_ms: u64,
+}
+
+/// The handler-level admission recorder, with the 429s seen around it.
 #[derive(Debug, Default)]
 pub struct Recorder {
     /// Every admission, in the order the handler saw them.
     admits: Mutex<Vec<Admit>>,
+    /// Every 429 answered by the limiter.
+    blocks: Mutex<Vec<Block>>,
 }
 
 impl Recorder {
@@ -138,9 +152,26 @@ impl Recorder {
             .push(admit);
     }
 
-    /// Takes everything recorded so far.
+    /// Notes one 429 answered between `before_ms` and now.
+    fn block(&self, before_ms: u64) {
+        let after_ms = SystemClock::new().now_millis();
+        self.blocks
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(Block {
+                before_ms,
+                after_ms,
+            });
+    }
+
+    /// Takes every admission recorded so far.
     pub fn take(&self) -> Vec<Admit> {
         std::mem::take(&mut *self.admits.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// Takes every 429 recorded so far.
+    pub fn take_blocks(&self) -> Vec<Block> {
+        std::mem::take(&mut *self.blocks.lock().unwrap_or_else(PoisonError::into_inner))
     }
 }
 
@@ -163,11 +194,20 @@ async fn handler(State(state): State<AppState>, request: Request) -> &'static st
     "ok"
 }
 
-/// Stamps a request with the time it arrived, before any limiter sees it.
-fn stamp(mut request: Request) -> Request {
-    let now = SystemClock::new().now_millis();
-    request.extensions_mut().insert(Stamp(now));
-    request
+/// Outermost middleware of a recording server: stamps each request with the
+/// time before any limiter sees it, and notes every 429 that comes back.
+async fn observe(
+    State(recorder): State<Arc<Recorder>>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let before = SystemClock::new().now_millis();
+    request.extensions_mut().insert(Stamp(before));
+    let response = next.run(request).await;
+    if response.status() == StatusCode::TOO_MANY_REQUESTS {
+        recorder.block(before);
+    }
+    response
 }
 
 /// The app every contender wraps: `/` and `/items/{id}`.
@@ -228,10 +268,12 @@ pub fn build(contender: Contender, settings: &Settings) -> Result<Built, String>
         ),
     };
     // Outermost, so the stamp is taken before the limiter decides.
-    let router = if settings.record {
-        app.layer(tower::util::MapRequestLayer::new(stamp))
-    } else {
-        app
+    let router = match &recorder {
+        Some(recorder) => app.layer(axum::middleware::from_fn_with_state(
+            Arc::clone(recorder),
+            observe,
+        )),
+        None => app,
     };
     Ok(Built {
         router,
