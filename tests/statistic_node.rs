@@ -51,13 +51,37 @@ fn every_recording_method_reaches_both_windows() {
     n.increase_exception_qps(1);
     let t = clock.now_millis();
 
-    for (name, window) in [("second", n.second_window()), ("minute", n.minute_window())] {
-        assert_eq!(window.pass(), 3, "{name} pass at {t} ms");
-        assert_eq!(window.block(), 2, "{name} block at {t} ms");
-        assert_eq!(window.success(), 2, "{name} success at {t} ms");
-        assert_eq!(window.exception(), 1, "{name} exception at {t} ms");
+    let second = n.second_window();
+    let minute = n.minute_window();
+    let both = [
+        (
+            "second",
+            [
+                second.pass(),
+                second.block(),
+                second.success(),
+                second.exception(),
+            ],
+            second.rt(),
+        ),
+        (
+            "minute",
+            [
+                minute.pass(),
+                minute.block(),
+                minute.success(),
+                minute.exception(),
+            ],
+            minute.rt(),
+        ),
+    ];
+    for (name, [pass, block, success, exception], rt) in both {
+        assert_eq!(pass, 3, "{name} pass at {t} ms");
+        assert_eq!(block, 2, "{name} block at {t} ms");
+        assert_eq!(success, 2, "{name} success at {t} ms");
+        assert_eq!(exception, 1, "{name} exception at {t} ms");
         // The response time is added once, the successes `n` times.
-        assert_eq!(window.rt(), ms(30), "{name} rt at {t} ms");
+        assert_eq!(rt, ms(30), "{name} rt at {t} ms");
     }
 
     assert_eq!(n.pass_qps(), 3.0, "at {t} ms");

@@ -341,3 +341,72 @@ fn admission_under_a_moving_clock(
     );
     assert!(history.values().any(|&p| p > 0), "nothing was admitted");
 }
+
+/// The minute window is fed by rolling second-window buckets up as the
+/// second window reuses their slots. With the clock moving through many
+/// reuses (but less than a minute, so nothing leaves the minute window),
+/// a reader summing the minute window concurrently never sees more passes
+/// than were recorded and never sees the total go down, and at the end it
+/// holds every pass exactly once.
+#[test]
+fn minute_window_roll_up_counts_every_pass_once() {
+    let clock = ManualClock::new(0);
+    let node = StatisticNode::with_clock(clock.clone());
+    let recorded = AtomicU64::new(0);
+    let stop = AtomicBool::new(false);
+    let writers = 2;
+    let barrier = Barrier::new(writers + 2);
+
+    thread::scope(|scope| {
+        for _ in 0..writers {
+            scope.spawn(|| {
+                barrier.wait();
+                while !stop.load(Ordering::Relaxed) {
+                    // Counted before it is recorded: `recorded` is an upper
+                    // bound on what a reader can see.
+                    recorded.fetch_add(1, Ordering::SeqCst);
+                    node.add_pass_request(1);
+                }
+            });
+        }
+        scope.spawn(|| {
+            barrier.wait();
+            let mut last = 0;
+            while !stop.load(Ordering::Relaxed) {
+                let seen = node.total_pass();
+                let upper = recorded.load(Ordering::SeqCst);
+                assert!(
+                    seen <= upper,
+                    "read {seen} passes, only {upper} recorded (at {} ms)",
+                    clock.now_millis()
+                );
+                assert!(
+                    seen >= last,
+                    "minute total fell from {last} to {seen} (at {} ms)",
+                    clock.now_millis()
+                );
+                last = seen;
+            }
+        });
+        barrier.wait();
+        // 50 s of clock in steps of 37 ms: every slot of the 10 x 100 ms
+        // second window is reused dozens of times, all within one minute.
+        let deadline = Instant::now() + Duration::from_secs(2);
+        let mut t = 0;
+        while t < 50_000 && Instant::now() < deadline {
+            t += 37;
+            clock.set(t);
+            pause(Duration::from_micros(200));
+        }
+        stop.store(true, Ordering::Relaxed);
+    });
+
+    let total = recorded.load(Ordering::SeqCst);
+    assert!(total > 0, "writers recorded nothing");
+    assert_eq!(
+        node.total_pass(),
+        total,
+        "minute window at {} ms",
+        clock.now_millis()
+    );
+}

@@ -101,6 +101,10 @@ impl ArrayMetric {
         })
     }
 
+    pub(crate) fn from_array(array: MetricArray, clock: SharedClock) -> Self {
+        ArrayMetric { array, clock }
+    }
+
     pub(crate) fn array(&self) -> &MetricArray {
         &self.array
     }

@@ -268,6 +268,56 @@ impl MetricBucket {
         self.rt.load(Ordering::Relaxed)
     }
 
+    /// Every counter at once (not a consistent snapshot under concurrent
+    /// writes: each counter is read on its own).
+    pub(crate) fn counts(&self) -> Counts {
+        Counts {
+            pass: self.pass(),
+            block: self.block(),
+            exception: self.exception(),
+            success: self.success(),
+            rt_micros: self.rt_micros(),
+            occupied_pass: self.occupied_pass(),
+            min_rt_micros: self.min_rt_micros(),
+        }
+    }
+
+    /// Empties the bucket and returns what it held. Each counter is swapped
+    /// out in one atomic step, so a concurrent add is either in the result or
+    /// left in the emptied bucket: never lost, never in both.
+    pub(crate) fn take(&self) -> Counts {
+        Counts {
+            pass: pass_word::count(self.pass.swap(0, Ordering::AcqRel)),
+            block: self.block.swap(0, Ordering::Relaxed),
+            exception: self.exception.swap(0, Ordering::Relaxed),
+            success: self.success.swap(0, Ordering::Relaxed),
+            rt_micros: self.rt.swap(0, Ordering::Relaxed),
+            occupied_pass: self.occupied_pass.swap(0, Ordering::Relaxed),
+            min_rt_micros: self.min_rt.swap(u64::MAX, Ordering::Relaxed),
+        }
+    }
+
+    /// Adds every count of `counts` to this bucket.
+    pub(crate) fn absorb(&self, counts: &Counts) {
+        let add = |counter: &AtomicU64, n: u64| {
+            if n != 0 {
+                counter.fetch_add(n, Ordering::Relaxed);
+            }
+        };
+        if counts.pass != 0 {
+            self.add_pass(counts.pass);
+        }
+        add(&self.block, counts.block);
+        add(&self.exception, counts.exception);
+        add(&self.success, counts.success);
+        add(&self.rt, counts.rt_micros);
+        add(&self.occupied_pass, counts.occupied_pass);
+        if counts.min_rt_micros < self.min_rt.load(Ordering::Relaxed) {
+            self.min_rt
+                .fetch_min(counts.min_rt_micros, Ordering::Relaxed);
+        }
+    }
+
     /// Clears every counter.
     pub fn reset(&self) {
         self.pass.store(0, Ordering::Relaxed);
@@ -319,6 +369,51 @@ impl MetricBucket {
         // older buckets.
         self.pass
             .fetch_add(pass_word::with_tag(tag, count), Ordering::Release);
+    }
+}
+
+/// A bucket's counters as plain numbers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Counts {
+    pub(crate) pass: u64,
+    pub(crate) block: u64,
+    pub(crate) exception: u64,
+    pub(crate) success: u64,
+    pub(crate) rt_micros: u64,
+    pub(crate) occupied_pass: u64,
+    /// `u64::MAX` when none.
+    pub(crate) min_rt_micros: u64,
+}
+
+impl Default for Counts {
+    fn default() -> Self {
+        Counts {
+            pass: 0,
+            block: 0,
+            exception: 0,
+            success: 0,
+            rt_micros: 0,
+            occupied_pass: 0,
+            min_rt_micros: u64::MAX,
+        }
+    }
+}
+
+impl Counts {
+    /// Adds `other` into `self`, saturating.
+    pub(crate) fn merge(&mut self, other: &Counts) {
+        self.pass = self.pass.saturating_add(other.pass);
+        self.block = self.block.saturating_add(other.block);
+        self.exception = self.exception.saturating_add(other.exception);
+        self.success = self.success.saturating_add(other.success);
+        self.rt_micros = self.rt_micros.saturating_add(other.rt_micros);
+        self.occupied_pass = self.occupied_pass.saturating_add(other.occupied_pass);
+        self.min_rt_micros = self.min_rt_micros.min(other.min_rt_micros);
+    }
+
+    /// Whether any event was recorded.
+    pub(crate) fn is_empty(&self) -> bool {
+        *self == Counts::default()
     }
 }
 

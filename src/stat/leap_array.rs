@@ -113,6 +113,19 @@ pub(crate) trait OpenHooks<B> {
     /// been published.
     fn before_reset(&self, _array: &LeapArray<B>, _slot: usize, _start: u64, _newest: bool) {}
 
+    /// Empties `value` (in slot `slot`), which held the window `previous`
+    /// (if any), for the window `start`. Runs with the rotation lock held.
+    fn reset_value(&self, value: &B, _slot: usize, _previous: Option<u64>, _start: u64)
+    where
+        B: BucketValue,
+    {
+        value.reset();
+    }
+
+    /// Runs with the rotation lock held, right after the new window was
+    /// published.
+    fn after_publish(&self) {}
+
     /// Runs with the rotation lock held, after the value was reset and
     /// before the window is published.
     fn after_reset(&self, _value: &B, _start: u64, _newest: bool) {}
@@ -387,11 +400,12 @@ impl<B: BucketValue> LeapArray<B> {
             // after it (counted in the new one): once either way.
             let is_newest = newest.map_or(true, |n| start > n);
             hooks.before_reset(self, idx, start, is_newest);
-            slot.value.reset();
+            hooks.reset_value(&slot.value, idx, (held != EMPTY).then_some(held), start);
             hooks.after_reset(&slot.value, start, is_newest);
             // Release: the reset above happens-before every write by a thread
             // that loads this stamp with Acquire (step 1).
             slot.stamp.store(start, Ordering::Release);
+            hooks.after_publish();
             if is_newest {
                 self.newest_slot.store(idx, Ordering::Relaxed);
             }

@@ -5,12 +5,12 @@
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use super::bucket::pass_word;
-use super::leap_array::OpenHooks;
+use super::bucket::{pass_word, Counts};
+use super::leap_array::{validate, OpenHooks};
 use super::{FutureBucketLeapArray, LeapArray, MetricBucket, MetricNode, WindowWrap};
 use crate::error::ConfigError;
 use crate::flow::{wait_for_quota, Admission};
-use crate::sync::{backoff, AtomicU64, Ordering};
+use crate::sync::{backoff, fence, AtomicU64, Ordering};
 
 /// A bucket of the window as reads see it.
 #[derive(Clone, Copy)]
@@ -83,6 +83,27 @@ pub(crate) struct MetricArray {
     /// it. `Release` on the bump, `Acquire` on the read: an admission that
     /// sees the old value may only be ordered before that late pass.
     stragglers: AtomicU64,
+    /// Where buckets go when their slot is reused, if anywhere: a
+    /// `StatisticNode`'s minute window.
+    rollup: Option<Rollup>,
+}
+
+/// A coarser ring the main ring rolls its buckets into as it reuses their
+/// slots. Recording touches only the main ring; the rollup sees a bucket's
+/// counts once the bucket leaves the main ring, and readers combine the two.
+struct Rollup {
+    ring: LeapArray<MetricBucket>,
+    /// Per main-ring slot: the passes its current bucket started with from
+    /// matured reservations. Sentinel counts borrowed quota in the minute
+    /// window when it is granted (`StatisticNode::add_occupied_pass`), so
+    /// these are left out of the roll-up. Written under the rotation lock,
+    /// inside the sequence lock.
+    prefilled: Box<[AtomicU64]>,
+    /// A sequence lock around every roll-up: odd while a bucket moves from
+    /// the main ring into the rollup, even otherwise. Readers retry when it
+    /// changed under them, so a bucket is counted in exactly one of the two.
+    /// Writers are serialised by the main ring's rotation lock.
+    seq: AtomicU64,
 }
 
 /// `MetricArray::before` entry with nothing cached.
@@ -137,11 +158,41 @@ impl MetricArray {
         interval_ms: u64,
         occupiable: bool,
     ) -> Result<Self, ConfigError> {
+        Self::build(sample_count, interval_ms, occupiable, None)
+    }
+
+    /// Like [`new`](Self::new), rolling buckets up into a ring of
+    /// `rollup_sample_count` buckets over `rollup_interval_ms` as their slots
+    /// are reused.
+    pub(crate) fn with_rollup(
+        sample_count: usize,
+        interval_ms: u64,
+        occupiable: bool,
+        rollup_sample_count: usize,
+        rollup_interval_ms: u64,
+    ) -> Result<Self, ConfigError> {
+        // Validate before sizing `prefilled` by the sample count.
+        validate(sample_count, interval_ms)?;
+        let rollup = Rollup {
+            ring: LeapArray::new(rollup_sample_count, rollup_interval_ms)?,
+            prefilled: (0..sample_count).map(|_| AtomicU64::new(0)).collect(),
+            seq: AtomicU64::new(0),
+        };
+        Self::build(sample_count, interval_ms, occupiable, Some(rollup))
+    }
+
+    fn build(
+        sample_count: usize,
+        interval_ms: u64,
+        occupiable: bool,
+        rollup: Option<Rollup>,
+    ) -> Result<Self, ConfigError> {
         Ok(MetricArray {
             main: LeapArray::new(sample_count, interval_ms)?,
             borrow: occupiable.then(OnceLock::new),
             before: (0..sample_count).map(|_| AtomicU64::new(UNKNOWN)).collect(),
             stragglers: AtomicU64::new(0),
+            rollup,
         })
     }
 
@@ -301,6 +352,101 @@ impl MetricArray {
             .collect()
     }
 
+    // --- rollup (minute window) reads -------------------------------------
+
+    /// Folds `f` over the rollup's window at `now`: every bucket already
+    /// rolled up, and every main-ring bucket not rolled up yet, each with the
+    /// start of the rollup bucket it belongs to. A rollup bucket may be
+    /// visited more than once (once rolled up, then once per main-ring bucket
+    /// still to come). Starts from `init` again whenever a roll-up
+    /// interfered. `init` without a rollup.
+    pub(crate) fn rollup_fold<T: Clone>(
+        &self,
+        now: u64,
+        init: T,
+        mut f: impl FnMut(&mut T, u64, Counts),
+    ) -> T {
+        let Some(rollup) = &self.rollup else {
+            return init;
+        };
+        let mut round = 0;
+        loop {
+            // Sequence lock, read side: even before, unchanged after.
+            let seq = rollup.seq.load(Ordering::Acquire);
+            if seq & 1 == 1 {
+                backoff(&mut round);
+                continue;
+            }
+            let mut acc = init.clone();
+            for start in rollup.ring.window_starts(now) {
+                if let Some(bucket) = rollup.ring.held(start) {
+                    f(&mut acc, start, bucket.counts());
+                }
+            }
+            let newest_main = self.main.start_of(now);
+            for (slot, start, bucket) in self.main.held_slots() {
+                let second = rollup.ring.start_of(start);
+                if start <= newest_main && rollup.ring.in_window(second, now) {
+                    let mut counts = bucket.counts();
+                    // Matured reservations (prefilled passes) are left out:
+                    // see `Rollup::prefilled`.
+                    let prefilled = rollup.prefilled[slot].load(Ordering::Relaxed);
+                    counts.pass = counts.pass.saturating_sub(prefilled);
+                    f(&mut acc, second, counts);
+                }
+            }
+            fence(Ordering::Acquire);
+            if rollup.seq.load(Ordering::Relaxed) == seq {
+                return acc;
+            }
+            backoff(&mut round);
+        }
+    }
+
+    /// The rollup's window at `now`, one entry per rollup bucket (a second,
+    /// for a `StatisticNode`), oldest first, empty ones left out.
+    pub(crate) fn rollup_buckets(&self, now: u64) -> Vec<(u64, Counts)> {
+        let mut out = self.rollup_fold(now, Vec::new(), |out, start, counts| {
+            out.push((start, counts));
+        });
+        out.sort_unstable_by_key(|&(start, _)| start);
+        out.dedup_by(|later, earlier| {
+            let same = later.0 == earlier.0;
+            if same {
+                earlier.1.merge(&later.1);
+            }
+            same
+        });
+        out.retain(|(_, counts)| !counts.is_empty());
+        out
+    }
+
+    /// Records `n` occupied passes, and as many passes, straight into the
+    /// rollup at `now` (Sentinel's minute-window bookkeeping of borrowed
+    /// quota; the matching prefilled passes of the main ring are left out
+    /// of the roll-up, see `Rollup::prefilled`).
+    pub(crate) fn add_rollup_occupied_pass(&self, now: u64, n: u64) {
+        if let Some(rollup) = &self.rollup {
+            let bucket = rollup.ring.current_window(now).value();
+            bucket.add_occupied_pass(n);
+            bucket.add_pass(n);
+        }
+    }
+
+    /// Passes reserved for the bucket starting at `start`.
+    fn reserved_for(&self, start: u64) -> u64 {
+        self.borrow()
+            .and_then(|borrow| borrow.held(start))
+            .map_or(0, MetricBucket::pass)
+    }
+
+    /// The rollup's shape, if there is one: (sample count, interval).
+    pub(crate) fn rollup_shape(&self) -> Option<(usize, u64)> {
+        self.rollup
+            .as_ref()
+            .map(|r| (r.ring.sample_count(), r.ring.interval_ms()))
+    }
+
     // --- admission ----------------------------------------------------------
 
     /// Admits `n` if the window's pass count plus `n` stays within `limit`,
@@ -407,12 +553,39 @@ impl OpenHooks<MetricBucket> for MetricArray {
         self.before[slot].store(cached, Ordering::Release);
     }
 
+    fn reset_value(&self, bucket: &MetricBucket, slot: usize, previous: Option<u64>, start: u64) {
+        let Some(rollup) = &self.rollup else {
+            bucket.reset();
+            return;
+        };
+        // Sequence lock, write side: odd, fence, move the counts, publish
+        // the new window, even (in `after_publish`), so that readers never
+        // pair the old window's stamp with the new window's bookkeeping.
+        let seq = rollup.seq.load(Ordering::Relaxed);
+        rollup.seq.store(seq.wrapping_add(1), Ordering::Relaxed);
+        fence(Ordering::Release);
+        let mut counts = bucket.take();
+        let prefilled = rollup.prefilled[slot].swap(self.reserved_for(start), Ordering::Relaxed);
+        counts.pass = counts.pass.saturating_sub(prefilled);
+        if let Some(previous) = previous {
+            let second = rollup.ring.start_of(previous);
+            // A bucket older than the rollup's window has nothing to add.
+            if !counts.is_empty() && rollup.ring.in_window(second, start) {
+                rollup.ring.current_window(previous).value().absorb(&counts);
+            }
+        }
+    }
+
+    fn after_publish(&self) {
+        if let Some(rollup) = &self.rollup {
+            // Odd since `reset_value`; only the rotation lock holder writes.
+            rollup.seq.fetch_add(1, Ordering::Release);
+        }
+    }
+
     fn after_reset(&self, bucket: &MetricBucket, start: u64, newest: bool) {
         // Quota reserved for this bucket becomes its first passes.
-        let reserved = self
-            .borrow()
-            .and_then(|borrow| borrow.held(start))
-            .map_or(0, MetricBucket::pass);
+        let reserved = self.reserved_for(start);
         // Not a plain store: a late writer's pass that landed after the
         // reset must not be overwritten.
         bucket.start_round(round_tag(start, self.main.interval_ms()), reserved);

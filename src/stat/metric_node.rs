@@ -1,5 +1,6 @@
 use std::time::Duration;
 
+use super::bucket::Counts;
 use super::metric_array::BucketRef;
 
 /// The counts of one bucket (or one second) at a point in time: Sentinel's
@@ -35,6 +36,20 @@ impl MetricNode {
             exception: bucket.exception(),
             occupied_pass: bucket.occupied_pass(),
             rt: average_rt(bucket.rt_micros(), bucket.success()),
+        }
+    }
+}
+
+impl MetricNode {
+    pub(crate) fn from_counts(start: u64, counts: &Counts) -> Self {
+        MetricNode {
+            timestamp_ms: start,
+            pass: counts.pass,
+            block: counts.block,
+            success: counts.success,
+            exception: counts.exception,
+            occupied_pass: counts.occupied_pass,
+            rt: average_rt(counts.rt_micros, counts.success),
         }
     }
 }

@@ -121,6 +121,19 @@
 //! Passes recorded with `add_pass` (not through admission) still count in
 //! the window; they are simply not limited.
 //!
+//! ## The minute window
+//!
+//! A [`StatisticNode`] records only into its second window. When the second
+//! window reuses a slot, the opener swaps every counter of the old bucket
+//! out (`swap`: a late writer's add is either taken or left for the new
+//! bucket, never both) and adds them to the second of the minute window the
+//! bucket started in. Reads of the minute window add the second window's
+//! buckets not rolled up yet. A sequence lock (an `AtomicU64`, odd while a
+//! bucket moves and until the new window is published; `Release` fences on
+//! the write side, `Acquire` on the read side) makes readers retry if a
+//! bucket moved while they read, so a bucket is never counted in both places
+//! or in neither. Recording a request thus writes one bucket, not two.
+//!
 //! These properties are model-checked with loom (`tests/loom.rs`) and
 //! stress-tested on real threads (`tests/stress.rs`).
 
@@ -130,6 +143,7 @@ mod event;
 mod leap_array;
 pub(crate) mod metric_array;
 mod metric_node;
+mod minute;
 mod node;
 mod occupiable;
 mod window_wrap;
@@ -140,6 +154,7 @@ pub use bucket::MetricBucket;
 pub use event::MetricEvent;
 pub use leap_array::{BucketLeapArray, BucketValue, LeapArray};
 pub use metric_node::MetricNode;
+pub use minute::MinuteWindow;
 pub use node::StatisticNode;
 pub use occupiable::{FutureBucketLeapArray, OccupiableBucketLeapArray};
 pub use window_wrap::WindowWrap;

@@ -1,9 +1,10 @@
 use std::fmt;
 use std::time::Duration;
 
+use super::bucket::Counts;
 use super::metric_array::MetricArray;
 use super::metric_node::average_rt;
-use super::{ArrayMetric, MetricNode};
+use super::{ArrayMetric, MetricNode, MinuteWindow};
 use crate::clock::{Clock, SharedClock};
 use crate::error::ConfigError;
 use crate::flow::Admission;
@@ -30,7 +31,11 @@ const NEVER_FETCHED: u64 = u64::MAX;
 ///   figures and for admission. It can lend quota from its future buckets
 ///   ([`try_occupy_next`](Self::try_occupy_next));
 /// - a **minute window** (60 buckets of one second) for totals and for the
-///   per-second history ([`metrics`](Self::metrics)).
+///   per-second history ([`metrics`](Self::metrics)). Recording writes the
+///   second window only; its buckets roll up into the minute window as the
+///   second window reuses their slots, and reads combine both (see the
+///   [module docs](super#the-minute-window)), so a request costs one bucket
+///   update, not two.
 ///
 /// plus a concurrency gauge (requests in flight).
 ///
@@ -60,8 +65,9 @@ const NEVER_FETCHED: u64 = u64::MAX;
 /// assert_eq!(node.total_request(), 4);
 /// ```
 pub struct StatisticNode {
+    /// The second window, rolling its buckets up into the minute window as
+    /// it reuses their slots.
     second: ArrayMetric,
-    minute: ArrayMetric,
     /// Requests in flight. Relaxed: a gauge, read on its own.
     concurrency: AtomicU64,
     /// Longest wait `try_occupy_next` may hand out, in milliseconds.
@@ -110,13 +116,16 @@ impl StatisticNode {
         interval_ms: u64,
     ) -> Result<Self, ConfigError> {
         Ok(StatisticNode {
-            second: ArrayMetric::build(sample_count, interval_ms, clock.clone(), true)?,
-            minute: ArrayMetric::build(
-                MINUTE_SAMPLE_COUNT,
-                MINUTE_INTERVAL_MS,
+            second: ArrayMetric::from_array(
+                MetricArray::with_rollup(
+                    sample_count,
+                    interval_ms,
+                    true,
+                    MINUTE_SAMPLE_COUNT,
+                    MINUTE_INTERVAL_MS,
+                )?,
                 clock.clone(),
-                false,
-            )?,
+            ),
             concurrency: AtomicU64::new(0),
             occupy_timeout_ms: AtomicU64::new(DEFAULT_OCCUPY_TIMEOUT_MS.min(interval_ms)),
             last_fetch: AtomicU64::new(NEVER_FETCHED),
@@ -156,8 +165,25 @@ impl StatisticNode {
     }
 
     /// The minute window.
-    pub fn minute_window(&self) -> &ArrayMetric {
-        &self.minute
+    pub fn minute_window(&self) -> MinuteWindow<'_> {
+        MinuteWindow::new(self)
+    }
+
+    /// The minute window's seconds at `now`, oldest first.
+    pub(crate) fn minute_buckets(&self, now: u64) -> Vec<(u64, Counts)> {
+        self.sec().rollup_buckets(now)
+    }
+
+    /// Folds `f` over the minute window's buckets at the current time (see
+    /// `MetricArray::rollup_fold`): no allocation.
+    pub(crate) fn minute_fold<T: Clone>(&self, init: T, f: impl FnMut(&mut T, u64, Counts)) -> T {
+        self.sec().rollup_fold(self.now(), init, f)
+    }
+
+    pub(crate) fn minute_shape(&self) -> (usize, u64) {
+        self.sec()
+            .rollup_shape()
+            .unwrap_or((MINUTE_SAMPLE_COUNT, MINUTE_INTERVAL_MS))
     }
 
     #[inline]
@@ -173,10 +199,6 @@ impl StatisticNode {
         self.second.array()
     }
 
-    fn min(&self) -> &MetricArray {
-        self.minute.array()
-    }
-
     fn interval_secs(&self) -> f64 {
         self.second.interval_ms() as f64 / 1000.0
     }
@@ -189,53 +211,40 @@ impl StatisticNode {
 
     /// Admits `n` if the second window's pass count plus `n` stays within
     /// `limit`, in one atomic step (see [`ArrayMetric::try_pass`]). A pass is
-    /// recorded in both windows, a rejection as `n` blocks in both.
+    /// recorded, a rejection counts `n` blocks.
     pub fn try_pass(&self, n: u64, limit: u64) -> Admission {
         self.try_pass_at(self.now(), n, limit)
     }
 
     pub(crate) fn try_pass_at(&self, now: u64, n: u64, limit: u64) -> Admission {
         let admission = self.sec().try_pass(now, n, limit);
-        match admission {
-            Admission::Pass { .. } => self.min().add_pass(now, n),
-            Admission::Block { .. } => {
-                self.sec().current(now).add_block(n);
-                self.min().current(now).add_block(n);
-            }
+        if let Admission::Block { .. } = admission {
+            self.sec().current(now).add_block(n);
         }
         admission
     }
 
     /// Records `n` passed requests, unconditionally.
     pub fn add_pass_request(&self, n: u64) {
-        let now = self.now();
-        self.sec().add_pass(now, n);
-        self.min().add_pass(now, n);
+        self.sec().add_pass(self.now(), n);
     }
 
     /// Records `n` blocked requests.
     pub fn increase_block_qps(&self, n: u64) {
-        let now = self.now();
-        self.sec().current(now).add_block(n);
-        self.min().current(now).add_block(n);
+        self.sec().current(self.now()).add_block(n);
     }
 
     /// Records `n` completions that took `rt` in all (the time is added once,
     /// the count `n` times, as Sentinel's `StatisticSlot` does on exit).
     pub fn add_rt_and_success(&self, rt: Duration, n: u64) {
-        let now = self.now();
-        for array in [self.sec(), self.min()] {
-            let bucket = array.current(now);
-            bucket.add_success(n);
-            bucket.add_rt(rt);
-        }
+        let bucket = self.sec().current(self.now());
+        bucket.add_success(n);
+        bucket.add_rt(rt);
     }
 
     /// Records `n` completions classified as failures.
     pub fn increase_exception_qps(&self, n: u64) {
-        let now = self.now();
-        self.sec().current(now).add_exception(n);
-        self.min().current(now).add_exception(n);
+        self.sec().current(self.now()).add_exception(n);
     }
 
     /// One more request in flight.
@@ -255,9 +264,7 @@ impl StatisticNode {
     /// as occupied passes and as passes (Sentinel's bookkeeping; the second
     /// window gets the passes when the reserved bucket opens).
     pub fn add_occupied_pass(&self, n: u64) {
-        let now = self.now();
-        self.min().current(now).add_occupied_pass(n);
-        self.min().add_pass(now, n);
+        self.sec().add_rollup_occupied_pass(self.now(), n);
     }
 
     /// Reserves `n` passes in the second-window bucket containing
@@ -309,12 +316,12 @@ impl StatisticNode {
 
     /// Passes in the previous whole second (minute window).
     pub fn previous_pass_qps(&self) -> f64 {
-        self.minute.previous_window_pass() as f64
+        self.minute_window().previous_window_pass() as f64
     }
 
     /// Blocks in the previous whole second (minute window).
     pub fn previous_block_qps(&self) -> f64 {
-        self.minute.previous_window_block() as f64
+        self.minute_window().previous_window_block() as f64
     }
 
     /// Average response time over the second window's completions; `None`
@@ -352,28 +359,29 @@ impl StatisticNode {
 
     /// Passes plus blocks in the last minute.
     pub fn total_request(&self) -> u64 {
-        let now = self.now();
-        self.min().sum(now, |b| b.pass().saturating_add(b.block()))
+        self.minute_fold(0u64, |sum, _, c| {
+            *sum = sum.saturating_add(c.pass).saturating_add(c.block);
+        })
     }
 
     /// Passes in the last minute.
     pub fn total_pass(&self) -> u64 {
-        self.minute.pass()
+        self.minute_window().pass()
     }
 
     /// Completions in the last minute.
     pub fn total_success(&self) -> u64 {
-        self.minute.success()
+        self.minute_window().success()
     }
 
     /// Failed completions in the last minute.
     pub fn total_exception(&self) -> u64 {
-        self.minute.exception()
+        self.minute_window().exception()
     }
 
     /// Blocks in the last minute.
     pub fn block_request(&self) -> u64 {
-        self.minute.block()
+        self.minute_window().block()
     }
 
     // --- occupy -------------------------------------------------------------
@@ -441,9 +449,9 @@ impl StatisticNode {
         loop {
             let last = self.last_fetch.load(Ordering::Acquire);
             let nodes: Vec<MetricNode> = self
-                .min()
-                .details(now)
-                .into_iter()
+                .minute_buckets(now)
+                .iter()
+                .map(|(start, counts)| MetricNode::from_counts(*start, counts))
                 .filter(|n| n.timestamp_ms < current_second)
                 .filter(|n| last == NEVER_FETCHED || n.timestamp_ms > last)
                 .filter(|n| {
@@ -477,7 +485,9 @@ impl StatisticNode {
     pub(crate) fn is_idle_at(&self, now: u64) -> bool {
         self.cur_concurrency() == 0
             && self.sec().buckets(now).next().is_none()
-            && self.min().buckets(now).next().is_none()
+            && !self
+                .sec()
+                .rollup_fold(now, false, |any, _, c| *any |= !c.is_empty())
             && self.sec().waiting(now) == 0
     }
 }
@@ -492,7 +502,7 @@ impl fmt::Debug for StatisticNode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("StatisticNode")
             .field("second", &self.second)
-            .field("minute", &self.minute)
+            .field("minute", &self.minute_window())
             .field("concurrency", &self.cur_concurrency())
             .finish_non_exhaustive()
     }
