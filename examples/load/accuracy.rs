@@ -159,6 +159,7 @@ pub fn to_json(runs: &[Run]) -> serde_json::Value {
                     "bucket_max": r.accuracy.bucket_max,
                     "bucket_max_bound": r.accuracy.bucket_max_bound,
                     "sliding_max": r.accuracy.sliding_max,
+                    "bucket_peak": r.accuracy.bucket_peak,
                     "blocked_with_room": r.accuracy.blocked_with_room,
                     "sliding_at_us": r.accuracy.sliding_at_us,
                     "per_100ms": r.per_bucket,

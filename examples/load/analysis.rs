@@ -61,6 +61,10 @@ pub struct Accuracy {
     pub blocked_with_room: u64,
     /// Admissions whose two readings fall in different buckets.
     pub straddling: u64,
+    /// Largest count in one 100 ms bucket. A true 1 s window covers one
+    /// bucket-aligned window plus part of the bucket before it, so the
+    /// sliding maximum is at most `bucket_max` plus this.
+    pub bucket_peak: u64,
     /// Largest count in any true sliding window (exact, from microseconds).
     pub sliding_max: u64,
     /// Where that window starts, microseconds after the span's start.
@@ -159,6 +163,9 @@ pub fn analyse(admits: &[Admit], blocks: &[Block], span: Span, grid: Grid, limit
         // last bucket and no earlier than its first.
         let bound = by_before.at_most(end) - by_after.at_most(start - 1);
         result.bucket_max = result.bucket_max.max(count);
+        result.bucket_peak = result
+            .bucket_peak
+            .max(by_after.at_most(end) - by_after.at_most(end - 1));
         result.bucket_max_bound = result.bucket_max_bound.max(bound);
         if end >= full_from && end <= full_to {
             result.full_windows += 1;
@@ -301,6 +308,7 @@ pub fn self_check() -> Vec<String> {
     expect("edge burst, bucket max", r.bucket_max, 10);
     expect("edge burst, sliding max", r.sliding_max, 10);
     expect("edge burst, straddling", r.straddling, 0);
+    expect("edge burst, largest bucket", r.bucket_peak, 5);
     // An admission whose readings straddle a bucket edge widens the bound.
     let mut straddler = at(10_100);
     straddler.before_ms = 10_099;
