@@ -277,14 +277,35 @@ impl<B> LeapArray<B> {
         (self.held_start(idx) == Some(start)).then(|| &self.slots[idx].value)
     }
 
-    /// The starts of the `sample_count` buckets that make up the window at
-    /// `time_ms`, oldest first (fewer near time 0).
-    pub(crate) fn window_starts(&self, time_ms: u64) -> impl Iterator<Item = u64> + '_ {
-        let newest = self.start_of(time_ms);
+    /// The bucket for `start`, in slot `idx`, if the slot holds exactly that
+    /// window. `idx` must be `start`'s slot (as from `window_slots`).
+    #[inline]
+    pub(crate) fn held_at(&self, idx: usize, start: u64) -> Option<&B> {
+        debug_assert_eq!(idx, self.index_of(start), "slot of {start}");
+        (self.held_start(idx) == Some(start)).then(|| &self.slots[idx].value)
+    }
+
+    /// The slots and starts of the `sample_count` buckets that make up the
+    /// window at `time_ms`, oldest first (fewer near time 0). Two divisions
+    /// for the newest bucket, none for the others.
+    pub(crate) fn window_slots(&self, time_ms: u64) -> impl Iterator<Item = (usize, u64)> + '_ {
+        let (newest_idx, newest) = self.locate(time_ms);
         let len = self.window_length_ms;
-        (0..self.sample_count as u64)
-            .rev()
-            .filter_map(move |back| back.checked_mul(len).and_then(|d| newest.checked_sub(d)))
+        let count = self.sample_count;
+        (0..count).rev().filter_map(move |back| {
+            let start = newest.checked_sub((back as u64).checked_mul(len)?)?;
+            let idx = if newest_idx >= back {
+                newest_idx - back
+            } else {
+                newest_idx + count - back
+            };
+            Some((idx, start))
+        })
+    }
+
+    /// The starts of the buckets of the window at `time_ms`, oldest first.
+    pub(crate) fn window_starts(&self, time_ms: u64) -> impl Iterator<Item = u64> + '_ {
+        self.window_slots(time_ms).map(|(_, start)| start)
     }
 
     /// Whether a bucket starting at `start` counts in the window at `time_ms`.
@@ -326,15 +347,15 @@ impl<B> LeapArray<B> {
     /// does not hold (no event in that bucket, or a slot since reused) are
     /// skipped.
     pub fn values(&self, now_ms: u64) -> impl Iterator<Item = &B> + '_ {
-        self.window_starts(now_ms)
-            .filter_map(move |start| self.held(start))
+        self.window_slots(now_ms)
+            .filter_map(move |(idx, start)| self.held_at(idx, start))
     }
 
     /// Like [`values`](Self::values), with each bucket's window.
     pub fn list(&self, now_ms: u64) -> Vec<WindowWrap<'_, B>> {
-        self.window_starts(now_ms)
-            .filter_map(|start| {
-                self.held(start)
+        self.window_slots(now_ms)
+            .filter_map(|(idx, start)| {
+                self.held_at(idx, start)
                     .map(|value| WindowWrap::new(start, self.window_length_ms, value))
             })
             .collect()

@@ -271,19 +271,26 @@ impl MetricArray {
     /// The bucket starting at `start`, as reads see it.
     #[inline]
     fn bucket(&self, start: u64) -> Option<BucketRef<'_>> {
-        if let Some(held) = self.main.held(start) {
+        self.bucket_at(self.main.index_of(start), start)
+    }
+
+    /// [`bucket`](Self::bucket) with the slot of `start` already known (the
+    /// reservation ring has the same shape, so the same slot).
+    #[inline]
+    fn bucket_at(&self, idx: usize, start: u64) -> Option<BucketRef<'_>> {
+        if let Some(held) = self.main.held_at(idx, start) {
             return Some(BucketRef::Held(held));
         }
         self.borrow()?
-            .held(start)
+            .held_at(idx, start)
             .map(|reserved| BucketRef::Reserved(reserved.pass()))
     }
 
     /// The window's buckets at `now`, oldest first, with their starts.
     pub(crate) fn buckets(&self, now: u64) -> impl Iterator<Item = (u64, BucketRef<'_>)> + '_ {
         self.main
-            .window_starts(now)
-            .filter_map(move |start| self.bucket(start).map(|b| (start, b)))
+            .window_slots(now)
+            .filter_map(move |(idx, start)| self.bucket_at(idx, start).map(|b| (start, b)))
     }
 
     pub(crate) fn sum(&self, now: u64, f: impl Fn(BucketRef<'_>) -> u64) -> u64 {
@@ -515,9 +522,9 @@ impl MetricArray {
     /// Sums the passes of the window's buckets older than `start`.
     fn sum_before(&self, start: u64) -> u64 {
         self.main
-            .window_starts(start)
-            .filter(|&s| s != start)
-            .filter_map(|s| self.bucket(s))
+            .window_slots(start)
+            .filter(|&(_, s)| s != start)
+            .filter_map(|(idx, s)| self.bucket_at(idx, s))
             .fold(0u64, |sum, b| sum.saturating_add(b.pass()))
     }
 
