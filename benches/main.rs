@@ -11,15 +11,22 @@
 //!   thread and on two threads sharing one metric, each group with its
 //!   floors (a plain `AtomicU64::fetch_add`, the clock read) and, for
 //!   admission, governor's direct `RateLimiter::check()`.
+//! - `layer`: one request through an axum `Router` with and without the
+//!   layer, against a no-op layer and tower_governor: the group `layer`
+//!   (one contender after another) and `layer_paired` (interleaved rounds,
+//!   with a table of the cost beyond the no-op layer).
 
 use criterion::{criterion_group, criterion_main};
 
 mod core;
+mod layer;
 
 criterion_group!(
     benches,
     core::single_threaded::bench,
     core::multi_threaded::bench,
     core::clock::bench,
+    layer::sequential::bench,
+    layer::paired::bench,
 );
 criterion_main!(benches);

@@ -1,0 +1,204 @@
+//! The criterion group `layer_paired`: every contender in short interleaved
+//! rounds, and the per-round cost beyond the no-op layer.
+//!
+//! A round sends [`BATCH`] requests to each contender in turn, starting one
+//! contender further along the list than the previous round, and notes each
+//! contender's nanoseconds per request. Slow phases of a shared machine
+//! (another process, frequency changes, a timer interrupt) then hit a whole
+//! round, or one contender in a rare round, instead of a whole run, and the
+//! difference to the no-op layer *within* a round cancels them.
+//!
+//! Each benchmark of the group (one per contender) runs whole rounds and
+//! hands criterion that contender's share of the time, so criterion's
+//! figures for this group are interleaved ones. Every round, whichever
+//! benchmark ran it, goes into the table printed after the group:
+//!
+//! - per contender, the median over rounds of its ns per request and of its
+//!   difference to the no-op layer in the same round, with the quartiles of
+//!   that difference (how much single rounds vary; the median of tens of
+//!   thousands of rounds varies far less within a run, more between runs);
+//! - for our two contenders, their cost beyond the no-op layer relative to
+//!   tower_governor's: the ratio of the two medians, and the median of the
+//!   per-round ratios.
+//!
+//! Nothing is printed when no benchmark of the group ran (another filter,
+//! `--list`).
+
+use std::cell::RefCell;
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use criterion::{Criterion, Throughput};
+
+use super::{runtime, serve_one, Contender};
+
+/// Requests per contender per round: long enough that the two clock reads
+/// around it cost under a nanosecond per request, short enough (tens of
+/// microseconds) that most rounds see no interruption at all.
+const BATCH: u32 = 32;
+
+const N: usize = Contender::ALL.len();
+
+/// The apps and every round run so far.
+struct Rounds {
+    apps: Vec<Router>,
+    /// Where the next round starts in [`Contender::ALL`].
+    next_start: usize,
+    /// Per round, per contender (in [`Contender::ALL`] order): ns per request.
+    ns: Vec<[f64; N]>,
+}
+
+impl Rounds {
+    /// Runs `rounds` rounds; returns the time spent in contender `of`.
+    async fn run(&mut self, rounds: u64, of: usize) -> Duration {
+        let mut spent = Duration::ZERO;
+        for _ in 0..rounds {
+            let start = self.next_start;
+            self.next_start = (start + 1) % N;
+            let mut ns = [0.0; N];
+            for k in 0..N {
+                let i = (start + k) % N;
+                let app = &mut self.apps[i];
+                let begin = Instant::now();
+                for _ in 0..BATCH {
+                    serve_one(app).await;
+                }
+                let elapsed = begin.elapsed();
+                ns[i] = elapsed.as_nanos() as f64 / f64::from(BATCH);
+                if i == of {
+                    spent += elapsed;
+                }
+            }
+            self.ns.push(ns);
+        }
+        spent
+    }
+
+    fn column(&self, i: usize) -> Vec<f64> {
+        self.ns.iter().map(|round| round[i]).collect()
+    }
+
+    /// Per round, contender `i`'s ns per request minus the no-op layer's.
+    fn beyond_noop(&self, i: usize) -> Vec<f64> {
+        let noop = index(Contender::Noop);
+        self.ns.iter().map(|round| round[i] - round[noop]).collect()
+    }
+
+    fn report(&self) {
+        if self.ns.is_empty() {
+            return;
+        }
+        println!();
+        println!(
+            "layer_paired: {} rounds of {BATCH} requests per contender, rotated order",
+            self.ns.len()
+        );
+        if let Some(load) = load_average() {
+            println!("load average (1, 5, 15 min): {load}");
+        }
+        println!(
+            "{:<18} {:>11} {:>13}  quartiles of beyond",
+            "contender", "ns/request", "beyond no-op"
+        );
+        for (i, contender) in Contender::ALL.iter().enumerate() {
+            let own = Quartiles::of(self.column(i));
+            let beyond = Quartiles::of(self.beyond_noop(i));
+            println!(
+                "{:<18} {:>11.1} {:>13.1}  [{:.1}, {:.1}]",
+                contender.id(),
+                own.median,
+                beyond.median,
+                beyond.lower,
+                beyond.upper
+            );
+        }
+        let governor = index(Contender::TowerGovernor);
+        let governor_beyond = self.beyond_noop(governor);
+        let governor_median = Quartiles::of(governor_beyond.clone()).median;
+        for ours in [Contender::OursGlobal, Contender::OursMatchedPath] {
+            let ours_beyond = self.beyond_noop(index(ours));
+            let ours_median = Quartiles::of(ours_beyond.clone()).median;
+            let per_round = ours_beyond
+                .iter()
+                .zip(&governor_beyond)
+                .map(|(o, g)| o / g)
+                .collect();
+            println!(
+                "{} / tower_governor beyond no-op: {:.2} (ratio of medians), \
+                 {:.2} (median per-round ratio)",
+                ours.id(),
+                ours_median / governor_median,
+                Quartiles::of(per_round).median
+            );
+        }
+    }
+}
+
+fn index(contender: Contender) -> usize {
+    Contender::ALL
+        .iter()
+        .position(|&c| c == contender)
+        .expect("every contender is in ALL")
+}
+
+/// The median and the quartiles of some values.
+struct Quartiles {
+    lower: f64,
+    median: f64,
+    upper: f64,
+}
+
+impl Quartiles {
+    fn of(mut values: Vec<f64>) -> Quartiles {
+        assert!(!values.is_empty(), "quartiles of nothing");
+        values.sort_by(f64::total_cmp);
+        Quartiles {
+            lower: quantile(&values, 0.25),
+            median: quantile(&values, 0.5),
+            upper: quantile(&values, 0.75),
+        }
+    }
+}
+
+/// The `q` quantile of sorted `values`, interpolated between neighbours.
+fn quantile(values: &[f64], q: f64) -> f64 {
+    let rank = q * (values.len() - 1) as f64;
+    let below = rank.floor() as usize;
+    let above = rank.ceil() as usize;
+    values[below] + (values[above] - values[below]) * (rank - below as f64)
+}
+
+/// The first three fields of `/proc/loadavg`, where there is one.
+fn load_average() -> Option<String> {
+    let text = std::fs::read_to_string("/proc/loadavg").ok()?;
+    let fields: Vec<&str> = text.split_whitespace().take(3).collect();
+    (fields.len() == 3).then(|| fields.join(" "))
+}
+
+pub(crate) fn bench(c: &mut Criterion) {
+    let runtime = runtime();
+    let rounds = RefCell::new(Rounds {
+        apps: Contender::ALL.iter().map(|c| c.app(&runtime)).collect(),
+        next_start: 0,
+        ns: Vec::new(),
+    });
+    let mut group = c.benchmark_group("layer_paired");
+    group
+        .throughput(Throughput::Elements(1))
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2))
+        .sample_size(50);
+    for (i, contender) in Contender::ALL.iter().enumerate() {
+        group.bench_function(contender.id(), |b| {
+            b.iter_custom(|iters| {
+                let rounds_needed = iters.div_ceil(u64::from(BATCH));
+                let spent = runtime.block_on(rounds.borrow_mut().run(rounds_needed, i));
+                // `rounds_needed * BATCH` requests of this contender were
+                // timed; criterion wants the time of `iters`.
+                spent.mul_f64(iters as f64 / (rounds_needed * u64::from(BATCH)) as f64)
+            })
+        });
+    }
+    group.finish();
+    rounds.into_inner().report();
+}
