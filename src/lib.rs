@@ -26,7 +26,7 @@ pub mod key {
 /// The rejection response and the RateLimit header fields.
 pub mod response {
     #[doc(inline)]
-    pub use crate::http::body::ResponseBody;
+    pub use crate::http::body::{BodyKind, InnerBody, ResponseBody, WrapBody};
     #[doc(inline)]
     pub use crate::http::response::Rejection;
 }

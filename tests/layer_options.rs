@@ -339,3 +339,57 @@ fn configuring_after_taking_the_handle_panics() {
     let _stats = layer.handle();
     let _ = layer.rule("/late", 1);
 }
+
+/// With `inner_body`, the layer answers with the inner service's own body
+/// type (axum's `Body` here): passes go through untouched, and a rejection
+/// carries the same text and headers as with the default wrapper.
+#[tokio::test]
+async fn inner_body_answers_with_the_inner_body_type() {
+    let clock = clock();
+    let layer = SlidingWindowLayer::qps(2).clock(clock.clone()).inner_body();
+    let stats = layer.handle();
+    let app = Router::new()
+        .route("/", get(|| async { "ok" }))
+        .layer(layer);
+
+    // The layer's service answers `Response<axum::body::Body>` itself.
+    let service = tower::Layer::layer(
+        &SlidingWindowLayer::qps(1).inner_body(),
+        tower::service_fn(|_: Request<Body>| async {
+            Ok::<_, std::convert::Infallible>(Response::new(Body::from("inner")))
+        }),
+    );
+    let response: Response<Body> = tower::ServiceExt::oneshot(service, req("/"))
+        .await
+        .expect("infallible");
+    assert_eq!(response.status(), StatusCode::OK);
+
+    assert_eq!(
+        statuses(&app, "/", 3).await,
+        ok_then_429(2, 1),
+        "{}",
+        at(&clock)
+    );
+    let rejected = send(&app, req("/")).await;
+    assert_eq!(
+        rejected.status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "{}",
+        at(&clock)
+    );
+    assert_eq!(rejected.headers[header::RETRY_AFTER], "1", "{}", at(&clock));
+    assert_eq!(
+        rejected.headers["ratelimit-policy"],
+        "\"default\";q=2;w=1",
+        "{}",
+        at(&clock)
+    );
+    assert_eq!(
+        rejected.body,
+        "Too Many Requests: retry in 1 s\n",
+        "{}",
+        at(&clock)
+    );
+    let total = stats.total();
+    assert_eq!((total.pass, total.block), (2, 2), "{}", at(&clock));
+}

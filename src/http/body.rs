@@ -83,3 +83,72 @@ impl<B> std::fmt::Debug for ResponseBody<B> {
         }
     }
 }
+
+/// How a [`SlidingWindow`](crate::SlidingWindow)'s response body relates to
+/// the inner service's. Chosen on the layer: [`WrapBody`] by default,
+/// [`InnerBody`] with [`inner_body`](crate::SlidingWindowLayer::inner_body).
+///
+/// Sealed: the two kinds below are the only ones.
+pub trait BodyKind<B>: sealed::Sealed + Send + Sync + 'static {
+    /// The response body type.
+    type Body;
+
+    /// The body of a passed request's response.
+    fn passed(body: B) -> Self::Body;
+
+    /// The body of a rejection.
+    fn rejected(text: Bytes) -> Self::Body;
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for super::WrapBody {}
+    impl Sealed for super::InnerBody {}
+}
+
+/// Responses carry a [`ResponseBody`] wrapping the inner body: works with
+/// every body type. The default.
+///
+/// Under axum this costs one allocation per request: axum boxes any body
+/// that is not its own `Body`. [`InnerBody`] avoids it.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct WrapBody;
+
+/// Responses carry the inner service's own body type, and a rejection's text
+/// is turned into that type with `From<Bytes>` (axum's `Body`,
+/// `http_body_util::Full<Bytes>` and most bodies of concrete frameworks
+/// implement it). Nothing is wrapped, so axum has nothing to box.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct InnerBody;
+
+impl<B> BodyKind<B> for WrapBody
+where
+    B: Body<Data = Bytes>,
+{
+    type Body = ResponseBody<B>;
+
+    #[inline]
+    fn passed(body: B) -> ResponseBody<B> {
+        ResponseBody::inner(body)
+    }
+
+    fn rejected(text: Bytes) -> ResponseBody<B> {
+        ResponseBody::full(text)
+    }
+}
+
+impl<B> BodyKind<B> for InnerBody
+where
+    B: From<Bytes>,
+{
+    type Body = B;
+
+    #[inline]
+    fn passed(body: B) -> B {
+        body
+    }
+
+    fn rejected(text: Bytes) -> B {
+        B::from(text)
+    }
+}

@@ -13,7 +13,9 @@ use pin_project_lite::pin_project;
 use tower_http::classify::{ClassifiedResponse, ClassifyResponse};
 
 use crate::clock::Clock;
-use crate::http::body::ResponseBody;
+use std::marker::PhantomData;
+
+use crate::http::body::{BodyKind, WrapBody};
 use crate::http::response::Quota;
 use crate::registry::Entry;
 
@@ -22,10 +24,12 @@ pin_project! {
     ///
     /// For a passed request it drives the inner service's future and, when it
     /// resolves, records the completion (success, response time, exception);
-    /// for a rejected one it yields the rejection response at once.
-    pub struct ResponseFuture<F, C> {
+    /// for a rejected one it yields the rejection response at once. `R` is
+    /// the layer's [`BodyKind`].
+    pub struct ResponseFuture<F, C, R = WrapBody> {
         #[pin]
         kind: Kind<F, C>,
+        body: PhantomData<fn() -> R>,
     }
 }
 
@@ -45,13 +49,14 @@ pin_project! {
     }
 }
 
-impl<F, C> ResponseFuture<F, C> {
+impl<F, C, R> ResponseFuture<F, C, R> {
     pub(crate) fn passed(future: F, completion: Completion<C>) -> Self {
         ResponseFuture {
             kind: Kind::Passed {
                 future,
                 completion: Some(completion),
             },
+            body: PhantomData,
         }
     }
 
@@ -60,17 +65,19 @@ impl<F, C> ResponseFuture<F, C> {
             kind: Kind::Blocked {
                 response: Some(Box::new(response)),
             },
+            body: PhantomData,
         }
     }
 }
 
-impl<F, C, B, E> Future for ResponseFuture<F, C>
+impl<F, C, R, B, E> Future for ResponseFuture<F, C, R>
 where
     F: Future<Output = Result<Response<B>, E>>,
     C: ClassifyResponse,
+    R: BodyKind<B>,
     E: fmt::Display + 'static,
 {
-    type Output = Result<Response<ResponseBody<B>>, E>;
+    type Output = Result<Response<R::Body>, E>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project().kind.project() {
@@ -87,19 +94,19 @@ where
                 let done = completion
                     .take()
                     .expect("checked above, and only taken here");
-                Poll::Ready(done.finish(result))
+                Poll::Ready(done.finish::<R, B, E>(result))
             }
             KindProj::Blocked { response } => {
                 let response = response
                     .take()
                     .expect("`ResponseFuture` polled after it completed");
-                Poll::Ready(Ok((*response).map(ResponseBody::full)))
+                Poll::Ready(Ok((*response).map(R::rejected)))
             }
         }
     }
 }
 
-impl<F, C> fmt::Debug for ResponseFuture<F, C> {
+impl<F, C, R> fmt::Debug for ResponseFuture<F, C, R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let state = match &self.kind {
             Kind::Passed { .. } => "Passed",
@@ -122,8 +129,9 @@ pub(crate) struct Completion<C> {
 }
 
 impl<C: ClassifyResponse> Completion<C> {
-    fn finish<B, E>(self, result: Result<Response<B>, E>) -> Result<Response<ResponseBody<B>>, E>
+    fn finish<R, B, E>(self, result: Result<Response<B>, E>) -> Result<Response<R::Body>, E>
     where
+        R: BodyKind<B>,
         E: fmt::Display + 'static,
     {
         let Completion {
@@ -141,7 +149,7 @@ impl<C: ClassifyResponse> Completion<C> {
                     ClassifiedResponse::RequiresEos(_) => false,
                 };
                 in_flight.complete(failed);
-                let mut response = response.map(ResponseBody::inner);
+                let mut response = response.map(R::passed);
                 if let Some(quota) = quota {
                     quota.write(response.headers_mut(), legacy_headers);
                 }

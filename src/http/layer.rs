@@ -9,6 +9,9 @@ use tower_layer::Layer;
 
 use crate::clock::{Clock, SharedClock};
 use crate::handle::StatsHandle;
+use std::marker::PhantomData;
+
+use crate::http::body::{InnerBody, WrapBody};
 use crate::http::key::{GlobalKey, KeyExtractor};
 use crate::http::response::{validate_policy_name, Rejection};
 use crate::http::service::SlidingWindow;
@@ -42,10 +45,11 @@ pub type DefaultClassifier = SharedClassifier<ServerErrorsAsFailures>;
 /// setting is invalid or when the layer is configured after it was cloned or
 /// its handle taken (the clones would silently keep the old configuration).
 /// Nothing panics once requests flow.
-pub struct SlidingWindowLayer<X: KeyExtractor = GlobalKey, M = DefaultClassifier> {
+pub struct SlidingWindowLayer<X: KeyExtractor = GlobalKey, M = DefaultClassifier, R = WrapBody> {
     extractor: X,
     make_classifier: M,
     shared: Arc<Shared<X::Key>>,
+    body: PhantomData<fn() -> R>,
 }
 
 impl SlidingWindowLayer {
@@ -70,11 +74,12 @@ impl SlidingWindowLayer {
             extractor: GlobalKey,
             make_classifier: SharedClassifier::new(ServerErrorsAsFailures::new()),
             shared: Arc::new(Shared::new(Settings::new(limit))),
+            body: PhantomData,
         }
     }
 }
 
-impl<X: KeyExtractor, M> SlidingWindowLayer<X, M> {
+impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
     /// Applies a change of settings, rebuilding the (still unused) state.
     fn configure(mut self, setting: &str, change: impl FnOnce(&mut Settings<X::Key>)) -> Self {
         let Some(shared) = Arc::get_mut(&mut self.shared) else {
@@ -104,7 +109,7 @@ impl<X: KeyExtractor, M> SlidingWindowLayer<X, M> {
     ///
     /// After [`rule`](Self::rule) (rules are keyed by the old key type), or
     /// after the layer was cloned or its handle taken.
-    pub fn key<Y: KeyExtractor>(self, extractor: Y) -> SlidingWindowLayer<Y, M> {
+    pub fn key<Y: KeyExtractor>(self, extractor: Y) -> SlidingWindowLayer<Y, M, R> {
         let Some(shared) = Arc::into_inner(self.shared) else {
             panic!(
                 "SlidingWindowLayer::key: the layer was already cloned or its handle taken; \
@@ -128,6 +133,7 @@ impl<X: KeyExtractor, M> SlidingWindowLayer<X, M> {
             extractor,
             make_classifier: self.make_classifier,
             shared: Arc::new(Shared::new(settings)),
+            body: PhantomData,
         }
     }
 
@@ -273,11 +279,39 @@ impl<X: KeyExtractor, M> SlidingWindowLayer<X, M> {
     ///     .classify(SharedClassifier::new(StatusInRangeAsFailures::new(400..=599)));
     /// # let _ = layer;
     /// ```
-    pub fn classify<N>(self, make_classifier: N) -> SlidingWindowLayer<X, N> {
+    pub fn classify<N>(self, make_classifier: N) -> SlidingWindowLayer<X, N, R> {
         SlidingWindowLayer {
             extractor: self.extractor,
             make_classifier,
             shared: self.shared,
+            body: PhantomData,
+        }
+    }
+
+    /// Answers with the inner service's own body type instead of wrapping
+    /// it in [`ResponseBody`](crate::response::ResponseBody): the body type
+    /// must implement `From<Bytes>` (axum's `Body` and
+    /// `http_body_util::Full<Bytes>` do), which turns a rejection's text into
+    /// a body.
+    ///
+    /// Recommended under axum: axum boxes every response body that is not its
+    /// own `Body`, so the default wrapper costs an allocation per request.
+    ///
+    /// ```
+    /// use axum::{routing::get, Router};
+    /// use tower_sliding_window::SlidingWindowLayer;
+    ///
+    /// let app: Router = Router::new()
+    ///     .route("/", get(|| async { "hi" }))
+    ///     .layer(SlidingWindowLayer::qps(100).inner_body());
+    /// # let _ = app;
+    /// ```
+    pub fn inner_body(self) -> SlidingWindowLayer<X, M, InnerBody> {
+        SlidingWindowLayer {
+            extractor: self.extractor,
+            make_classifier: self.make_classifier,
+            shared: self.shared,
+            body: PhantomData,
         }
     }
 
@@ -288,18 +322,19 @@ impl<X: KeyExtractor, M> SlidingWindowLayer<X, M> {
     }
 }
 
-impl<X: KeyExtractor, M: Clone> Clone for SlidingWindowLayer<X, M> {
+impl<X: KeyExtractor, M: Clone, R> Clone for SlidingWindowLayer<X, M, R> {
     fn clone(&self) -> Self {
         SlidingWindowLayer {
             extractor: self.extractor.clone(),
             make_classifier: self.make_classifier.clone(),
             shared: Arc::clone(&self.shared),
+            body: PhantomData,
         }
     }
 }
 
-impl<S, X: KeyExtractor, M: Clone> Layer<S> for SlidingWindowLayer<X, M> {
-    type Service = SlidingWindow<S, X, M>;
+impl<S, X: KeyExtractor, M: Clone, R> Layer<S> for SlidingWindowLayer<X, M, R> {
+    type Service = SlidingWindow<S, X, M, R>;
 
     fn layer(&self, inner: S) -> Self::Service {
         SlidingWindow::from_parts(
@@ -311,7 +346,7 @@ impl<S, X: KeyExtractor, M: Clone> Layer<S> for SlidingWindowLayer<X, M> {
     }
 }
 
-impl<X: KeyExtractor + fmt::Debug, M> fmt::Debug for SlidingWindowLayer<X, M> {
+impl<X: KeyExtractor + fmt::Debug, M, R> fmt::Debug for SlidingWindowLayer<X, M, R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SlidingWindowLayer")
             .field("key", &self.extractor)

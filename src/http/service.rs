@@ -2,16 +2,16 @@ use std::fmt;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use bytes::Bytes;
 use http::{Request, Response};
-use http_body::Body;
 use tower_http::classify::MakeClassifier;
 use tower_service::Service;
 
 use crate::clock::Clock;
 use crate::flow::Admission;
 use crate::handle::StatsHandle;
-use crate::http::body::ResponseBody;
+use std::marker::PhantomData;
+
+use crate::http::body::{BodyKind, WrapBody};
 use crate::http::future::{Completion, InFlight, ResponseFuture};
 use crate::http::key::{GlobalKey, KeyExtractor};
 use crate::http::layer::DefaultClassifier;
@@ -24,14 +24,15 @@ use crate::registry::Entry;
 ///
 /// Cloning it shares the limiter state: every clone counts against the same
 /// windows.
-pub struct SlidingWindow<S, X: KeyExtractor = GlobalKey, M = DefaultClassifier> {
+pub struct SlidingWindow<S, X: KeyExtractor = GlobalKey, M = DefaultClassifier, R = WrapBody> {
     inner: S,
     extractor: X,
     make_classifier: M,
     shared: Arc<Shared<X::Key>>,
+    body: PhantomData<fn() -> R>,
 }
 
-impl<S, X: KeyExtractor, M> SlidingWindow<S, X, M> {
+impl<S, X: KeyExtractor, M, R> SlidingWindow<S, X, M, R> {
     pub(crate) fn from_parts(
         inner: S,
         extractor: X,
@@ -43,6 +44,7 @@ impl<S, X: KeyExtractor, M> SlidingWindow<S, X, M> {
             extractor,
             make_classifier,
             shared,
+            body: PhantomData,
         }
     }
 
@@ -82,17 +84,17 @@ impl<S, X: KeyExtractor, M> SlidingWindow<S, X, M> {
     }
 }
 
-impl<S, X, M, ReqBody, ResBody> Service<Request<ReqBody>> for SlidingWindow<S, X, M>
+impl<S, X, M, R, ReqBody, ResBody> Service<Request<ReqBody>> for SlidingWindow<S, X, M, R>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>>,
     S::Error: fmt::Display + 'static,
-    ResBody: Body<Data = Bytes>,
     X: KeyExtractor,
     M: MakeClassifier,
+    R: BodyKind<ResBody>,
 {
-    type Response = Response<ResponseBody<ResBody>>;
+    type Response = Response<R::Body>;
     type Error = S::Error;
-    type Future = ResponseFuture<S::Future, M::Classifier>;
+    type Future = ResponseFuture<S::Future, M::Classifier, R>;
 
     /// Forwards to the inner service. The limit is enforced in `call`, which
     /// answers rejected requests itself; nothing is reserved here (see
@@ -163,18 +165,19 @@ where
     }
 }
 
-impl<S: Clone, X: KeyExtractor, M: Clone> Clone for SlidingWindow<S, X, M> {
+impl<S: Clone, X: KeyExtractor, M: Clone, R> Clone for SlidingWindow<S, X, M, R> {
     fn clone(&self) -> Self {
         SlidingWindow {
             inner: self.inner.clone(),
             extractor: self.extractor.clone(),
             make_classifier: self.make_classifier.clone(),
             shared: Arc::clone(&self.shared),
+            body: PhantomData,
         }
     }
 }
 
-impl<S: fmt::Debug, X: KeyExtractor + fmt::Debug, M> fmt::Debug for SlidingWindow<S, X, M> {
+impl<S: fmt::Debug, X: KeyExtractor + fmt::Debug, M, R> fmt::Debug for SlidingWindow<S, X, M, R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SlidingWindow")
             .field("inner", &self.inner)
