@@ -60,6 +60,7 @@ pub(crate) enum Contender {
     Bare,
     Noop,
     OursGlobal,
+    OursGlobalInnerBody,
     OursMatchedPath,
     TowerGovernor,
 }
@@ -67,10 +68,11 @@ pub(crate) enum Contender {
 impl Contender {
     /// Every contender, in the order of the reports. The no-op layer must
     /// stay in the list: the paired figures are taken against it.
-    pub(crate) const ALL: [Contender; 5] = [
+    pub(crate) const ALL: [Contender; 6] = [
         Contender::Bare,
         Contender::Noop,
         Contender::OursGlobal,
+        Contender::OursGlobalInnerBody,
         Contender::OursMatchedPath,
         Contender::TowerGovernor,
     ];
@@ -81,6 +83,7 @@ impl Contender {
             Contender::Bare => "bare_router",
             Contender::Noop => "noop_layer",
             Contender::OursGlobal => "ours_global",
+            Contender::OursGlobalInnerBody => "ours_global_inner_body",
             Contender::OursMatchedPath => "ours_matched_path",
             Contender::TowerGovernor => "tower_governor",
         }
@@ -94,6 +97,10 @@ impl Contender {
             Contender::Bare => app,
             Contender::Noop => app.layer(NoopLayer),
             Contender::OursGlobal => app.layer(SlidingWindowLayer::qps(NEVER_REJECT)),
+            // The response keeps axum's own body type: no re-boxing by axum.
+            Contender::OursGlobalInnerBody => {
+                app.layer(SlidingWindowLayer::qps(NEVER_REJECT).inner_body())
+            }
             Contender::OursMatchedPath => {
                 app.layer(SlidingWindowLayer::qps(NEVER_REJECT).key(matched_path_key()))
             }

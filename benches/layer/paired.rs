@@ -97,14 +97,14 @@ impl Rounds {
             println!("load average (1, 5, 15 min): {load}");
         }
         println!(
-            "{:<18} {:>11} {:>13}  quartiles of beyond",
+            "{:<24} {:>11} {:>13}  quartiles of beyond",
             "contender", "ns/request", "beyond no-op"
         );
         for (i, contender) in Contender::ALL.iter().enumerate() {
             let own = Quartiles::of(self.column(i));
             let beyond = Quartiles::of(self.beyond_noop(i));
             println!(
-                "{:<18} {:>11.1} {:>13.1}  [{:.1}, {:.1}]",
+                "{:<24} {:>11.1} {:>13.1}  [{:.1}, {:.1}]",
                 contender.id(),
                 own.median,
                 beyond.median,
@@ -115,7 +115,11 @@ impl Rounds {
         let governor = index(Contender::TowerGovernor);
         let governor_beyond = self.beyond_noop(governor);
         let governor_median = Quartiles::of(governor_beyond.clone()).median;
-        for ours in [Contender::OursGlobal, Contender::OursMatchedPath] {
+        for ours in [
+            Contender::OursGlobal,
+            Contender::OursGlobalInnerBody,
+            Contender::OursMatchedPath,
+        ] {
             let ours_beyond = self.beyond_noop(index(ours));
             let ours_median = Quartiles::of(ours_beyond.clone()).median;
             let per_round = ours_beyond

@@ -220,6 +220,7 @@ impl Drop for InFlight {
             // The inner service panicked: a failure, not a success.
             node.increase_exception_qps(1);
         }
-        node.decrease_concurrency();
+        // Matched by the increase in `InFlight::start`.
+        node.release_concurrency();
     }
 }

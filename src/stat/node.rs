@@ -260,6 +260,18 @@ impl StatisticNode {
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
     }
 
+    /// One request fewer in flight, for a caller that counted it in with
+    /// [`increase_concurrency`](Self::increase_concurrency): a plain
+    /// decrement, without the saturation check.
+    #[inline]
+    pub(crate) fn release_concurrency(&self) {
+        let previous = self.concurrency.fetch_sub(1, Ordering::Relaxed);
+        debug_assert!(
+            previous > 0,
+            "release_concurrency without a matching increase"
+        );
+    }
+
     /// Records `n` requests admitted on borrowed quota: in the minute window,
     /// as occupied passes and as passes (Sentinel's bookkeeping; the second
     /// window gets the passes when the reserved bucket opens).
