@@ -47,9 +47,11 @@ impl OurStats {
     }
 }
 
-/// `SlidingWindowLayer::qps(limit)` around `app`, on `clock` when given.
+/// `SlidingWindowLayer::qps(limit).inner_body()` around `app`, on `clock`
+/// when given. `inner_body` is how the crate's docs recommend using the
+/// layer under axum.
 pub fn global(app: Router, limit: u64, clock: Option<ManualClock>) -> (Router, OurStats) {
-    let layer = SlidingWindowLayer::qps(limit);
+    let layer = SlidingWindowLayer::qps(limit).inner_body();
     match clock {
         Some(clock) => {
             let layer = layer.clock(clock);
@@ -63,9 +65,12 @@ pub fn global(app: Router, limit: u64, clock: Option<ManualClock>) -> (Router, O
     }
 }
 
-/// `SlidingWindowLayer::qps(limit).key(MatchedPathKey)` around `app`.
+/// `SlidingWindowLayer::qps(limit).key(MatchedPathKey).inner_body()` around
+/// `app`.
 pub fn matched_path(app: Router, limit: u64, clock: Option<ManualClock>) -> (Router, OurStats) {
-    let layer = SlidingWindowLayer::qps(limit).key(MatchedPathKey);
+    let layer = SlidingWindowLayer::qps(limit)
+        .key(MatchedPathKey)
+        .inner_body();
     match clock {
         Some(clock) => {
             let layer = layer.clock(clock);
@@ -89,7 +94,8 @@ pub fn per_path(
     let layer = SlidingWindowLayer::qps(limit)
         .key(PathKey)
         .max_keys(max_keys)
-        .clock(clock);
+        .clock(clock)
+        .inner_body();
     let handle = layer.handle();
     (app.layer(layer), OurStats::Keyed(handle))
 }

@@ -44,9 +44,10 @@ pub enum Contender {
     Bare,
     /// A layer that only forwards: what any tower layer costs at the least.
     Noop,
-    /// `SlidingWindowLayer::qps(limit)`: one global key.
+    /// `SlidingWindowLayer::qps(limit).inner_body()`: one global key.
     OursGlobal,
-    /// `SlidingWindowLayer::qps(limit).key(MatchedPathKey)`: a key per route.
+    /// `SlidingWindowLayer::qps(limit).key(MatchedPathKey).inner_body()`: a key
+    /// per route.
     OursPath,
     /// tower_governor as it is usually configured for "`limit` per second":
     /// one cell every `1 s / limit`, burst `limit`, one global key.
