@@ -7,6 +7,12 @@
 //! run the same number of operations on one shared value, and the wall time
 //! from the first thread's start to the last thread's end is divided by the
 //! total. Their throughput is the combined rate of both threads.
+//!
+//! The two-thread groups need two otherwise idle cores. When another process
+//! keeps one busy, the bench threads take turns instead of contending, and
+//! their figures drift towards the single-threaded ones (a `fetch_add` floor
+//! no slower than on one thread is the sign); compare only runs where the
+//! floor shows contention.
 
 pub(crate) mod clock;
 pub(crate) mod multi_threaded;
