@@ -239,8 +239,6 @@ fn borrowing_quota_allocates_only_the_reservation_ring_once() {
 }
 
 #[test]
-#[ignore = "time_until_pass copies the window into a Vec on every call \
-            (flow::wait_for_quota); un-ignore once it reads the buckets in place"]
 fn time_until_pass_allocates_nothing() {
     let metric = ArrayMetric::new(10, 1000).expect("valid window");
     for _ in 0..100 {

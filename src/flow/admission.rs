@@ -36,20 +36,28 @@ impl Admission {
 /// `buckets` are the window's buckets as `(start, pass)`, oldest first. A
 /// bucket stops counting `interval_ms` after its start, so the wait is until
 /// enough of the oldest buckets have slid out.
-pub(crate) fn wait_for_quota(
-    buckets: impl IntoIterator<Item = (u64, u64)>,
+pub(crate) fn wait_for_quota<I>(
+    buckets: I,
     now_ms: u64,
     interval_ms: u64,
     n: u64,
     limit: u64,
-) -> Option<u64> {
+) -> Option<u64>
+where
+    I: IntoIterator<Item = (u64, u64)>,
+    I::IntoIter: Clone,
+{
     if n > limit {
         return None;
     }
-    let buckets: Vec<(u64, u64)> = buckets.into_iter().collect();
+    // Two passes over the buckets rather than a copy, so that nothing is
+    // allocated on the rejection path. The second pass may see newer counts
+    // than the first; the fallback at the end covers a window that emptied
+    // in between.
+    let buckets = buckets.into_iter();
     let total = buckets
-        .iter()
-        .fold(0u64, |sum, &(_, pass)| sum.saturating_add(pass));
+        .clone()
+        .fold(0u64, |sum, (_, pass)| sum.saturating_add(pass));
     let mut excess = total.saturating_add(n).saturating_sub(limit);
     if excess == 0 {
         return Some(0);

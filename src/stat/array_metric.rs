@@ -286,6 +286,7 @@ impl ArrayMetric {
     /// assert_eq!(metric.pass(), 3);
     /// # Ok::<(), tower_sliding_window::ConfigError>(())
     /// ```
+    #[inline]
     pub fn try_pass(&self, n: u64, limit: u64) -> Admission {
         self.array.try_pass(self.now(), n, limit)
     }

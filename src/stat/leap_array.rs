@@ -288,7 +288,10 @@ impl<B> LeapArray<B> {
     /// The slots and starts of the `sample_count` buckets that make up the
     /// window at `time_ms`, oldest first (fewer near time 0). Two divisions
     /// for the newest bucket, none for the others.
-    pub(crate) fn window_slots(&self, time_ms: u64) -> impl Iterator<Item = (usize, u64)> + '_ {
+    pub(crate) fn window_slots(
+        &self,
+        time_ms: u64,
+    ) -> impl Iterator<Item = (usize, u64)> + Clone + '_ {
         let (newest_idx, newest) = self.locate(time_ms);
         let len = self.window_length_ms;
         let count = self.sample_count;
@@ -450,6 +453,23 @@ impl<B: BucketValue> LeapArray<B> {
         let slot = self.slots.get(idx)?;
         // Acquire, as in step 1: the stamp publishes the bucket's reset.
         (slot.stamp.load(Ordering::Acquire) == newest).then_some((idx, newest))
+    }
+
+    /// The slot of the newest opened bucket when `now_ms` lies in it or
+    /// behind it: where admission records, a clock that lags being moved
+    /// forward to the newest bucket. One load of the newest start, no
+    /// division.
+    #[inline]
+    pub(crate) fn newest_covering(&self, now_ms: u64) -> Option<usize> {
+        let newest = self.newest_start()?;
+        if now_ms.min(MAX_TIME).max(newest) - newest >= self.window_length_ms {
+            return None;
+        }
+        // Relaxed: a stale index is caught by the stamp check below.
+        let idx = self.newest_slot.load(Ordering::Relaxed);
+        let slot = self.slots.get(idx)?;
+        // Acquire, as in step 1: the stamp publishes the bucket's reset.
+        (slot.stamp.load(Ordering::Acquire) == newest).then_some(idx)
     }
 
     /// Takes the rotation lock if it is free, returning the newest start

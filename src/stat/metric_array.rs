@@ -287,7 +287,10 @@ impl MetricArray {
     }
 
     /// The window's buckets at `now`, oldest first, with their starts.
-    pub(crate) fn buckets(&self, now: u64) -> impl Iterator<Item = (u64, BucketRef<'_>)> + '_ {
+    pub(crate) fn buckets(
+        &self,
+        now: u64,
+    ) -> impl Iterator<Item = (u64, BucketRef<'_>)> + Clone + '_ {
         self.main
             .window_slots(now)
             .filter_map(move |(idx, start)| self.bucket_at(idx, start).map(|b| (start, b)))
@@ -458,7 +461,37 @@ impl MetricArray {
 
     /// Admits `n` if the window's pass count plus `n` stays within `limit`,
     /// recording the passes in the same atomic step.
+    #[inline]
     pub(crate) fn try_pass(&self, now: u64, n: u64, limit: u64) -> Admission {
+        match self.try_pass_newest(now, n, limit) {
+            Some(admission) => admission,
+            None => self.try_pass_slow(now, n, limit),
+        }
+    }
+
+    /// The common case, small enough to inline: `now` lies in the newest
+    /// opened bucket (or behind it) and the bucket's cached sum of older
+    /// passes is current for the round its pass word is in. `None` when any
+    /// of that does not hold, or the bucket was sealed meanwhile: the general
+    /// path then takes over.
+    #[inline]
+    fn try_pass_newest(&self, now: u64, n: u64, limit: u64) -> Option<Admission> {
+        let idx = self.main.newest_covering(now)?;
+        let current = self.main.value_at(idx);
+        let word = current.pass_word();
+        let tag = pass_word::tag(word);
+        let generation = self.stragglers.load(Ordering::Acquire);
+        let cached = self.before[idx].load(Ordering::Acquire);
+        let before = before_word::unpack(cached, tag, generation)?;
+        admit(current, word, tag, before, n, limit)
+    }
+
+    /// [`try_pass`](Self::try_pass) when the fast path does not apply: opens
+    /// buckets, sums the older ones if the cache cannot be used, and retries
+    /// after a rotation.
+    #[cold]
+    #[inline(never)]
+    fn try_pass_slow(&self, now: u64, n: u64, limit: u64) -> Admission {
         let mut round = 0;
         loop {
             // A caller whose clock lags behind the newest opened bucket is
@@ -470,22 +503,10 @@ impl MetricArray {
                 .map_or(now, |newest| now.max(newest));
             let (idx, start) = self.main.open(t, self);
             let current = self.main.value_at(idx);
-            let mut word = current.pass_word();
+            let word = current.pass_word();
             let (before, tag) = self.passes_before(idx, start, word);
-            while !pass_word::is_sealed(word) && pass_word::tag(word) == tag {
-                let count = pass_word::count(word);
-                let window_pass = before.saturating_add(count);
-                if window_pass.saturating_add(n) > limit || n > pass_word::COUNT_MAX - count {
-                    return Admission::Block { window_pass };
-                }
-                match current.cas_pass_word(word, word + n) {
-                    Ok(_) => {
-                        return Admission::Pass {
-                            window_pass: window_pass + n,
-                        }
-                    }
-                    Err(actual) => word = actual,
-                }
+            if let Some(admission) = admit(current, word, tag, before, n, limit) {
+                return admission;
             }
             // Sealed or re-tagged: a newer bucket was opened after this one;
             // try again there.
@@ -531,9 +552,39 @@ impl MetricArray {
     /// Milliseconds from `now` until `n` more passes fit under `limit` if
     /// nothing else passes; `None` if they never can.
     pub(crate) fn wait_for_quota(&self, now: u64, n: u64, limit: u64) -> Option<u64> {
-        let buckets: Vec<(u64, u64)> = self.buckets(now).map(|(s, b)| (s, b.pass())).collect();
+        let buckets = self.buckets(now).map(|(s, b)| (s, b.pass()));
         wait_for_quota(buckets, now, self.main.interval_ms(), n, limit)
     }
+}
+
+/// Step 3 of "Exact admission": decides against the bucket's pass word,
+/// first read as `word`, and records with one compare-and-swap. `None` once
+/// the word is sealed or carries another round's tag: a newer bucket exists.
+#[inline]
+fn admit(
+    current: &MetricBucket,
+    mut word: u64,
+    tag: u64,
+    before: u64,
+    n: u64,
+    limit: u64,
+) -> Option<Admission> {
+    while !pass_word::is_sealed(word) && pass_word::tag(word) == tag {
+        let count = pass_word::count(word);
+        let window_pass = before.saturating_add(count);
+        if window_pass.saturating_add(n) > limit || n > pass_word::COUNT_MAX - count {
+            return Some(Admission::Block { window_pass });
+        }
+        match current.cas_pass_word(word, word + n) {
+            Ok(_) => {
+                return Some(Admission::Pass {
+                    window_pass: window_pass + n,
+                })
+            }
+            Err(actual) => word = actual,
+        }
+    }
+    None
 }
 
 /// Steps taken while a bucket of the main ring opens.

@@ -212,10 +212,12 @@ impl StatisticNode {
     /// Admits `n` if the second window's pass count plus `n` stays within
     /// `limit`, in one atomic step (see [`ArrayMetric::try_pass`]). A pass is
     /// recorded, a rejection counts `n` blocks.
+    #[inline]
     pub fn try_pass(&self, n: u64, limit: u64) -> Admission {
         self.try_pass_at(self.now(), n, limit)
     }
 
+    #[inline]
     pub(crate) fn try_pass_at(&self, now: u64, n: u64, limit: u64) -> Admission {
         let admission = self.sec().try_pass(now, n, limit);
         if let Admission::Block { .. } = admission {
