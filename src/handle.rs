@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use crate::http::shared::Shared;
 use crate::registry::Entry;
-use crate::stat::metric_array::BucketRef;
+use crate::stat::average_rt;
+use crate::stat::bucket::Counts;
 
 /// A cloneable handle on a [`SlidingWindowLayer`](crate::SlidingWindowLayer)'s
 /// live statistics and limits.
@@ -120,37 +121,20 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
         let now = self.now();
         let registry = &self.shared.registry;
         let overflow = registry.overflow();
-        let mut total = Snapshot::default();
-        let mut rt_micros: u128 = 0;
         let entries = registry.entries();
         let overflow_used = !overflow.node.is_idle_at(now);
+        let mut counts = Counts::default();
+        let (mut concurrency, mut limit) = (0u64, 0u64);
         let all = entries
             .iter()
             .map(|(_, e)| e)
             .chain(overflow_used.then_some(overflow));
         for entry in all {
-            let s = Snapshot::of(entry, now);
-            total.pass = total.pass.saturating_add(s.pass);
-            total.block = total.block.saturating_add(s.block);
-            total.success = total.success.saturating_add(s.success);
-            total.exception = total.exception.saturating_add(s.exception);
-            total.concurrency = total.concurrency.saturating_add(s.concurrency);
-            total.limit = total.limit.saturating_add(s.limit);
-            total.min_rt = match (total.min_rt, s.min_rt) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
-            if let Some(avg) = s.avg_rt {
-                rt_micros += avg.as_micros() * u128::from(s.success);
-            }
+            counts.merge(&window_counts(entry, now));
+            concurrency = concurrency.saturating_add(entry.node.cur_concurrency());
+            limit = limit.saturating_add(entry.limit());
         }
-        if total.success > 0 {
-            let avg = rt_micros / u128::from(total.success);
-            total.avg_rt = Some(Duration::from_micros(
-                u64::try_from(avg).unwrap_or(u64::MAX),
-            ));
-        }
-        total
+        Snapshot::from_counts(&counts, concurrency, limit)
     }
 
     /// Sets `key`'s limit. It applies from the next request, against the
@@ -205,25 +189,36 @@ fn micros<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::
 
 impl Snapshot {
     pub(crate) fn of(entry: &Entry, now: u64) -> Snapshot {
-        let node = &entry.node;
-        let second = node.second_window().array();
-        let mut s = Snapshot {
-            concurrency: node.cur_concurrency(),
-            limit: entry.limit(),
-            ..Snapshot::default()
-        };
-        let mut rt_micros = 0u64;
-        let mut min_rt = u64::MAX;
-        for (_, bucket) in second.buckets(now) {
-            s.pass = s.pass.saturating_add(bucket.pass());
-            s.block = s.block.saturating_add(bucket.block());
-            s.success = s.success.saturating_add(bucket.success());
-            s.exception = s.exception.saturating_add(bucket.exception());
-            rt_micros = rt_micros.saturating_add(bucket.rt_micros());
-            min_rt = min_rt.min(BucketRef::min_rt_micros(bucket));
-        }
-        s.avg_rt = crate::stat::average_rt(rt_micros, s.success);
-        s.min_rt = (min_rt != u64::MAX).then(|| Duration::from_micros(min_rt));
-        s
+        Snapshot::from_counts(
+            &window_counts(entry, now),
+            entry.node.cur_concurrency(),
+            entry.limit(),
+        )
     }
+
+    fn from_counts(counts: &Counts, concurrency: u64, limit: u64) -> Snapshot {
+        Snapshot {
+            pass: counts.pass,
+            block: counts.block,
+            success: counts.success,
+            exception: counts.exception,
+            concurrency,
+            limit,
+            // Over all successes summed: weighted by successes for `total`.
+            avg_rt: average_rt(counts.rt_micros, counts.success),
+            min_rt: (counts.min_rt_micros != u64::MAX)
+                .then(|| Duration::from_micros(counts.min_rt_micros)),
+        }
+    }
+}
+
+/// An entry's counts over its second window at `now`.
+fn window_counts(entry: &Entry, now: u64) -> Counts {
+    let second = entry.node.second_window().array();
+    second
+        .buckets(now)
+        .fold(Counts::default(), |mut counts, (_, bucket)| {
+            counts.merge(&bucket.counts());
+            counts
+        })
 }

@@ -57,6 +57,17 @@ impl BucketRef<'_> {
         self.with(MetricBucket::rt_micros)
     }
 
+    /// Every count of the bucket (a matured reservation has passes only).
+    pub(crate) fn counts(self) -> Counts {
+        match self {
+            BucketRef::Held(b) => b.counts(),
+            BucketRef::Reserved(pass) => Counts {
+                pass,
+                ..Counts::default()
+            },
+        }
+    }
+
     pub(crate) fn min_rt_micros(self) -> u64 {
         match self {
             BucketRef::Held(b) => b.min_rt_micros(),
