@@ -15,8 +15,11 @@ use crate::stat::bucket::Counts;
 /// live statistics and limits.
 ///
 /// Every handle, the layer, its clones and its services share one state.
-/// Reads are lock-free per key and never block requests for longer than a
-/// shard read lock.
+/// A read takes one shard's read lock to find a key (requests only read
+/// those locks too), then reads the key's counters without locking;
+/// [`keys`](Self::keys), [`snapshots`](Self::snapshots) and
+/// [`total`](Self::total) visit every shard in turn. `set_limit` takes one
+/// shard's write lock briefly.
 ///
 /// ```
 /// use tower_sliding_window::{PathKey, SlidingWindowLayer};
