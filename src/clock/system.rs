@@ -26,6 +26,11 @@ const TICK: Duration = Duration::from_millis(1);
 ///   [`now_micros`](Clock::now_micros) reads the counter itself, for response
 ///   times that are precise to the microsecond.
 ///
+/// The upkeep thread wakes 1000 times a second whether or not anything reads
+/// the clock: about 1.5% of one core (150 ms of CPU time over 10 s, measured
+/// on a 2-core x86-64 VM). That buys a read of a quarter to half a
+/// nanosecond on every request, against 22 ns for `Instant::now`.
+///
 /// Readings are never behind an earlier reading taken on the same thread. If
 /// the upkeep thread cannot be started, `now_millis` falls back to reading
 /// the counter directly: slower, still correct.
