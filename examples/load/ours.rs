@@ -52,17 +52,12 @@ impl OurStats {
 /// layer under axum.
 pub fn global(app: Router, limit: u64, clock: Option<ManualClock>) -> (Router, OurStats) {
     let layer = SlidingWindowLayer::qps(limit).inner_body();
-    match clock {
-        Some(clock) => {
-            let layer = layer.clock(clock);
-            let handle = layer.handle();
-            (app.layer(layer), OurStats::Global(handle))
-        }
-        None => {
-            let handle = layer.handle();
-            (app.layer(layer), OurStats::Global(handle))
-        }
-    }
+    let layer = match clock {
+        Some(clock) => layer.clock(clock),
+        None => layer,
+    };
+    let handle = layer.handle();
+    (app.layer(layer), OurStats::Global(handle))
 }
 
 /// `SlidingWindowLayer::qps(limit).key(MatchedPathKey).inner_body()` around
@@ -71,17 +66,12 @@ pub fn matched_path(app: Router, limit: u64, clock: Option<ManualClock>) -> (Rou
     let layer = SlidingWindowLayer::qps(limit)
         .key(MatchedPathKey)
         .inner_body();
-    match clock {
-        Some(clock) => {
-            let layer = layer.clock(clock);
-            let handle = layer.handle();
-            (app.layer(layer), OurStats::Keyed(handle))
-        }
-        None => {
-            let handle = layer.handle();
-            (app.layer(layer), OurStats::Keyed(handle))
-        }
-    }
+    let layer = match clock {
+        Some(clock) => layer.clock(clock),
+        None => layer,
+    };
+    let handle = layer.handle();
+    (app.layer(layer), OurStats::Keyed(handle))
 }
 
 /// The soak's layer: a key per request path, at most `max_keys` keys.

@@ -19,15 +19,9 @@ use crate::bench::median;
 use crate::cli::Config;
 use crate::servers::{self, Contender, Settings, NEVER_REJECT};
 
-/// Everything timed in process. The no-op layer must stay in the list.
-pub const CONTENDERS: [Contender; 6] = [
-    Contender::Bare,
-    Contender::Noop,
-    Contender::OursGlobal,
-    Contender::OursPath,
-    Contender::GovernorUsual,
-    Contender::TowerRateLimit,
-];
+/// Everything timed in process: the same contenders as the throughput run
+/// (the no-op layer must stay in that list).
+pub use crate::bench::CONTENDERS;
 
 /// One contender's per-request figures.
 #[derive(Debug, Clone)]
