@@ -15,8 +15,9 @@ pub(crate) struct Entry {
     /// limit: a keyed hash of the key, never the key itself. `u64::MAX` when
     /// the key runs on the default limit.
     policy_tag: AtomicU64,
-    /// Created for a key with its own limit: never overflowed and not counted
-    /// against `max_keys`.
+    /// Holds no counted slot of `max_keys`: created for a key that had its
+    /// own limit (never overflowed), or for the single key of a zero-sized
+    /// key type. Eviction gives a slot back only for entries that hold one.
     pub(crate) pinned: bool,
 }
 

@@ -123,7 +123,8 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
                     .single
                     .get_or_init(|| {
                         let hash = self.hasher.hash_one(&key);
-                        self.create(key, hash)
+                        // The single key never counts against `max_keys`.
+                        self.create(key, hash, true)
                     })
                     .1,
             );
@@ -138,14 +139,16 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
         self.insert(key, hash, now)
     }
 
-    fn create(&self, key: K, hash: u64) -> (K, Arc<Entry>) {
+    /// A new entry for `key`. `pinned`: the entry holds no counted slot of
+    /// `max_keys` (decided by the caller, who reserved one or not).
+    fn create(&self, key: K, hash: u64, pinned: bool) -> (K, Arc<Entry>) {
         let rule = read(&self.limits).get(&key).copied();
         let entry = Entry::new(
             self.window,
             self.clock.clone(),
             rule.unwrap_or(self.default_limit),
             rule.map(|_| hash),
-            rule.is_some(),
+            pinned,
         );
         (key, Arc::new(entry))
     }
@@ -166,8 +169,11 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
         }
         // The limit is read with the shard locked: `set_limit` writes the
         // limits table before it takes this lock to update a live entry, so
-        // either it finds this entry or this read sees its limit.
-        let (key, entry) = self.create(key, hash);
+        // either it finds this entry or this read sees its limit. Whether
+        // the entry counts against `max_keys` stays what was decided above,
+        // even if a rule arrived meanwhile, so that eviction gives back
+        // exactly the slot that was reserved.
+        let (key, entry) = self.create(key, hash, pinned);
         let found = Arc::clone(&entry);
         table.insert_unique(hash, (key, entry), |(k, _)| self.hasher.hash_one(k));
         found
