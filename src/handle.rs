@@ -217,11 +217,5 @@ impl Snapshot {
 
 /// An entry's counts over its second window at `now`.
 fn window_counts(entry: &Entry, now: u64) -> Counts {
-    let second = entry.node.second_window().array();
-    second
-        .buckets(now)
-        .fold(Counts::default(), |mut counts, (_, bucket)| {
-            counts.merge(&bucket.counts());
-            counts
-        })
+    entry.node.second_window().array().counts(now)
 }

@@ -443,16 +443,7 @@ impl<B: BucketValue> LeapArray<B> {
     /// divisions of [`locate`](Self::locate).
     #[inline]
     fn newest_holding(&self, now_ms: u64) -> Option<(usize, u64)> {
-        let newest = self.newest_start()?;
-        let now_ms = now_ms.min(MAX_TIME);
-        if now_ms < newest || now_ms - newest >= self.window_length_ms {
-            return None;
-        }
-        // Relaxed: a stale index is caught by the stamp check below.
-        let idx = self.newest_slot.load(Ordering::Relaxed);
-        let slot = self.slots.get(idx)?;
-        // Acquire, as in step 1: the stamp publishes the bucket's reset.
-        (slot.stamp.load(Ordering::Acquire) == newest).then_some((idx, newest))
+        self.newest_slot_for(now_ms, false)
     }
 
     /// The slot of the newest opened bucket when `now_ms` lies in it or
@@ -461,15 +452,25 @@ impl<B: BucketValue> LeapArray<B> {
     /// division.
     #[inline]
     pub(crate) fn newest_covering(&self, now_ms: u64) -> Option<usize> {
+        self.newest_slot_for(now_ms, true).map(|(idx, _)| idx)
+    }
+
+    /// The newest bucket's slot and start if `now_ms` falls in it (or, with
+    /// `lagging`, anywhere before its end), confirmed against the slot's
+    /// stamp.
+    #[inline]
+    fn newest_slot_for(&self, now_ms: u64, lagging: bool) -> Option<(usize, u64)> {
         let newest = self.newest_start()?;
-        if now_ms.min(MAX_TIME).max(newest) - newest >= self.window_length_ms {
+        let now_ms = now_ms.min(MAX_TIME);
+        let now_ms = if lagging { now_ms.max(newest) } else { now_ms };
+        if now_ms < newest || now_ms - newest >= self.window_length_ms {
             return None;
         }
         // Relaxed: a stale index is caught by the stamp check below.
         let idx = self.newest_slot.load(Ordering::Relaxed);
         let slot = self.slots.get(idx)?;
         // Acquire, as in step 1: the stamp publishes the bucket's reset.
-        (slot.stamp.load(Ordering::Acquire) == newest).then_some(idx)
+        (slot.stamp.load(Ordering::Acquire) == newest).then_some((idx, newest))
     }
 
     /// Takes the rotation lock if it is free, returning the newest start

@@ -307,6 +307,15 @@ impl MetricArray {
             .filter_map(move |(idx, start)| self.bucket_at(idx, start).map(|b| (start, b)))
     }
 
+    /// Every count of the window at `now`, summed.
+    pub(crate) fn counts(&self, now: u64) -> Counts {
+        self.buckets(now)
+            .fold(Counts::default(), |mut counts, (_, bucket)| {
+                counts.merge(&bucket.counts());
+                counts
+            })
+    }
+
     pub(crate) fn sum(&self, now: u64, f: impl Fn(BucketRef<'_>) -> u64) -> u64 {
         self.buckets(now)
             .fold(0u64, |sum, (_, b)| sum.saturating_add(f(b)))

@@ -341,17 +341,8 @@ impl StatisticNode {
     /// Average response time over the second window's completions; `None`
     /// when nothing completed.
     pub fn avg_rt(&self) -> Option<Duration> {
-        let now = self.now();
-        let (rt, success) = self
-            .sec()
-            .buckets(now)
-            .fold((0u64, 0u64), |(rt, n), (_, b)| {
-                (
-                    rt.saturating_add(b.rt_micros()),
-                    n.saturating_add(b.success()),
-                )
-            });
-        average_rt(rt, success)
+        let counts = self.sec().counts(self.now());
+        average_rt(counts.rt_micros, counts.success)
     }
 
     /// Smallest response time in the second window.
