@@ -60,7 +60,7 @@ pub(crate) enum Contender {
     Bare,
     Noop,
     OursGlobal,
-    OursGlobalInnerBody,
+    OursGlobalWrapBody,
     OursMatchedPath,
     TowerGovernor,
 }
@@ -72,7 +72,7 @@ impl Contender {
         Contender::Bare,
         Contender::Noop,
         Contender::OursGlobal,
-        Contender::OursGlobalInnerBody,
+        Contender::OursGlobalWrapBody,
         Contender::OursMatchedPath,
         Contender::TowerGovernor,
     ];
@@ -83,7 +83,7 @@ impl Contender {
             Contender::Bare => "bare_router",
             Contender::Noop => "noop_layer",
             Contender::OursGlobal => "ours_global",
-            Contender::OursGlobalInnerBody => "ours_global_inner_body",
+            Contender::OursGlobalWrapBody => "ours_global_wrap_body",
             Contender::OursMatchedPath => "ours_matched_path",
             Contender::TowerGovernor => "tower_governor",
         }
@@ -97,9 +97,9 @@ impl Contender {
             Contender::Bare => app,
             Contender::Noop => app.layer(NoopLayer),
             Contender::OursGlobal => app.layer(SlidingWindowLayer::qps(NEVER_REJECT)),
-            // The response keeps axum's own body type: no re-boxing by axum.
-            Contender::OursGlobalInnerBody => {
-                app.layer(SlidingWindowLayer::qps(NEVER_REJECT).inner_body())
+            // The body wrapped in `ResponseBody`, which axum then boxes.
+            Contender::OursGlobalWrapBody => {
+                app.layer(SlidingWindowLayer::qps(NEVER_REJECT).wrap_body())
             }
             Contender::OursMatchedPath => {
                 app.layer(SlidingWindowLayer::qps(NEVER_REJECT).key(matched_path_key()))

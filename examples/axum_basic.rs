@@ -34,8 +34,7 @@ async fn stats(stats: StatsHandle<String>) -> Json<Value> {
 #[tokio::main]
 async fn main() -> std::io::Result<()> {
     // 5 requests per second per route.
-    // `inner_body`: responses keep axum's body type (no extra allocation).
-    let limit = SlidingWindowLayer::qps(5).key(MethodPathKey).inner_body();
+    let limit = SlidingWindowLayer::qps(5).key(MethodPathKey);
     let handle = limit.handle();
 
     let app = Router::new()

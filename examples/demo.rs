@@ -193,8 +193,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     for route in ROUTES.iter().filter(|r| r.limit != DEFAULT_LIMIT) {
         layer = layer.rule(route.key(), route.limit);
     }
-    // Answer with axum's own body type: no per-request re-boxing by axum.
-    let layer = layer.inner_body();
     let stats = layer.handle();
     let app = Router::new()
         .route("/", get(home))

@@ -49,9 +49,7 @@ async fn main() -> std::io::Result<()> {
         // Three login attempts per second, for all clients together.
         .rule("POST /login", 3)
         // Tell clients where they stand on every response.
-        .headers_on_pass(true)
-        // Keep axum's body type: no extra allocation per request.
-        .inner_body();
+        .headers_on_pass(true);
     let stats = limit.handle();
 
     let app = Router::new()

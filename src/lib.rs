@@ -7,35 +7,18 @@ pub mod clock;
 mod error;
 pub mod flow;
 mod handle;
-mod http;
-mod registry;
+pub mod key;
+mod layer;
+pub mod response;
 pub mod stat;
+mod store;
 mod sync;
 
 pub use error::ConfigError;
 pub use handle::{Snapshot, StatsHandle};
-pub use http::layer::{DefaultClassifier, SlidingWindowLayer};
-pub use http::service::SlidingWindow;
-
-/// Built-in [`KeyExtractor`]s and the trait itself.
-pub mod key {
-    #[doc(inline)]
-    pub use crate::http::key::*;
-}
-
-/// The rejection response and the RateLimit header fields.
-pub mod response {
-    #[doc(inline)]
-    pub use crate::http::body::{BodyKind, InnerBody, ResponseBody, WrapBody};
-    #[doc(inline)]
-    pub use crate::http::response::Rejection;
-}
-
-/// The response future of [`SlidingWindow`].
-pub mod future {
-    #[doc(inline)]
-    pub use crate::http::future::ResponseFuture;
-}
+pub use layer::body;
+pub use layer::future;
+pub use layer::{DefaultClassifier, SlidingWindow, SlidingWindowLayer};
 
 #[cfg(feature = "axum")]
 pub use key::MatchedPathKey;

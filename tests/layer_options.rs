@@ -332,18 +332,114 @@ fn a_policy_name_with_a_quote_panics_at_construction() {
     let _ = SlidingWindowLayer::qps(1).policy_name("a\"b");
 }
 
-#[test]
-#[should_panic(expected = "SlidingWindowLayer::rule")]
-fn configuring_after_taking_the_handle_panics() {
-    let layer = SlidingWindowLayer::qps(1).key(PathKey);
-    let _stats = layer.handle();
-    let _ = layer.rule("/late", 1);
+/// Settings are a value: a handle taken early and a clone taken early share
+/// the state, and see settings given after them; nothing panics because of
+/// the order of the builder methods.
+#[tokio::test]
+async fn configuring_after_taking_the_handle_reaches_the_handle() {
+    let clock = clock();
+    let layer = SlidingWindowLayer::qps(5).key(PathKey);
+    let stats = layer.handle();
+    let early_clone = layer.clone();
+    let layer = layer.rule("/late", 1).clock(clock.clone());
+    let app = Router::new()
+        .route("/late", get(hello))
+        .layer(layer.clone());
+    assert_eq!(
+        statuses(&app, "/late", 3).await,
+        ok_then_429(1, 2),
+        "{}",
+        at(&clock)
+    );
+    let snapshot = stats
+        .snapshot("/late")
+        .expect("the handle sees the layer's key");
+    assert_eq!((snapshot.pass, snapshot.block, snapshot.limit), (1, 2, 1));
+    // The early clone is the same limiter.
+    assert_eq!(
+        early_clone.handle().snapshot("/late").map(|s| s.block),
+        Some(2)
+    );
 }
 
-/// With `inner_body`, the layer answers with the inner service's own body
-/// type (axum's `Body` here): passes go through untouched, and a rejection
-/// carries the same text and headers as with the default wrapper.
+/// Rules given before `key` carry over when the key type is the same.
 #[tokio::test]
+async fn rules_survive_a_change_of_extractor_with_the_same_key_type() {
+    let clock = clock();
+    let layer = SlidingWindowLayer::qps(5)
+        .key(PathKey)
+        .rule("GET /strict", 1)
+        .key(tower_sliding_window::MethodPathKey)
+        .clock(clock.clone());
+    let app = Router::new().route("/strict", get(hello)).layer(layer);
+    assert_eq!(
+        statuses(&app, "/strict", 2).await,
+        ok_then_429(1, 1),
+        "{}",
+        at(&clock)
+    );
+}
+
+/// A limiter setting given after the state is in use starts a new state for
+/// that layer value; the services made before keep theirs.
+#[tokio::test]
+async fn configuring_a_layer_in_use_starts_a_new_state() {
+    let clock = clock();
+    let layer = SlidingWindowLayer::qps(1).clock(clock.clone());
+    let first = app(layer.clone());
+    assert_eq!(
+        statuses(&first, "/", 2).await,
+        ok_then_429(1, 1),
+        "{}",
+        at(&clock)
+    );
+    let second = app(layer.max_keys(10));
+    assert_eq!(
+        statuses(&second, "/", 2).await,
+        ok_then_429(1, 1),
+        "{}",
+        at(&clock)
+    );
+    assert_eq!(
+        statuses(&first, "/", 1).await,
+        ok_then_429(0, 1),
+        "{}",
+        at(&clock)
+    );
+}
+
+/// `status` and `reject_with` compose: the builder is handed the status.
+#[tokio::test]
+async fn reject_with_is_handed_the_configured_status() {
+    let clock = clock();
+    let layer = SlidingWindowLayer::qps(1)
+        .reject_with(|rejection| {
+            Response::builder()
+                .status(rejection.status)
+                .body(Bytes::from_static(b"slow down"))
+                .expect("valid response")
+        })
+        .status(StatusCode::SERVICE_UNAVAILABLE)
+        .clock(clock.clone());
+    let app = app(layer);
+    assert_eq!(send(&app, req("/")).await.status, StatusCode::OK);
+    let answer = send(&app, req("/")).await;
+    assert_eq!(
+        answer.status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "{}",
+        at(&clock)
+    );
+    assert_eq!(answer.body, "slow down");
+    assert_eq!(answer.retry_after(), 1);
+}
+
+/// The layer answers with the inner service's own body type by default
+/// (axum's `Body` here): passes go through untouched, and a rejection
+/// carries the same text and headers as with the wrapper. The deprecated
+/// `inner_body` is the same mode.
+#[tokio::test]
+#[allow(deprecated)]
 async fn inner_body_answers_with_the_inner_body_type() {
     let clock = clock();
     let layer = SlidingWindowLayer::qps(2).clock(clock.clone()).inner_body();

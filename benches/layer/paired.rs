@@ -117,7 +117,7 @@ impl Rounds {
         let governor_median = Quartiles::of(governor_beyond.clone()).median;
         for ours in [
             Contender::OursGlobal,
-            Contender::OursGlobalInnerBody,
+            Contender::OursGlobalWrapBody,
             Contender::OursMatchedPath,
         ] {
             let ours_beyond = self.beyond_noop(index(ours));

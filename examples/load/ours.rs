@@ -47,11 +47,9 @@ impl OurStats {
     }
 }
 
-/// `SlidingWindowLayer::qps(limit).inner_body()` around `app`, on `clock`
-/// when given. `inner_body` is how the crate's docs recommend using the
-/// layer under axum.
+/// `SlidingWindowLayer::qps(limit)` around `app`, on `clock` when given.
 pub fn global(app: Router, limit: u64, clock: Option<ManualClock>) -> (Router, OurStats) {
-    let layer = SlidingWindowLayer::qps(limit).inner_body();
+    let layer = SlidingWindowLayer::qps(limit);
     let layer = match clock {
         Some(clock) => layer.clock(clock),
         None => layer,
@@ -60,12 +58,10 @@ pub fn global(app: Router, limit: u64, clock: Option<ManualClock>) -> (Router, O
     (app.layer(layer), OurStats::Global(handle))
 }
 
-/// `SlidingWindowLayer::qps(limit).key(MatchedPathKey).inner_body()` around
+/// `SlidingWindowLayer::qps(limit).key(MatchedPathKey)` around
 /// `app`.
 pub fn matched_path(app: Router, limit: u64, clock: Option<ManualClock>) -> (Router, OurStats) {
-    let layer = SlidingWindowLayer::qps(limit)
-        .key(MatchedPathKey)
-        .inner_body();
+    let layer = SlidingWindowLayer::qps(limit).key(MatchedPathKey);
     let layer = match clock {
         Some(clock) => layer.clock(clock),
         None => layer,
@@ -84,8 +80,7 @@ pub fn per_path(
     let layer = SlidingWindowLayer::qps(limit)
         .key(PathKey)
         .max_keys(max_keys)
-        .clock(clock)
-        .inner_body();
+        .clock(clock);
     let handle = layer.handle();
     (app.layer(layer), OurStats::Keyed(handle))
 }

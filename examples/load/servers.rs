@@ -44,9 +44,9 @@ pub enum Contender {
     Bare,
     /// A layer that only forwards: what any tower layer costs at the least.
     Noop,
-    /// `SlidingWindowLayer::qps(limit).inner_body()`: one global key.
+    /// `SlidingWindowLayer::qps(limit)`: one global key.
     OursGlobal,
-    /// `SlidingWindowLayer::qps(limit).key(MatchedPathKey).inner_body()`: a key
+    /// `SlidingWindowLayer::qps(limit).key(MatchedPathKey)`: a key
     /// per route.
     OursPath,
     /// tower_governor as it is usually configured for "`limit` per second":

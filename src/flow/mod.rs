@@ -24,3 +24,17 @@ mod admission;
 
 pub(crate) use admission::wait_for_quota;
 pub use admission::Admission;
+
+use crate::stat::StatisticNode;
+
+/// Admits `n` at `now` against `limit` on `node`'s second window, recording
+/// a pass, or `n` blocks on rejection.
+#[inline]
+pub(crate) fn admit(node: &StatisticNode, now: u64, n: u64, limit: u64) -> Admission {
+    node.try_pass_at(now, n, limit)
+}
+
+/// Milliseconds from `now` until `n` more passes fit under `limit`.
+pub(crate) fn retry_after_ms(node: &StatisticNode, now: u64, n: u64, limit: u64) -> Option<u64> {
+    node.wait_for_quota_at(now, n, limit)
+}

@@ -159,5 +159,6 @@ pub use node::StatisticNode;
 pub use occupiable::{FutureBucketLeapArray, OccupiableBucketLeapArray};
 pub use window_wrap::WindowWrap;
 
-pub(crate) use leap_array::validate as leap_array_validate;
+pub(crate) use bucket::Counts;
+pub(crate) use leap_array::validate as validate_window;
 pub(crate) use metric_node::average_rt;

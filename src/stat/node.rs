@@ -486,6 +486,11 @@ impl StatisticNode {
         self.sec().wait_for_quota(now, n, limit)
     }
 
+    /// The second window's counts at `now`, summed.
+    pub(crate) fn window_counts(&self, now: u64) -> Counts {
+        self.sec().counts(now)
+    }
+
     /// Whether nothing is in flight and no window holds an event at `now`.
     pub(crate) fn is_idle_at(&self, now: u64) -> bool {
         self.cur_concurrency() == 0

@@ -1,23 +1,26 @@
-//! The response future and the guard that records a request's completion.
+//! The response future of [`SlidingWindow`](crate::SlidingWindow).
+//!
+//! A passed request's future drives the inner service's future; when the
+//! response head is ready it classifies the response, writes the RateLimit
+//! fields if configured, and records the completion (or, with
+//! [`TrackBody`](crate::body::TrackBody), hands it to the body). A rejected
+//! request's future yields the rejection response at once, without calling
+//! the inner service.
 
 use std::fmt;
 use std::future::Future;
+use std::marker::PhantomData;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{ready, Context, Poll};
-use std::time::Duration;
 
 use bytes::Bytes;
 use http::Response;
 use pin_project_lite::pin_project;
 use tower_http::classify::{ClassifiedResponse, ClassifyResponse};
 
-use crate::clock::Clock;
-use std::marker::PhantomData;
-
-use crate::http::body::{BodyKind, WrapBody};
-use crate::http::response::Quota;
-use crate::registry::Entry;
+use super::body::{BodyKind, InnerBody, Outcome, Tail};
+use super::in_flight::InFlight;
+use crate::response::Quota;
 
 pin_project! {
     /// Response future of [`SlidingWindow`](crate::SlidingWindow).
@@ -25,8 +28,8 @@ pin_project! {
     /// For a passed request it drives the inner service's future and, when it
     /// resolves, records the completion (success, response time, exception);
     /// for a rejected one it yields the rejection response at once. `R` is
-    /// the layer's [`BodyKind`].
-    pub struct ResponseFuture<F, C, R = WrapBody> {
+    /// the layer's [`BodyKind`](crate::body::BodyKind).
+    pub struct ResponseFuture<F, C, R = InnerBody> {
         #[pin]
         kind: Kind<F, C>,
         body: PhantomData<fn() -> R>,
@@ -74,7 +77,7 @@ impl<F, C, R, B, E> Future for ResponseFuture<F, C, R>
 where
     F: Future<Output = Result<Response<B>, E>>,
     C: ClassifyResponse,
-    R: BodyKind<B>,
+    R: BodyKind<B, C::ClassifyEos>,
     E: fmt::Display + 'static,
 {
     type Output = Result<Response<R::Body>, E>;
@@ -131,7 +134,7 @@ pub(crate) struct Completion<C> {
 impl<C: ClassifyResponse> Completion<C> {
     fn finish<R, B, E>(self, result: Result<Response<B>, E>) -> Result<Response<R::Body>, E>
     where
-        R: BodyKind<B>,
+        R: BodyKind<B, C::ClassifyEos>,
         E: fmt::Display + 'static,
     {
         let Completion {
@@ -142,18 +145,24 @@ impl<C: ClassifyResponse> Completion<C> {
         } = self;
         match result {
             Ok(response) => {
-                let failed = match classifier.classify_response(&response) {
-                    ClassifiedResponse::Ready(outcome) => outcome.is_err(),
-                    // Classes decided at the end of the stream (gRPC trailers)
-                    // are not waited for: the response itself succeeded.
-                    ClassifiedResponse::RequiresEos(_) => false,
+                let outcome = match classifier.classify_response(&response) {
+                    ClassifiedResponse::Ready(class) => Outcome::Decided(class.is_err()),
+                    ClassifiedResponse::RequiresEos(eos) => Outcome::AtEnd(eos),
                 };
-                in_flight.complete(failed);
-                let mut response = response.map(R::passed);
+                let tail = if R::TRACKS_BODY {
+                    Some(Tail { in_flight, outcome })
+                } else {
+                    // Completion at the head: a class decided at the end of
+                    // the stream (gRPC trailers) cannot be seen here, and the
+                    // response itself succeeded.
+                    in_flight.complete(matches!(outcome, Outcome::Decided(true)));
+                    None
+                };
+                let (mut parts, body) = response.into_parts();
                 if let Some(quota) = quota {
-                    quota.write(response.headers_mut(), legacy_headers);
+                    quota.write(&mut parts.headers, legacy_headers);
                 }
-                Ok(response)
+                Ok(Response::from_parts(parts, R::passed(body, tail)))
             }
             Err(error) => {
                 let _ = classifier.classify_error(&error);
@@ -161,66 +170,5 @@ impl<C: ClassifyResponse> Completion<C> {
                 Err(error)
             }
         }
-    }
-}
-
-/// Holds a passed request's place in its key's concurrency gauge.
-///
-/// Dropping it always releases the place, so a request whose future is
-/// dropped (client gone, timeout) or whose handler panics cannot leak it.
-pub(crate) struct InFlight {
-    entry: Arc<Entry>,
-    /// `Clock::now_micros` at admission.
-    started_us: u64,
-    /// Set while the inner service's code runs (its `call`, or a poll of its
-    /// future); still set at drop only if that code unwound.
-    in_user_code: bool,
-    completed: bool,
-}
-
-impl InFlight {
-    /// Marks a request in flight: one more in the concurrency gauge.
-    pub(crate) fn start(entry: Arc<Entry>, started_us: u64) -> Self {
-        entry.node.increase_concurrency();
-        InFlight {
-            entry,
-            started_us,
-            in_user_code: false,
-            completed: false,
-        }
-    }
-
-    #[inline]
-    pub(crate) fn enter_user_code(&mut self) {
-        self.in_user_code = true;
-    }
-
-    #[inline]
-    pub(crate) fn leave_user_code(&mut self) {
-        self.in_user_code = false;
-    }
-
-    /// Records a completion: one success with its response time, and an
-    /// exception on top when it failed.
-    fn complete(&mut self, failed: bool) {
-        let node = &self.entry.node;
-        let rt_us = node.clock().now_micros().saturating_sub(self.started_us);
-        node.add_rt_and_success(Duration::from_micros(rt_us), 1);
-        if failed {
-            node.increase_exception_qps(1);
-        }
-        self.completed = true;
-    }
-}
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        let node = &self.entry.node;
-        if !self.completed && self.in_user_code {
-            // The inner service panicked: a failure, not a success.
-            node.increase_exception_qps(1);
-        }
-        // Matched by the increase in `InFlight::start`.
-        node.release_concurrency();
     }
 }

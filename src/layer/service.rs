@@ -1,34 +1,45 @@
+//! `SlidingWindow`: the service that decides, per request, pass or block.
+
 use std::fmt;
+use std::marker::PhantomData;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use http::{Request, Response};
-use tower_http::classify::MakeClassifier;
+use tower_http::classify::{
+    ClassifyResponse, MakeClassifier, ServerErrorsAsFailures, SharedClassifier,
+};
 use tower_service::Service;
 
+use super::body::{BodyKind, InnerBody};
+use super::future::{Completion, ResponseFuture};
+use super::in_flight::InFlight;
 use crate::clock::Clock;
-use crate::flow::Admission;
+use crate::flow::{self, Admission};
 use crate::handle::StatsHandle;
-use std::marker::PhantomData;
-
-use crate::http::body::{BodyKind, WrapBody};
-use crate::http::future::{Completion, InFlight, ResponseFuture};
-use crate::http::key::{GlobalKey, KeyExtractor};
-use crate::http::layer::DefaultClassifier;
-use crate::http::response::{rejection_response, PolicyName, Quota};
-use crate::http::shared::Shared;
-use crate::registry::Entry;
+use crate::key::{GlobalKey, KeyExtractor};
+use crate::response::{rejection_response, PolicyName, Quota, ResponseConfig};
+use crate::store::{Entry, Registry, Store};
 
 /// Limits requests per key with a sliding window; made by
 /// [`SlidingWindowLayer`](crate::SlidingWindowLayer).
 ///
 /// Cloning it shares the limiter state: every clone counts against the same
 /// windows.
-pub struct SlidingWindow<S, X: KeyExtractor = GlobalKey, M = DefaultClassifier, R = WrapBody> {
+pub struct SlidingWindow<
+    S,
+    X: KeyExtractor = GlobalKey,
+    M = SharedClassifier<ServerErrorsAsFailures>,
+    R = InnerBody,
+> {
     inner: S,
     extractor: X,
     make_classifier: M,
-    shared: Arc<Shared<X::Key>>,
+    response: Arc<ResponseConfig>,
+    /// The key table, resolved from `store` when the service was made, so
+    /// that requests reach it without going through the store.
+    registry: Arc<Registry<X::Key>>,
+    store: Arc<Store<X::Key>>,
     body: PhantomData<fn() -> R>,
 }
 
@@ -37,13 +48,16 @@ impl<S, X: KeyExtractor, M, R> SlidingWindow<S, X, M, R> {
         inner: S,
         extractor: X,
         make_classifier: M,
-        shared: Arc<Shared<X::Key>>,
+        response: Arc<ResponseConfig>,
+        store: Arc<Store<X::Key>>,
     ) -> Self {
         SlidingWindow {
             inner,
             extractor,
             make_classifier,
-            shared,
+            response,
+            registry: Arc::clone(store.registry()),
+            store,
             body: PhantomData,
         }
     }
@@ -65,19 +79,18 @@ impl<S, X: KeyExtractor, M, R> SlidingWindow<S, X, M, R> {
 
     /// A handle on the live statistics and limits.
     pub fn handle(&self) -> StatsHandle<X::Key> {
-        StatsHandle::new(Arc::clone(&self.shared))
+        StatsHandle::new(Arc::clone(&self.store))
     }
 
     /// The RateLimit fields for `entry` after a decision at `now`.
     fn quota(&self, entry: &Entry, limit: u64, window_pass: u64, reset_ms: u64) -> Quota {
-        let settings = &self.shared.settings;
         Quota {
             policy: PolicyName {
-                base: Arc::clone(&settings.response.policy_name),
+                base: Arc::clone(&self.response.policy_name),
                 tag: entry.policy_tag(),
             },
             limit,
-            window_ms: settings.window.interval_ms,
+            window_ms: self.registry.window().interval_ms,
             remaining: limit.saturating_sub(window_pass),
             reset_ms,
         }
@@ -90,7 +103,7 @@ where
     S::Error: fmt::Display + 'static,
     X: KeyExtractor,
     M: MakeClassifier,
-    R: BodyKind<ResBody>,
+    R: BodyKind<ResBody, <M::Classifier as ClassifyResponse>::ClassifyEos>,
 {
     type Response = Response<R::Body>;
     type Error = S::Error;
@@ -109,24 +122,23 @@ where
         let key = self.extractor.extract(&parts);
         let request = Request::from_parts(parts, body);
 
-        let registry = &self.shared.registry;
+        let registry = &self.registry;
         let clock = registry.clock();
         let now = clock.now_millis();
         let entry = registry.entry(key, now);
         let limit = entry.limit();
-        let response = &self.shared.settings.response;
+        let response = &*self.response;
 
-        match entry.node.try_pass_at(now, 1, limit) {
+        match flow::admit(&entry.node, now, 1, limit) {
             Admission::Pass { window_pass } => {
                 let quota = response.headers_on_pass.then(|| {
-                    let reset = entry
-                        .node
-                        .wait_for_quota_at(
-                            now,
-                            limit.saturating_sub(window_pass).saturating_add(1),
-                            limit,
-                        )
-                        .unwrap_or(0);
+                    let reset = flow::retry_after_ms(
+                        &entry.node,
+                        now,
+                        limit.saturating_sub(window_pass).saturating_add(1),
+                        limit,
+                    )
+                    .unwrap_or(0);
                     Box::new(self.quota(&entry, limit, window_pass, reset))
                 });
                 let legacy_headers = response.legacy_headers;
@@ -148,10 +160,8 @@ where
                 )
             }
             Admission::Block { window_pass } => {
-                let retry_after_ms = entry
-                    .node
-                    .wait_for_quota_at(now, 1, limit)
-                    .unwrap_or(self.shared.settings.window.interval_ms);
+                let retry_after_ms = flow::retry_after_ms(&entry.node, now, 1, limit)
+                    .unwrap_or(registry.window().interval_ms);
                 let quota = self.quota(&entry, limit, window_pass, retry_after_ms);
                 tracing::debug!(
                     policy = %quota.policy,
@@ -171,7 +181,9 @@ impl<S: Clone, X: KeyExtractor, M: Clone, R> Clone for SlidingWindow<S, X, M, R>
             inner: self.inner.clone(),
             extractor: self.extractor.clone(),
             make_classifier: self.make_classifier.clone(),
-            shared: Arc::clone(&self.shared),
+            response: Arc::clone(&self.response),
+            registry: Arc::clone(&self.registry),
+            store: Arc::clone(&self.store),
             body: PhantomData,
         }
     }
@@ -182,7 +194,7 @@ impl<S: fmt::Debug, X: KeyExtractor + fmt::Debug, M, R> fmt::Debug for SlidingWi
         f.debug_struct("SlidingWindow")
             .field("inner", &self.inner)
             .field("key", &self.extractor)
-            .field("state", &self.shared)
+            .field("state", &self.store)
             .finish_non_exhaustive()
     }
 }

@@ -1,5 +1,5 @@
-//! The per-key table of statistics: bounded, evicting idle keys, with one
-//! overflow entry when every slot is busy.
+//! The per-key table: bounded, evicting idle keys, with one overflow entry
+//! when every slot is busy.
 //!
 //! - Keys that fit in zero bytes (`()` from [`GlobalKey`](crate::GlobalKey))
 //!   can only ever be one key; they skip the table entirely, so the global
@@ -20,17 +20,15 @@
 //!   rules the operator sets. Their limits live apart from the statistics
 //!   and survive eviction.
 
-mod entry;
-
-pub(crate) use entry::Entry;
-
 use std::borrow::Borrow;
 use std::collections::HashMap;
+use std::fmt;
 use std::hash::{BuildHasher, Hash, RandomState};
 use std::sync::{Arc, OnceLock};
 
 use hashbrown::HashTable;
 
+use super::{Entry, Settings, Window};
 use crate::clock::SharedClock;
 use crate::sync::{read, write, AtomicU64, AtomicUsize, Ordering, RwLock};
 
@@ -38,13 +36,6 @@ use crate::sync::{read, write, AtomicU64, AtomicUsize, Ordering, RwLock};
 /// of the machines this runs on keeps writers (new keys, sweeps) from
 /// blocking most readers.
 const SHARDS: usize = 16;
-
-/// Shape of every key's second window.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Window {
-    pub(crate) sample_count: usize,
-    pub(crate) interval_ms: u64,
-}
 
 /// One shard of the key table.
 type Shard<K> = RwLock<HashTable<(K, Arc<Entry>)>>;
@@ -69,13 +60,14 @@ pub(crate) struct Registry<K> {
 }
 
 impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
-    pub(crate) fn new(
-        window: Window,
-        clock: SharedClock,
-        default_limit: u64,
-        max_keys: usize,
-        rules: HashMap<K, u64>,
-    ) -> Self {
+    pub(crate) fn new(settings: &Settings<K>) -> Self {
+        let Settings {
+            default_limit,
+            window,
+            ref clock,
+            max_keys,
+            ref rules,
+        } = *settings;
         let hasher = RandomState::new();
         let overflow = Arc::new(Entry::new(
             window,
@@ -91,16 +83,21 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
             overflow,
             counted: AtomicUsize::new(0),
             max_keys,
-            limits: RwLock::new(rules),
+            limits: RwLock::new(rules.clone()),
             default_limit,
             window,
-            clock,
+            clock: clock.clone(),
             last_sweep: AtomicU64::new(0),
         }
     }
 
     pub(crate) fn clock(&self) -> &SharedClock {
         &self.clock
+    }
+
+    /// The shape of every key's window.
+    pub(crate) fn window(&self) -> Window {
+        self.window
     }
 
     #[inline]
@@ -204,7 +201,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
     /// Evicts idle keys, at most once per bucket length. Returns whether
     /// this call swept.
     fn sweep(&self, now: u64) -> bool {
-        let every = (self.window.interval_ms / self.window.sample_count as u64).max(1);
+        let every = self.window.bucket_ms().max(1);
         let last = self.last_sweep.load(Ordering::Relaxed);
         if now < last.saturating_add(every)
             || self
@@ -289,18 +286,57 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
     /// Sets `key`'s own limit, now and for every later entry of it.
     pub(crate) fn set_limit(&self, key: K, limit: u64) {
         write(&self.limits).insert(key.clone(), limit);
+        let hash = self.hasher.hash_one(&key);
         if Self::is_single() {
-            if let Some((_, entry)) = self.single.get() {
-                entry.set_limit(limit, self.hasher.hash_one(&key));
-            }
+            // Initialise the one entry here if no request has yet: an entry
+            // a request is creating concurrently either reads the limit
+            // written above, or is the one `get_or_init` returns and is
+            // updated below. Updating only an entry `get` returns would lose
+            // the limit to a first request racing with this call.
+            let (_, entry) = self.single.get_or_init(|| self.create(key, hash, true));
+            entry.set_limit(limit, Some(hash));
             return;
         }
-        let hash = self.hasher.hash_one(&key);
         // Taking the shard lock orders this update against `insert`, which
         // reads the limits table with the same lock held.
         let table = write(self.shard(hash));
         if let Some((_, entry)) = table.find(hash, |(k, _)| *k == key) {
-            entry.set_limit(limit, hash);
+            entry.set_limit(limit, Some(hash));
         }
+    }
+
+    /// Removes `key`'s own limit: the key goes back to the default limit,
+    /// now and for every later entry of it. Returns whether it had one.
+    pub(crate) fn remove_limit<Q>(&self, key: &Q) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let had = write(&self.limits).remove(key).is_some();
+        let hash = self.hasher.hash_one(key);
+        if Self::is_single() {
+            if let Some((_, entry)) = self.single.get() {
+                entry.set_limit(self.default_limit, None);
+            }
+            return had;
+        }
+        // Same ordering against `insert` as in `set_limit`.
+        let table = write(self.shard(hash));
+        if let Some((_, entry)) = table.find(hash, |(k, _)| k.borrow() == key) {
+            entry.set_limit(self.default_limit, None);
+        }
+        had
+    }
+}
+
+impl<K> fmt::Debug for Registry<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Registry")
+            .field("default_limit", &self.default_limit)
+            .field("window", &self.window)
+            .field("max_keys", &self.max_keys)
+            .field("rules", &read(&self.limits).len())
+            .field("keys", &self.counted.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
     }
 }

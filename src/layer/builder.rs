@@ -1,4 +1,7 @@
+//! `SlidingWindowLayer`: the layer's configuration, a plain value.
+
 use std::fmt;
+use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -7,17 +10,14 @@ use http::{Response, StatusCode};
 use tower_http::classify::{ServerErrorsAsFailures, SharedClassifier};
 use tower_layer::Layer;
 
+use super::body::{InnerBody, TrackBody, WrapBody};
+use super::service::SlidingWindow;
 use crate::clock::{Clock, SharedClock};
 use crate::handle::StatsHandle;
-use std::marker::PhantomData;
-
-use crate::http::body::{InnerBody, WrapBody};
-use crate::http::key::{GlobalKey, KeyExtractor};
-use crate::http::response::{validate_policy_name, Rejection};
-use crate::http::service::SlidingWindow;
-use crate::http::shared::{Settings, Shared};
-use crate::registry::Window;
-use crate::stat::leap_array_validate;
+use crate::key::{GlobalKey, IntoKey, KeyExtractor};
+use crate::response::{validate_policy_name, Rejection, ResponseConfig};
+use crate::stat::validate_window;
+use crate::store::{Settings, Store, Window};
 
 /// The classifier used unless [`classify`](SlidingWindowLayer::classify) picks
 /// another: 5xx responses and inner errors are failures.
@@ -30,28 +30,44 @@ pub type DefaultClassifier = SharedClassifier<ServerErrorsAsFailures>;
 ///
 /// # Shared state
 ///
-/// The windows, limits and statistics live in one shared state, created when
-/// the layer is configured. Cloning the layer, every service it makes and
-/// every [`handle`](Self::handle) share that state: cloning this layer does
-/// not create new windows. This matters under axum, which calls
-/// [`Layer::layer`] once per route and method (and, for a router served
-/// without `with_state(())`, once per connection): a limiter that built its
-/// state in `layer` would turn one limit into one per route or per
-/// connection. Build two layers for two independent limits.
+/// The layer is a configuration value: its builder methods are cheap, can be
+/// called in any order, and build nothing. The limiter state (the key table,
+/// with every key's windows and limit) is built once, when it is first
+/// needed: when the layer makes its first service, or when a
+/// [`StatsHandle`] first reads it. From then on it is shared by the layer,
+/// its clones, every service it makes and every handle: cloning the layer
+/// does not create new windows.
+///
+/// This matters under axum, which calls [`Layer::layer`] once per route and
+/// method (and, for a router served without `with_state(())`, once per
+/// connection): a limiter that built its state in `layer` would turn one
+/// limit into one per route or per connection. Build two layers for two
+/// independent limits.
+///
+/// Until the state is built, the limiter settings ([`window`](Self::window),
+/// [`rule`](Self::rule), [`max_keys`](Self::max_keys),
+/// [`clock`](Self::clock)) belong to that shared state: a handle taken
+/// before a [`rule`](Self::rule) sees the rule. Once it is built (the layer
+/// has served, or its statistics were read), a limiter setting starts a new
+/// state for the layer value it is called on; the services and handles of
+/// the old one keep theirs. The response settings ([`status`](Self::status),
+/// [`reject_with`](Self::reject_with), the header options,
+/// [`classify`](Self::classify) and the body mode) belong to each layer value
+/// and are copied into the services it makes.
 ///
 /// # Panics
 ///
 /// The builder methods panic, with a message naming the setting, when a
-/// setting is invalid or when the layer is configured after it was cloned or
-/// its handle taken (the clones would silently keep the old configuration).
-/// Nothing panics once requests flow.
-pub struct SlidingWindowLayer<X: KeyExtractor = GlobalKey, M = DefaultClassifier, R = WrapBody> {
+/// setting is invalid. Nothing panics once requests flow.
+pub struct SlidingWindowLayer<X: KeyExtractor = GlobalKey, M = DefaultClassifier, R = InnerBody> {
     extractor: X,
     make_classifier: M,
-    shared: Arc<Shared<X::Key>>,
+    response: Arc<ResponseConfig>,
+    store: Arc<Store<X::Key>>,
     body: PhantomData<fn() -> R>,
 }
 
+/// # Constructor
 impl SlidingWindowLayer {
     /// Admits at most `limit` requests per window for one global key.
     ///
@@ -73,24 +89,18 @@ impl SlidingWindowLayer {
         SlidingWindowLayer {
             extractor: GlobalKey,
             make_classifier: SharedClassifier::new(ServerErrorsAsFailures::new()),
-            shared: Arc::new(Shared::new(Settings::new(limit))),
+            response: Arc::new(ResponseConfig::default()),
+            store: Arc::new(Store::new(Settings::new(limit))),
             body: PhantomData,
         }
     }
 }
 
+/// # Keys and limits
 impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
-    /// Applies a change of settings, rebuilding the (still unused) state.
-    fn configure(mut self, setting: &str, change: impl FnOnce(&mut Settings<X::Key>)) -> Self {
-        let Some(shared) = Arc::get_mut(&mut self.shared) else {
-            panic!(
-                "SlidingWindowLayer::{setting}: the layer was already cloned or its handle \
-                 taken; finish configuring it first"
-            );
-        };
-        let mut settings = shared.settings.clone();
-        change(&mut settings);
-        *shared = Shared::new(settings);
+    /// Applies a change to the limiter settings (see "Shared state").
+    fn configure(mut self, change: impl FnOnce(&mut Settings<X::Key>)) -> Self {
+        self.store = self.store.configure(change);
         self
     }
 
@@ -105,61 +115,55 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
     /// # let _ = layer;
     /// ```
     ///
-    /// # Panics
-    ///
-    /// After [`rule`](Self::rule) (rules are keyed by the old key type), or
-    /// after the layer was cloned or its handle taken.
+    /// Every other setting carries over. Rules given before carry over when
+    /// the new extractor has the same key type; a rule for a key of another
+    /// type could not name any key of the new extractor, so it is dropped.
+    /// Call `key` first, then [`rule`](Self::rule). A [`StatsHandle`] taken
+    /// before `key` belongs to the old key type and sees none of the new
+    /// layer's requests: take handles after `key`.
     pub fn key<Y: KeyExtractor>(self, extractor: Y) -> SlidingWindowLayer<Y, M, R> {
-        let Some(shared) = Arc::into_inner(self.shared) else {
-            panic!(
-                "SlidingWindowLayer::key: the layer was already cloned or its handle taken; \
-                 finish configuring it first"
-            );
-        };
-        let old = shared.settings;
-        assert!(
-            old.rules.is_empty(),
-            "SlidingWindowLayer::key: call `key` before `rule`, whose keys have the old key type"
-        );
-        let settings = Settings {
-            default_limit: old.default_limit,
-            window: old.window,
-            clock: old.clock,
-            max_keys: old.max_keys,
-            rules: Default::default(),
-            response: old.response,
-        };
         SlidingWindowLayer {
             extractor,
             make_classifier: self.make_classifier,
-            shared: Arc::new(Shared::new(settings)),
+            response: self.response,
+            store: Arc::new(Store::new(self.store.settings().rekey())),
             body: PhantomData,
         }
     }
 
     /// Sets the window: `sample_count` buckets over `interval` (default 1 s
-    /// and 10). The limit applies per `interval`; more buckets make the
-    /// window slide more smoothly (a burst straddling two windows can reach
-    /// at most `limit × (1 + 1/sample_count)` in any `interval`).
+    /// and 10). The limit applies per `interval`.
+    ///
+    /// The limit is exact in every bucket-aligned window: the passes of the
+    /// `sample_count` buckets that make up any window never exceed it. An
+    /// interval of the same length that starts inside a bucket can hold up to
+    /// twice the limit under bursts (a full window's passes at the end of
+    /// one window, and again at the start of the next); more buckets make
+    /// such bursts less likely, not impossible.
+    ///
+    /// Memory: every key with its own statistics keeps a ring of
+    /// `sample_count` buckets (see [`max_keys`](Self::max_keys) for the
+    /// whole formula).
     ///
     /// # Panics
     ///
     /// When `interval` is not a whole number of milliseconds, or is zero, or
-    /// not a multiple of `sample_count` milliseconds; when `sample_count` is 0.
+    /// not a multiple of `sample_count` milliseconds; when `sample_count` is
+    /// 0 or above the maximum [`LeapArray::new`](crate::stat::LeapArray::new)
+    /// accepts.
     pub fn window(self, interval: Duration, sample_count: usize) -> Self {
-        let ms = interval.as_millis();
         assert!(
             interval.subsec_nanos() % 1_000_000 == 0,
             "SlidingWindowLayer::window: invalid `interval`: must be a whole number of \
              milliseconds (got {interval:?})"
         );
-        let Ok(interval_ms) = u64::try_from(ms) else {
+        let Ok(interval_ms) = u64::try_from(interval.as_millis()) else {
             panic!("SlidingWindowLayer::window: invalid `interval`: too long (got {interval:?})");
         };
-        if let Err(err) = leap_array_validate(sample_count, interval_ms) {
+        if let Err(err) = validate_window(sample_count, interval_ms) {
             panic!("SlidingWindowLayer::window: {err}");
         }
-        self.configure("window", |s| {
+        self.configure(|s| {
             s.window = Window {
                 sample_count,
                 interval_ms,
@@ -169,10 +173,16 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
 
     /// Gives `key` its own limit instead of the default one. Such keys are
     /// never sent to the overflow entry (see [`max_keys`](Self::max_keys)).
-    /// Change it later with [`StatsHandle::set_limit`].
-    pub fn rule(self, key: impl Into<X::Key>, limit: u64) -> Self {
-        let key = key.into();
-        self.configure("rule", move |s| {
+    /// Change it later with [`StatsHandle::set_limit`], remove it with
+    /// [`StatsHandle::remove_limit`].
+    ///
+    /// `key` is anything that [converts into the key type](IntoKey): a
+    /// `&str` for a [`PathKey`](crate::PathKey) or a
+    /// [`HeaderKey`](crate::HeaderKey), an address for a
+    /// [`PeerIpKey`](crate::PeerIpKey).
+    pub fn rule(self, key: impl IntoKey<X::Key>, limit: u64) -> Self {
+        let key = key.into_key();
+        self.configure(move |s| {
             s.rules.insert(key, limit);
         })
     }
@@ -197,7 +207,7 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
             n > 0,
             "SlidingWindowLayer::max_keys: invalid `max_keys`: must be greater than 0 (got 0)"
         );
-        self.configure("max_keys", |s| s.max_keys = n)
+        self.configure(|s| s.max_keys = n)
     }
 
     /// Reads time from `clock` (default: [`SystemClock`](crate::clock::SystemClock)).
@@ -205,16 +215,37 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
     /// when windows slide.
     pub fn clock(self, clock: impl Clock) -> Self {
         let clock = SharedClock::new(clock);
-        self.configure("clock", |s| s.clock = clock)
+        self.configure(|s| s.clock = clock)
+    }
+
+    /// A handle on the layer's live statistics and limits, sharing the
+    /// layer's state (see "Shared state"). It may be taken at any point
+    /// after [`key`](Self::key).
+    pub fn handle(&self) -> StatsHandle<X::Key> {
+        StatsHandle::new(Arc::clone(&self.store))
+    }
+}
+
+/// # Responses
+impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
+    fn respond(mut self, change: impl FnOnce(&mut ResponseConfig)) -> Self {
+        change(Arc::make_mut(&mut self.response));
+        self
     }
 
     /// Answers rejected requests with `status` instead of 429.
+    ///
+    /// With [`reject_with`](Self::reject_with), the builder makes the whole
+    /// response and decides its status; it finds this one in
+    /// [`Rejection::status`].
     pub fn status(self, status: StatusCode) -> Self {
-        self.configure("status", |s| s.response.status = status)
+        self.respond(|r| r.status = status)
     }
 
     /// Builds the response for rejected requests with `build`. `Retry-After`
     /// and the RateLimit fields are added unless the response has them.
+    /// The status set with [`status`](Self::status) is passed to `build` in
+    /// [`Rejection::status`]; the response `build` returns is sent as it is.
     ///
     /// ```
     /// use bytes::Bytes;
@@ -224,7 +255,7 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
     /// let layer = SlidingWindowLayer::qps(10).reject_with(|rejection| {
     ///     let body = format!(r#"{{"error":"rate_limited","limit":{}}}"#, rejection.limit);
     ///     Response::builder()
-    ///         .status(StatusCode::TOO_MANY_REQUESTS)
+    ///         .status(rejection.status)
     ///         .header(header::CONTENT_TYPE, "application/json")
     ///         .body(Bytes::from(body))
     ///         .expect("valid response")
@@ -236,19 +267,19 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
         F: Fn(&Rejection) -> Response<Bytes> + Send + Sync + 'static,
     {
         let build = Arc::new(build);
-        self.configure("reject_with", |s| s.response.reject_with = Some(build))
+        self.respond(|r| r.reject_with = Some(build))
     }
 
     /// Also sends `RateLimit-Policy` and `RateLimit` on passed responses
     /// (default: only on rejections).
     pub fn headers_on_pass(self, enabled: bool) -> Self {
-        self.configure("headers_on_pass", |s| s.response.headers_on_pass = enabled)
+        self.respond(|r| r.headers_on_pass = enabled)
     }
 
     /// Also sends the legacy `X-RateLimit-Limit`, `X-RateLimit-Remaining`
     /// and `X-RateLimit-Reset` (seconds) wherever the RateLimit fields go.
     pub fn legacy_headers(self, enabled: bool) -> Self {
-        self.configure("legacy_headers", |s| s.response.legacy_headers = enabled)
+        self.respond(|r| r.legacy_headers = enabled)
     }
 
     /// Names the default policy in the RateLimit fields (default
@@ -263,12 +294,17 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
         if let Err(rule) = validate_policy_name(&name) {
             panic!("SlidingWindowLayer::policy_name: invalid `policy_name`: {rule} (got {name:?})");
         }
-        self.configure("policy_name", |s| s.response.policy_name = Arc::from(name))
+        self.respond(|r| r.policy_name = Arc::from(name))
     }
 
     /// Decides which completed requests count as exceptions, with a
     /// tower-http [`MakeClassifier`](tower_http::classify::MakeClassifier)
     /// (default: [`ServerErrorsAsFailures`], i.e. 5xx and inner errors).
+    ///
+    /// A classifier that decides at the end of the stream (gRPC's
+    /// `grpc-status` in trailers) is asked at the end of the body with
+    /// [`track_body`](Self::track_body); without it the response head is all
+    /// the layer sees, and such a response counts as no exception.
     ///
     /// ```
     /// use tower_http::classify::{SharedClassifier, StatusInRangeAsFailures};
@@ -283,42 +319,63 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
         SlidingWindowLayer {
             extractor: self.extractor,
             make_classifier,
-            shared: self.shared,
+            response: self.response,
+            store: self.store,
+            body: PhantomData,
+        }
+    }
+}
+
+/// # Response bodies
+///
+/// See [`body`](crate::body) for what each mode records and costs.
+impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
+    fn body_kind<S>(self) -> SlidingWindowLayer<X, M, S> {
+        SlidingWindowLayer {
+            extractor: self.extractor,
+            make_classifier: self.make_classifier,
+            response: self.response,
+            store: self.store,
             body: PhantomData,
         }
     }
 
-    /// Answers with the inner service's own body type instead of wrapping
-    /// it in [`ResponseBody`](crate::response::ResponseBody): the body type
-    /// must implement `From<Bytes>` (axum's `Body` and
+    /// Answers with the inner service's own body type: the default. The body
+    /// type must implement `From<Bytes>` (axum's `Body` and
     /// `http_body_util::Full<Bytes>` do), which turns a rejection's text into
-    /// a body.
-    ///
-    /// Recommended under axum: axum boxes every response body that is not its
-    /// own `Body`, so the default wrapper costs an allocation per request.
+    /// a body. A request completes when the inner service's response head
+    /// is ready.
+    #[deprecated(since = "0.2.0", note = "`InnerBody` is the default body mode now")]
+    pub fn inner_body(self) -> SlidingWindowLayer<X, M, InnerBody> {
+        self.body_kind()
+    }
+
+    /// Wraps the inner service's body in
+    /// [`ResponseBody`](crate::body::ResponseBody), for inner body types
+    /// that cannot be made from `Bytes`. A request completes when the inner
+    /// service's response head is ready, as by default.
+    pub fn wrap_body(self) -> SlidingWindowLayer<X, M, WrapBody> {
+        self.body_kind()
+    }
+
+    /// Records completion when the response body ends, not when its head is
+    /// ready: concurrency counts a streamed response (server-sent events, a
+    /// download) until its last frame, the response time covers the whole
+    /// body, a body that fails mid-stream counts as an exception, and a
+    /// classifier that reads trailers (gRPC) is asked at the end. The body is
+    /// wrapped in [`ResponseBody`](crate::body::ResponseBody).
     ///
     /// ```
     /// use axum::{routing::get, Router};
     /// use tower_sliding_window::SlidingWindowLayer;
     ///
     /// let app: Router = Router::new()
-    ///     .route("/", get(|| async { "hi" }))
-    ///     .layer(SlidingWindowLayer::qps(100).inner_body());
+    ///     .route("/events", get(|| async { "a long stream" }))
+    ///     .layer(SlidingWindowLayer::qps(10).track_body());
     /// # let _ = app;
     /// ```
-    pub fn inner_body(self) -> SlidingWindowLayer<X, M, InnerBody> {
-        SlidingWindowLayer {
-            extractor: self.extractor,
-            make_classifier: self.make_classifier,
-            shared: self.shared,
-            body: PhantomData,
-        }
-    }
-
-    /// A handle on the layer's live statistics and limits. Take it after
-    /// configuring the layer.
-    pub fn handle(&self) -> StatsHandle<X::Key> {
-        StatsHandle::new(Arc::clone(&self.shared))
+    pub fn track_body(self) -> SlidingWindowLayer<X, M, TrackBody> {
+        self.body_kind()
     }
 }
 
@@ -327,7 +384,8 @@ impl<X: KeyExtractor, M: Clone, R> Clone for SlidingWindowLayer<X, M, R> {
         SlidingWindowLayer {
             extractor: self.extractor.clone(),
             make_classifier: self.make_classifier.clone(),
-            shared: Arc::clone(&self.shared),
+            response: Arc::clone(&self.response),
+            store: Arc::clone(&self.store),
             body: PhantomData,
         }
     }
@@ -341,7 +399,8 @@ impl<S, X: KeyExtractor, M: Clone, R> Layer<S> for SlidingWindowLayer<X, M, R> {
             inner,
             self.extractor.clone(),
             self.make_classifier.clone(),
-            Arc::clone(&self.shared),
+            Arc::clone(&self.response),
+            Arc::clone(&self.store),
         )
     }
 }
@@ -350,7 +409,8 @@ impl<X: KeyExtractor + fmt::Debug, M, R> fmt::Debug for SlidingWindowLayer<X, M,
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SlidingWindowLayer")
             .field("key", &self.extractor)
-            .field("state", &self.shared)
+            .field("state", &self.store)
+            .field("response", &self.response)
             .finish_non_exhaustive()
     }
 }

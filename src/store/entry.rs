@@ -45,10 +45,14 @@ impl Entry {
         self.limit.load(Ordering::Relaxed)
     }
 
-    pub(crate) fn set_limit(&self, limit: u64, policy_tag: u64) {
+    /// Sets the limit and the tag naming its policy (`None`: the default
+    /// policy).
+    pub(crate) fn set_limit(&self, limit: u64, policy_tag: Option<u64>) {
         self.limit.store(limit, Ordering::Relaxed);
-        self.policy_tag
-            .store(policy_tag & 0xFFFF_FFFF, Ordering::Relaxed);
+        self.policy_tag.store(
+            policy_tag.map_or(DEFAULT_POLICY, |t| t & 0xFFFF_FFFF),
+            Ordering::Relaxed,
+        );
     }
 
     /// The tag naming this key's own policy, or `None` on the default one.

@@ -39,6 +39,10 @@
 //! set of paths behind `route_layer`; `MatchedPathKey` is bounded by
 //! construction.
 
+mod into;
+
+pub use into::IntoKey;
+
 use std::hash::Hash;
 use std::net::{IpAddr, SocketAddr};
 

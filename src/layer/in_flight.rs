@@ -1,0 +1,69 @@
+//! The guard that holds a passed request's place in its key's concurrency
+//! gauge and records its completion.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::clock::Clock;
+use crate::store::Entry;
+
+/// Holds a passed request's place in its key's concurrency gauge.
+///
+/// Dropping it always releases the place, so a request whose future or body
+/// is dropped (client gone, timeout) or whose handler panics cannot leak it.
+pub(crate) struct InFlight {
+    entry: Arc<Entry>,
+    /// `Clock::now_micros` at admission.
+    started_us: u64,
+    /// Set while the inner service's code runs (its `call`, a poll of its
+    /// future or of its body); still set at drop only if that code unwound.
+    in_user_code: bool,
+    completed: bool,
+}
+
+impl InFlight {
+    /// Marks a request in flight: one more in the concurrency gauge.
+    pub(crate) fn start(entry: Arc<Entry>, started_us: u64) -> Self {
+        entry.node.increase_concurrency();
+        InFlight {
+            entry,
+            started_us,
+            in_user_code: false,
+            completed: false,
+        }
+    }
+
+    #[inline]
+    pub(crate) fn enter_user_code(&mut self) {
+        self.in_user_code = true;
+    }
+
+    #[inline]
+    pub(crate) fn leave_user_code(&mut self) {
+        self.in_user_code = false;
+    }
+
+    /// Records a completion: one success with its response time, and an
+    /// exception on top when it failed.
+    pub(crate) fn complete(&mut self, failed: bool) {
+        let node = &self.entry.node;
+        let rt_us = node.clock().now_micros().saturating_sub(self.started_us);
+        node.add_rt_and_success(Duration::from_micros(rt_us), 1);
+        if failed {
+            node.increase_exception_qps(1);
+        }
+        self.completed = true;
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let node = &self.entry.node;
+        if !self.completed && self.in_user_code {
+            // The inner service panicked: a failure, not a success.
+            node.increase_exception_qps(1);
+        }
+        // Matched by the increase in `InFlight::start`.
+        node.release_concurrency();
+    }
+}

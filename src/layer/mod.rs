@@ -1,0 +1,12 @@
+//! The tower glue: the layer (a configuration value), the service that
+//! decides per request, its response future, the response bodies and the
+//! guard that records each request's completion.
+
+pub mod body;
+mod builder;
+pub mod future;
+mod in_flight;
+mod service;
+
+pub use builder::{DefaultClassifier, SlidingWindowLayer};
+pub use service::SlidingWindow;

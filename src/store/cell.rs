@@ -1,0 +1,164 @@
+//! The limiter state of one layer: settings until the first use, then the
+//! key table built from them.
+
+use std::any::Any;
+use std::collections::HashMap;
+use std::fmt;
+use std::hash::Hash;
+use std::sync::{Arc, OnceLock};
+
+use super::Registry;
+use crate::clock::SharedClock;
+use crate::sync::{read, write, RwLock};
+
+/// Default `max_keys`: see `SlidingWindowLayer::max_keys`.
+pub(crate) const DEFAULT_MAX_KEYS: usize = 4096;
+
+/// Shape of every key's second window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Window {
+    pub(crate) sample_count: usize,
+    pub(crate) interval_ms: u64,
+}
+
+impl Window {
+    /// Length of one bucket, in milliseconds.
+    pub(crate) fn bucket_ms(&self) -> u64 {
+        self.interval_ms / self.sample_count as u64
+    }
+}
+
+impl Default for Window {
+    /// 10 buckets of 100 ms over one second.
+    fn default() -> Self {
+        Window {
+            sample_count: 10,
+            interval_ms: 1000,
+        }
+    }
+}
+
+/// What the key table is built from. Every field was validated by the
+/// builder method that set it.
+#[derive(Debug, Clone)]
+pub(crate) struct Settings<K> {
+    pub(crate) default_limit: u64,
+    pub(crate) window: Window,
+    pub(crate) clock: SharedClock,
+    pub(crate) max_keys: usize,
+    pub(crate) rules: HashMap<K, u64>,
+}
+
+impl<K> Settings<K> {
+    pub(crate) fn new(default_limit: u64) -> Self {
+        Settings {
+            default_limit,
+            window: Window::default(),
+            clock: SharedClock::system(),
+            max_keys: DEFAULT_MAX_KEYS,
+            rules: HashMap::new(),
+        }
+    }
+
+    /// The same settings for another key type. A rule carries over when the
+    /// key types are the same; otherwise it could not name any key of the
+    /// new type, and is left out.
+    pub(crate) fn rekey<L: Eq + Hash + 'static>(self) -> Settings<L>
+    where
+        K: 'static,
+    {
+        let rules = self
+            .rules
+            .into_iter()
+            .filter_map(|(key, limit)| {
+                let key: Box<dyn Any> = Box::new(key);
+                key.downcast::<L>().ok().map(|key| (*key, limit))
+            })
+            .collect();
+        Settings {
+            default_limit: self.default_limit,
+            window: self.window,
+            clock: self.clock,
+            max_keys: self.max_keys,
+            rules,
+        }
+    }
+}
+
+/// One limiter's state: its settings until something needs the key table,
+/// then the table, built once from them.
+///
+/// A layer, its clones, the services it makes and its handles share one
+/// `Store`. Until the table is built, a builder method changes the shared
+/// settings in place (so a handle taken early sees the final
+/// configuration); after that, it starts a new `Store` for the layer value
+/// it was called on, and the others keep the table they use.
+pub(crate) struct Store<K> {
+    /// Read while the table is built, written by builder methods; both take
+    /// the lock around the check of `built`, so a build never reads settings
+    /// that a concurrent builder method is half-way through changing, and a
+    /// change never lands after the build that should have seen it.
+    settings: RwLock<Settings<K>>,
+    built: OnceLock<Arc<Registry<K>>>,
+}
+
+impl<K: Clone + Eq + Hash + Send + Sync + 'static> Store<K> {
+    pub(crate) fn new(settings: Settings<K>) -> Self {
+        Store {
+            settings: RwLock::new(settings),
+            built: OnceLock::new(),
+        }
+    }
+
+    /// The key table, built from the settings on first use.
+    pub(crate) fn registry(&self) -> &Arc<Registry<K>> {
+        if let Some(registry) = self.built.get() {
+            return registry;
+        }
+        // Holding the read lock across the build keeps builder methods out
+        // until `built` is set (see `settings`).
+        let settings = read(&self.settings);
+        self.built
+            .get_or_init(|| Arc::new(Registry::new(&settings)))
+    }
+
+    /// Applies `change` to the settings: in place while the table is not
+    /// built, else to a copy in a new store, which is returned.
+    pub(crate) fn configure(self: Arc<Self>, change: impl FnOnce(&mut Settings<K>)) -> Arc<Self> {
+        let mut settings = write(&self.settings);
+        if self.built.get().is_none() {
+            change(&mut settings);
+            drop(settings);
+            return self;
+        }
+        let mut copy = settings.clone();
+        drop(settings);
+        change(&mut copy);
+        Arc::new(Store::new(copy))
+    }
+
+    /// A copy of the settings, for a store of another key type.
+    pub(crate) fn settings(&self) -> Settings<K> {
+        read(&self.settings).clone()
+    }
+}
+
+impl<K> fmt::Debug for Store<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut out = f.debug_struct("Store");
+        match self.built.get() {
+            // Once built, the table is the truth: limits set at run time
+            // count, and the settings' rules are only where it started.
+            Some(registry) => out.field("registry", registry),
+            None => {
+                let settings = read(&self.settings);
+                out.field("default_limit", &settings.default_limit)
+                    .field("window", &settings.window)
+                    .field("max_keys", &settings.max_keys)
+                    .field("rules", &settings.rules.len())
+                    .field("built", &false)
+            }
+        };
+        out.finish()
+    }
+}
