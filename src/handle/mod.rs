@@ -16,12 +16,17 @@ use crate::store::{Registry, Store};
 /// A cloneable handle on a [`SlidingWindowLayer`](crate::SlidingWindowLayer)'s
 /// live statistics and limits.
 ///
-/// Every handle, the layer, its clones and its services share one state.
-/// A read takes one shard's read lock to find a key (requests only read
-/// those locks too), then reads the key's counters without locking;
-/// [`keys`](Self::keys), [`snapshots`](Self::snapshots) and
-/// [`total`](Self::total) visit every shard in turn. `set_limit` takes one
-/// shard's write lock briefly.
+/// Every handle, the layer, its clones and its services share one state
+/// (built on first use, see the layer's
+/// [shared state](crate::SlidingWindowLayer#shared-state)).
+///
+/// The key table is split into shards, each behind a read-write lock.
+/// Requests for a known key take one shard's read lock; a request for a new
+/// key, an eviction sweep and `set_limit` take one shard's write lock. A read
+/// here takes one shard's read lock to find a key, then reads the key's
+/// counters without locking; [`keys`](Self::keys),
+/// [`snapshots`](Self::snapshots) and [`total`](Self::total) visit every
+/// shard in turn.
 ///
 /// ```
 /// use tower_sliding_window::{PathKey, SlidingWindowLayer};
