@@ -293,3 +293,44 @@ async fn a_concurrent_flood_of_distinct_keys_stays_bounded() {
     assert_eq!(ok, MAX_KEYS as u64 + LIMIT, "{}", at(&clock));
     assert_eq!(stats.len(), MAX_KEYS + 1);
 }
+
+/// Regression: a `set_limit` on the global key racing with the key's very
+/// first request could be lost for good (the limit was written only into an
+/// entry that already existed, and the racing request built the entry from
+/// the limits it had read before). Each round races the two on real threads
+/// with a fresh layer; afterwards the limit must be the one set.
+#[test]
+fn set_limit_on_the_global_key_never_loses_a_race_with_the_first_request() {
+    use std::sync::Barrier as ThreadBarrier;
+    use tower::Layer;
+
+    for round in 0..2_000 {
+        let clock = clock();
+        let layer = SlidingWindowLayer::qps(1_000).clock(clock.clone());
+        let stats = layer.handle();
+        let service = layer.layer(tower::service_fn(|_: http::Request<()>| async {
+            Ok::<_, std::convert::Infallible>(http::Response::new(axum::body::Body::empty()))
+        }));
+        let barrier = Arc::new(ThreadBarrier::new(2));
+        let request = {
+            let barrier = Arc::clone(&barrier);
+            std::thread::spawn(move || {
+                barrier.wait();
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .build()
+                    .expect("runtime");
+                runtime.block_on(service.oneshot(http::Request::new(())))
+            })
+        };
+        barrier.wait();
+        stats.set_limit((), 7);
+        request.join().expect("no panic").expect("infallible");
+        let limit = stats.snapshot(&()).map(|s| s.limit);
+        assert_eq!(
+            limit,
+            Some(7),
+            "round {round}: the limit was lost, {}",
+            at(&clock)
+        );
+    }
+}
