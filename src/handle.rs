@@ -8,8 +8,7 @@ use std::time::Duration;
 
 use crate::http::shared::Shared;
 use crate::registry::Entry;
-use crate::stat::average_rt;
-use crate::stat::bucket::Counts;
+use crate::stat::Counts;
 
 /// A cloneable handle on a [`SlidingWindowLayer`](crate::SlidingWindowLayer)'s
 /// live statistics and limits.
@@ -208,14 +207,13 @@ impl Snapshot {
             concurrency,
             limit,
             // Over all successes summed: weighted by successes for `total`.
-            avg_rt: average_rt(counts.rt_micros, counts.success),
-            min_rt: (counts.min_rt_micros != u64::MAX)
-                .then(|| Duration::from_micros(counts.min_rt_micros)),
+            avg_rt: counts.avg_rt(),
+            min_rt: counts.min_rt(),
         }
     }
 }
 
 /// An entry's counts over its second window at `now`.
 fn window_counts(entry: &Entry, now: u64) -> Counts {
-    entry.node.second_window().array().counts(now)
+    entry.node.window_counts(now)
 }

@@ -9,7 +9,7 @@ use std::thread;
 use std::time::Duration;
 
 use tower_sliding_window::clock::{Clock, ManualClock, SystemClock};
-use tower_sliding_window::flow::Admission;
+use tower_sliding_window::flow::{Admission, TryPass};
 use tower_sliding_window::stat::{ArrayMetric, MetricNode};
 
 fn metric(sample_count: usize, interval_ms: u64, start_ms: u64) -> (ManualClock, ArrayMetric) {

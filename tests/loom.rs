@@ -26,6 +26,7 @@ use std::cell::Cell;
 use loom::sync::Arc;
 use loom::thread;
 use tower_sliding_window::clock::Clock;
+use tower_sliding_window::flow::TryPass;
 use tower_sliding_window::stat::{ArrayMetric, BucketLeapArray, MetricBucket};
 
 loom::thread_local! {

@@ -18,6 +18,7 @@ use std::mem::size_of;
 use std::time::{Duration, Instant};
 
 use tower_sliding_window::clock::{Clock, ManualClock, SystemClock};
+use tower_sliding_window::flow::TryPass;
 use tower_sliding_window::stat::{ArrayMetric, MetricBucket, StatisticNode};
 
 /// Counts allocations per thread, then defers to the system allocator.

@@ -17,7 +17,7 @@ use crate::http::response::{validate_policy_name, Rejection};
 use crate::http::service::SlidingWindow;
 use crate::http::shared::{Settings, Shared};
 use crate::registry::Window;
-use crate::stat::leap_array_validate;
+use crate::stat::validate_window;
 
 /// The classifier used unless [`classify`](SlidingWindowLayer::classify) picks
 /// another: 5xx responses and inner errors are failures.
@@ -156,7 +156,7 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
         let Ok(interval_ms) = u64::try_from(ms) else {
             panic!("SlidingWindowLayer::window: invalid `interval`: too long (got {interval:?})");
         };
-        if let Err(err) = leap_array_validate(sample_count, interval_ms) {
+        if let Err(err) = validate_window(sample_count, interval_ms) {
             panic!("SlidingWindowLayer::window: {err}");
         }
         self.configure("window", |s| {

@@ -7,7 +7,7 @@ use tower_http::classify::MakeClassifier;
 use tower_service::Service;
 
 use crate::clock::Clock;
-use crate::flow::Admission;
+use crate::flow::{self, Admission};
 use crate::handle::StatsHandle;
 use std::marker::PhantomData;
 
@@ -116,17 +116,16 @@ where
         let limit = entry.limit();
         let response = &self.shared.settings.response;
 
-        match entry.node.try_pass_at(now, 1, limit) {
+        match flow::admit(&entry.node, now, 1, limit) {
             Admission::Pass { window_pass } => {
                 let quota = response.headers_on_pass.then(|| {
-                    let reset = entry
-                        .node
-                        .wait_for_quota_at(
-                            now,
-                            limit.saturating_sub(window_pass).saturating_add(1),
-                            limit,
-                        )
-                        .unwrap_or(0);
+                    let reset = flow::retry_after_ms(
+                        &entry.node,
+                        now,
+                        limit.saturating_sub(window_pass).saturating_add(1),
+                        limit,
+                    )
+                    .unwrap_or(0);
                     Box::new(self.quota(&entry, limit, window_pass, reset))
                 });
                 let legacy_headers = response.legacy_headers;
@@ -148,9 +147,7 @@ where
                 )
             }
             Admission::Block { window_pass } => {
-                let retry_after_ms = entry
-                    .node
-                    .wait_for_quota_at(now, 1, limit)
+                let retry_after_ms = flow::retry_after_ms(&entry.node, now, 1, limit)
                     .unwrap_or(self.shared.settings.window.interval_ms);
                 let quota = self.quota(&entry, limit, window_pass, retry_after_ms);
                 tracing::debug!(
