@@ -72,6 +72,6 @@ pub(crate) fn admit(node: &StatisticNode, now: u64, n: u64, limit: u64) -> Admis
 /// `node`'s second window if nothing else passes; `None` if they never can.
 /// Allocation-free.
 pub(crate) fn retry_after_ms(node: &StatisticNode, now: u64, n: u64, limit: u64) -> Option<u64> {
-    let array = node.sec();
-    wait_for_quota(array.pass_buckets(now), now, array.interval_ms(), n, limit)
+    let interval_ms = node.second_window().interval_ms();
+    wait_for_quota(node.window_passes(now), now, interval_ms, n, limit)
 }

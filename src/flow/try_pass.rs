@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use super::admission::{admission, fits, Admission};
+use super::admission::{admission, admit, fits, retry_after_ms, Admission};
 use super::quota::wait_for_quota;
 use crate::stat::{ArrayMetric, StatisticNode};
 
@@ -62,8 +62,7 @@ impl TryPass for ArrayMetric {
 
     fn time_until_pass(&self, n: u64, limit: u64) -> Option<Duration> {
         let now = self.now();
-        let array = self.array();
-        wait_for_quota(array.pass_buckets(now), now, array.interval_ms(), n, limit)
+        wait_for_quota(self.window_passes(now), now, self.interval_ms(), n, limit)
             .map(Duration::from_millis)
     }
 }
@@ -81,10 +80,10 @@ impl TryPass for ArrayMetric {
 impl TryPass for StatisticNode {
     #[inline]
     fn try_pass(&self, n: u64, limit: u64) -> Admission {
-        super::admit(self, self.now(), n, limit)
+        admit(self, self.now(), n, limit)
     }
 
     fn time_until_pass(&self, n: u64, limit: u64) -> Option<Duration> {
-        super::retry_after_ms(self, self.now(), n, limit).map(Duration::from_millis)
+        retry_after_ms(self, self.now(), n, limit).map(Duration::from_millis)
     }
 }

@@ -139,8 +139,9 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
 
     /// Sets the window: `sample_count` buckets over `interval` (default 1 s
     /// and 10). The limit applies per `interval`; more buckets make the
-    /// window slide more smoothly (a burst straddling two windows can reach
-    /// at most `limit × (1 + 1/sample_count)` in any `interval`).
+    /// window slide more smoothly. The limit is exact in every bucket-aligned
+    /// window; an interval that is not aligned to bucket starts can see up to
+    /// twice the limit under bursts.
     ///
     /// # Panics
     ///

@@ -117,6 +117,13 @@ impl ArrayMetric {
         &self.array
     }
 
+    /// The window's buckets at `now` as `(start, passes)`, oldest first
+    /// (for `flow`'s wait estimate; no allocation).
+    #[inline]
+    pub(crate) fn window_passes(&self, now: u64) -> impl Iterator<Item = (u64, u64)> + Clone + '_ {
+        self.array.pass_buckets(now)
+    }
+
     /// The clock's current time, in milliseconds.
     #[inline]
     pub(crate) fn now(&self) -> u64 {

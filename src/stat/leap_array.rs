@@ -52,7 +52,8 @@
 
 use std::fmt;
 
-use super::{MetricBucket, WindowWrap};
+use super::bucket::MetricBucket;
+use super::window_wrap::WindowWrap;
 use crate::error::ConfigError;
 use crate::sync::{backoff, AtomicU64, AtomicUsize, Ordering};
 
@@ -87,9 +88,10 @@ impl BucketValue for MetricBucket {
 /// + 64 × sample_count, once anything is reserved  (reservation ring)
 /// ```
 ///
-/// The default node (10 samples) thus holds 4 864 bytes on the heap and 5 032
-/// in all (`tests/statistic_node.rs` checks this figure); at the cap of 600,
-/// about 52 KB (90 KB with reservations). Finer buckets than a tenth of a
+/// On a 64-bit target the struct is 328 bytes, so the default node (10
+/// samples) holds 4 640 bytes on the heap and 4 968 in all, 5 608 once it
+/// lends quota (`tests/no_alloc.rs` checks these figures); at the cap of
+/// 600, 52 168 bytes (90 568 with reservations). Finer buckets than a tenth of a
 /// second over a minute-long window buy no accuracy worth that.
 pub(crate) const MAX_SAMPLE_COUNT: usize = 600;
 
@@ -115,8 +117,9 @@ const LOCKED: u64 = 1 << 63;
 ///
 /// Buckets are opened lazily by [`current_window`](Self::current_window), the
 /// only method that writes. Reads never open a bucket and never need a prior
-/// write. See the [module docs](self#implementation-details) for how
-/// rotation stays exact under concurrency.
+/// write. Rotation never loses an event nor counts one twice under
+/// concurrency; the protocol is described at the top of
+/// `src/stat/leap_array.rs`.
 ///
 /// # Examples
 ///
