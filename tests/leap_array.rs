@@ -245,3 +245,31 @@ fn occupiable_ring_folds_reservations_into_their_bucket() {
     assert_eq!(o.list(1_200).len(), 2);
     assert_eq!(o.list(1_200)[1].window_length_ms(), 500);
 }
+
+/// Whether a `PanicsOnce` reset has panicked yet (one test uses it).
+static RESET_PANICKED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// A value whose first reset, in any slot, panics.
+#[derive(Default)]
+struct PanicsOnce;
+
+impl BucketValue for PanicsOnce {
+    fn reset(&self) {
+        if !RESET_PANICKED.swap(true, Ordering::Relaxed) {
+            panic!("reset failed");
+        }
+    }
+}
+
+#[test]
+fn a_panicking_reset_releases_the_rotation_lock() {
+    let r: LeapArray<PanicsOnce> = LeapArray::new(2, 100).unwrap();
+    let first = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let _ = r.current_window(10);
+    }));
+    assert!(first.is_err(), "the first reset panics");
+    // The lock was released while unwinding: later openings proceed (a
+    // wedged lock would spin here forever).
+    assert_eq!(r.current_window(10).window_start(), 0);
+    assert_eq!(r.current_window(160).window_start(), 150);
+}

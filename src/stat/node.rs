@@ -163,6 +163,7 @@ impl StatisticNode {
                 format!("got {ms} ms, interval = {interval} ms"),
             ));
         }
+        // Relaxed: a setting read on its own; nothing is published with it.
         self.occupy_timeout_ms.store(ms, Ordering::Relaxed);
         Ok(())
     }
