@@ -25,6 +25,7 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
+use tower_sliding_window::flow::TryPass;
 use tower_sliding_window::stat::{ArrayMetric, StatisticNode};
 
 /// The second window of a `StatisticNode`: 10 buckets over one second.

@@ -9,7 +9,7 @@ use std::thread;
 use std::time::Duration;
 
 use tower_sliding_window::clock::{Clock, ManualClock, SystemClock};
-use tower_sliding_window::flow::Admission;
+use tower_sliding_window::flow::{Admission, TryPass};
 use tower_sliding_window::stat::{ArrayMetric, MetricNode};
 
 fn metric(sample_count: usize, interval_ms: u64, start_ms: u64) -> (ManualClock, ArrayMetric) {
@@ -670,5 +670,56 @@ fn a_reservation_not_yet_due_is_not_folded_in_early() {
         0,
         "the replaced reservation, at {} ms",
         clock.now_millis()
+    );
+}
+
+/// Hardening item 3: reading a managed bucket used to hand out the bucket
+/// itself, whose public `reset()` zeroed the admission word; the next
+/// `try_pass` then spun until the clock left the bucket (forever under a
+/// `ManualClock`). Reads are snapshots now (resetting one does not compile:
+/// see the `compile_fail` example on `BucketSnapshot`), and no read changes
+/// what admission sees.
+#[test]
+fn reads_cannot_affect_admission() {
+    let (clock, m) = metric(2, 1000, 0);
+    assert!(m.try_pass(2, 3).is_pass());
+    let listed = m.list();
+    let held = m.window_value(0).expect("the bucket at 0");
+    assert_eq!((listed.len(), held.pass()), (1, 2));
+    let _ = (m.details(), m.pass(), m.min_rt(), m.max_success());
+    let result = within(Duration::from_secs(10), move || {
+        let admitted = (0..3).filter(|_| m.try_pass(1, 3).is_pass()).count();
+        (admitted, m.pass())
+    });
+    assert_eq!(result, (1, 3), "at {} ms", clock.now_millis());
+}
+
+/// Hardening item 9: absurd response times saturate the sum instead of
+/// wrapping it, and the average of a bucket never drops below its minimum.
+#[test]
+fn absurd_response_times_saturate() {
+    let (clock, m) = metric(2, 1000, 0);
+    m.add_rt(Duration::MAX);
+    m.add_rt(Duration::MAX);
+    m.add_success(2);
+    let t = clock.now_millis();
+    assert_eq!(m.rt(), Duration::from_micros(u64::MAX), "at {t} ms");
+    let node = m.details()[0];
+    assert!(node.rt >= m.min_rt(), "{node:?} at {t} ms");
+
+    // Many huge samples: the sum would wrap many times over.
+    let (clock, m) = metric(2, 1000, 0);
+    let huge = Duration::from_micros(1 << 50);
+    for _ in 0..100_000 {
+        m.add_rt(huge);
+    }
+    m.add_success(100_000);
+    let t = clock.now_millis();
+    assert_eq!(m.rt(), Duration::from_micros(u64::MAX), "at {t} ms");
+    assert_eq!(m.min_rt(), Some(huge), "at {t} ms");
+    assert_eq!(
+        m.details()[0].rt,
+        Some(huge),
+        "average raised to the minimum at {t} ms"
     );
 }

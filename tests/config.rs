@@ -132,6 +132,20 @@ fn an_absurd_sample_count_is_rejected_not_allocated() {
 }
 
 #[test]
+fn a_sample_count_above_600_is_rejected() {
+    // Each bucket is allocated up front, per key: 2^20 buckets used to be
+    // accepted (80 MiB per key).
+    for (name, err) in expect_error(601, 601) {
+        assert_eq!(err.field(), "sample_count", "{name}");
+        assert_eq!(err.rule(), "must be at most 600", "{name}");
+        assert!(err.to_string().contains("601"), "{name}: {err}");
+    }
+    for (name, make) in constructors() {
+        assert!(make(600, 60_000).is_ok(), "{name}(600, 60 000)");
+    }
+}
+
+#[test]
 fn valid_shapes_are_accepted() {
     for (sc, interval) in [
         (1, 1),

@@ -223,7 +223,7 @@ fn future_bucket_leap_array_counts_only_future_buckets() {
 #[test]
 fn occupiable_ring_folds_reservations_into_their_bucket() {
     let o = OccupiableBucketLeapArray::new(2, 1000).unwrap();
-    o.current_window(700).value().add_pass(1);
+    o.add(700, MetricEvent::Pass, 1);
     o.add_waiting(1_000, 3);
     o.add_waiting(1_400, 2);
     assert_eq!(o.current_waiting(700), 5);
@@ -241,7 +241,35 @@ fn occupiable_ring_folds_reservations_into_their_bucket() {
     // Opening it starts its pass count at the reservation.
     let w = o.current_window(1_200);
     assert_eq!(w.window_start(), 1_000);
-    assert_eq!(w.value().pass(), 5);
+    assert_eq!(w.pass(), 5);
     assert_eq!(o.list(1_200).len(), 2);
     assert_eq!(o.list(1_200)[1].window_length_ms(), 500);
+}
+
+/// Whether a `PanicsOnce` reset has panicked yet (one test uses it).
+static RESET_PANICKED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// A value whose first reset, in any slot, panics.
+#[derive(Default)]
+struct PanicsOnce;
+
+impl BucketValue for PanicsOnce {
+    fn reset(&self) {
+        if !RESET_PANICKED.swap(true, Ordering::Relaxed) {
+            panic!("reset failed");
+        }
+    }
+}
+
+#[test]
+fn a_panicking_reset_releases_the_rotation_lock() {
+    let r: LeapArray<PanicsOnce> = LeapArray::new(2, 100).unwrap();
+    let first = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let _ = r.current_window(10);
+    }));
+    assert!(first.is_err(), "the first reset panics");
+    // The lock was released while unwinding: later openings proceed (a
+    // wedged lock would spin here forever).
+    assert_eq!(r.current_window(10).window_start(), 0);
+    assert_eq!(r.current_window(160).window_start(), 150);
 }

@@ -26,6 +26,7 @@ use std::cell::Cell;
 use loom::sync::Arc;
 use loom::thread;
 use tower_sliding_window::clock::Clock;
+use tower_sliding_window::flow::TryPass;
 use tower_sliding_window::stat::{ArrayMetric, BucketLeapArray, MetricBucket};
 
 loom::thread_local! {
@@ -389,6 +390,45 @@ fn roll_up_with_a_reader() {
         );
         new_writer.join().unwrap();
         assert_eq!(node.total_pass(), 6, "minute window at 2 ms");
+    });
+}
+
+/// (f) A matured reservation is never dropped. Quota reserved for the
+/// bucket at 1 ms waits in the reservation ring's slot 1. At 1 ms one
+/// thread admits (opening the bucket at 1, which starts with the 2 reserved
+/// passes), while another reserves for the bucket at 3, which reuses that
+/// reservation slot: before dropping the old reservation it opens the bucket
+/// at 1 if nobody has (lock order: reservation ring, then the admission
+/// ring). Either way the 2 reserved passes are counted exactly once.
+#[test]
+fn a_matured_reservation_survives_its_slot_being_reused() {
+    loom::model(|| {
+        let metric = Arc::new(ArrayMetric::occupiable(2, 2, ThreadClock).expect("valid window"));
+        at(0);
+        metric.add_waiting(1, 2);
+
+        let admitter = {
+            let metric = Arc::clone(&metric);
+            thread::spawn(move || {
+                at(1);
+                metric.try_pass(1, 3)
+            })
+        };
+        let reserver = {
+            let metric = Arc::clone(&metric);
+            thread::spawn(move || {
+                at(1);
+                metric.add_waiting(3, 1);
+            })
+        };
+        let admission = admitter.join().unwrap();
+        reserver.join().unwrap();
+
+        at(1);
+        assert!(admission.is_pass(), "{admission:?} at 1 ms");
+        assert_eq!(admission.window_pass(), 3, "at 1 ms");
+        assert_eq!(metric.pass(), 3, "window at 1 ms: 2 reserved + 1 admitted");
+        assert_eq!(metric.waiting(), 1, "reserved for 3 ms, seen at 1 ms");
     });
 }
 

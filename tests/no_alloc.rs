@@ -18,6 +18,7 @@ use std::mem::size_of;
 use std::time::{Duration, Instant};
 
 use tower_sliding_window::clock::{Clock, ManualClock, SystemClock};
+use tower_sliding_window::flow::TryPass;
 use tower_sliding_window::stat::{ArrayMetric, MetricBucket, StatisticNode};
 
 /// Counts allocations per thread, then defers to the system allocator.
@@ -289,5 +290,22 @@ fn memory_per_statistic_node() {
     assert!(node_heap.bytes >= 70 * 64, "{node_heap:?}");
     assert!(inline + node_heap.bytes <= 6 * 1024, "{node_heap:?}");
     assert!(ring.bytes >= 10 * 64 && ring.bytes <= 2 * 1024, "{ring:?}");
+
+    // The documented formula (beside the `sample_count` cap in
+    // `src/stat/leap_array.rs`): 80 bytes per second-window bucket, 64 per
+    // minute-window bucket, 64 per reservation bucket once used.
+    assert_eq!(node_heap.bytes, 80 * 10 + 64 * 60, "{node_heap:?}");
+    assert_eq!(ring.bytes, 64 * 10, "{ring:?}");
+    #[cfg(target_pointer_width = "64")]
+    assert_eq!(
+        inline + node_heap.bytes,
+        4_968,
+        "the figure in StatisticNode's docs"
+    );
+    let clock = ManualClock::new(0);
+    let (largest, largest_heap) =
+        allocated_by(|| StatisticNode::with_second_window(clock, 600, 60_000));
+    largest.expect("600 is the largest sample count");
+    assert_eq!(largest_heap.bytes, 80 * 600 + 64 * 60, "{largest_heap:?}");
     drop(metric);
 }

@@ -8,7 +8,7 @@ use std::thread;
 use std::time::Duration;
 
 use tower_sliding_window::clock::{Clock, ManualClock};
-use tower_sliding_window::flow::Admission;
+use tower_sliding_window::flow::{Admission, TryPass};
 use tower_sliding_window::stat::{MetricNode, StatisticNode};
 
 fn ms(n: u64) -> Duration {
@@ -173,7 +173,10 @@ fn avg_rt_and_min_rt() {
     clock.set(1_000);
     let t = clock.now_millis();
     assert_eq!(n.avg_rt(), Some(ms(20)), "only the 300 ms bucket at {t} ms");
-    assert_eq!(n.min_rt(), Some(ms(60)), "at {t} ms");
+    // The batch of 3 that took 60 ms in all offers 20 ms per request as its
+    // minimum (it used to offer 60 ms, above the 20 ms average: hardening
+    // item 9 requires min_rt <= avg_rt on every read).
+    assert_eq!(n.min_rt(), Some(ms(20)), "at {t} ms");
 
     clock.set(1_300);
     assert_eq!(n.avg_rt(), None, "at {} ms", clock.now_millis());
@@ -704,4 +707,45 @@ fn system_clock_node_records() {
     let d = StatisticNode::default();
     assert_eq!(d.total_pass(), 0);
     assert!(format!("{d:?}").contains("StatisticNode"));
+}
+
+/// Hardening item 9: after absurd response times the sum saturates and the
+/// average stays at or above the minimum on every read path.
+#[test]
+fn absurd_response_times_keep_min_rt_at_most_avg_rt() {
+    let (clock, n) = node(0);
+    n.add_rt_and_success(Duration::MAX, 1);
+    n.add_rt_and_success(Duration::MAX, 1);
+    let t = clock.now_millis();
+    assert!(n.avg_rt().is_some() && n.min_rt().is_some(), "at {t} ms");
+    assert!(
+        n.min_rt() <= n.avg_rt(),
+        "{:?} > {:?} at {t} ms",
+        n.min_rt(),
+        n.avg_rt()
+    );
+    assert_eq!(n.minute_window().rt(), Duration::from_micros(u64::MAX));
+
+    let (clock, n) = node(0);
+    for _ in 0..100_000 {
+        n.add_rt_and_success(Duration::from_micros(1 << 50), 1);
+    }
+    // A batch whose time is far below the per-request minimum so far.
+    n.add_rt_and_success(Duration::from_micros(1 << 40), 4);
+    let t = clock.now_millis();
+    assert!(
+        n.min_rt() <= n.avg_rt(),
+        "{:?} > {:?} at {t} ms",
+        n.min_rt(),
+        n.avg_rt()
+    );
+    assert_eq!(
+        n.second_window().rt(),
+        Duration::from_micros(u64::MAX),
+        "at {t} ms"
+    );
+    clock.set(2_000);
+    for m in n.metrics() {
+        assert!(m.rt >= n.minute_window().min_rt(), "{m:?}");
+    }
 }

@@ -24,6 +24,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use tower_sliding_window::clock::{Clock, ManualClock};
+use tower_sliding_window::flow::TryPass;
 use tower_sliding_window::stat::{ArrayMetric, StatisticNode};
 
 const THREADS: usize = 4;

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, Criterion, Throughput};
 use tower_sliding_window::clock::{Clock, SystemClock};
+use tower_sliding_window::flow::TryPass;
 use tower_sliding_window::stat::StatisticNode;
 
 use super::{array_metric, governor_never_rejecting, node_request, KeepFull, RT};

@@ -1,3 +1,8 @@
+//! [`Admission`] and the rule that produces it.
+
+use super::quota::wait_for_quota;
+use crate::stat::StatisticNode;
+
 /// The outcome of an admission attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[must_use = "an admission says whether the request may proceed"]
@@ -29,82 +34,44 @@ impl Admission {
     }
 }
 
-/// Milliseconds from `now_ms` until `n` more passes fit under `limit`,
-/// assuming nothing else passes meanwhile; `None` if they never can
-/// (`n > limit`).
-///
-/// `buckets` are the window's buckets as `(start, pass)`, oldest first. A
-/// bucket stops counting `interval_ms` after its start, so the wait is until
-/// enough of the oldest buckets have slid out.
-pub(crate) fn wait_for_quota<I>(
-    buckets: I,
-    now_ms: u64,
-    interval_ms: u64,
-    n: u64,
-    limit: u64,
-) -> Option<u64>
-where
-    I: IntoIterator<Item = (u64, u64)>,
-    I::IntoIter: Clone,
-{
-    if n > limit {
-        return None;
-    }
-    // Two passes over the buckets rather than a copy, so that nothing is
-    // allocated on the rejection path. The second pass may see newer counts
-    // than the first; the fallback at the end covers a window that emptied
-    // in between.
-    let buckets = buckets.into_iter();
-    let total = buckets
-        .clone()
-        .fold(0u64, |sum, (_, pass)| sum.saturating_add(pass));
-    let mut excess = total.saturating_add(n).saturating_sub(limit);
-    if excess == 0 {
-        return Some(0);
-    }
-    for (start, pass) in buckets {
-        excess = excess.saturating_sub(pass);
-        if excess == 0 {
-            return Some(
-                start
-                    .saturating_add(interval_ms)
-                    .saturating_sub(now_ms)
-                    .max(1),
-            );
-        }
-    }
-    // The buckets hold fewer passes than the excess (they changed while
-    // being read): once the whole window has slid out, anything fits.
-    Some(interval_ms)
+/// The admission rule: `n` more passes fit if the window's pass count plus
+/// `n` stays within `limit`.
+#[inline]
+pub(crate) fn fits(window_pass: u64, n: u64, limit: u64) -> bool {
+    window_pass.saturating_add(n) <= limit
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn fits_now() {
-        assert_eq!(wait_for_quota([(0, 3)], 10, 1000, 1, 5), Some(0));
+/// Turns the outcome of `stat`'s one-step "add if" into an [`Admission`].
+#[inline]
+pub(crate) fn admission(outcome: Result<u64, u64>, n: u64) -> Admission {
+    match outcome {
+        Ok(before) => Admission::Pass {
+            window_pass: before + n,
+        },
+        Err(window_pass) => Admission::Block { window_pass },
     }
+}
 
-    #[test]
-    fn waits_for_the_oldest_buckets_to_leave() {
-        // Buckets at 0 (4 passes), 100 (3), 200 (3); limit 10, now 250.
-        let buckets = [(0, 4), (100, 3), (200, 3)];
-        // One more needs 1 freed: the bucket at 0 leaves at 1000.
-        assert_eq!(wait_for_quota(buckets, 250, 1000, 1, 10), Some(750));
-        // Five more need 5 freed: buckets at 0 and 100 must leave (1100).
-        assert_eq!(wait_for_quota(buckets, 250, 1000, 5, 10), Some(850));
+/// Admits `n` on `node` at `now` if the second window's pass count plus `n`
+/// stays within `limit`, recording the passes in the same atomic step; a
+/// rejection records `n` blocks. The hot path is one cached-sum check and
+/// one compare-and-swap.
+#[inline]
+pub(crate) fn admit(node: &StatisticNode, now: u64, n: u64, limit: u64) -> Admission {
+    let admission = admission(
+        node.try_add_pass_at(now, n, |window_pass| fits(window_pass, n, limit)),
+        n,
+    );
+    if let Admission::Block { .. } = admission {
+        node.record_block_at(now, n);
     }
+    admission
+}
 
-    #[test]
-    fn never_fits_when_n_exceeds_limit() {
-        assert_eq!(wait_for_quota([], 0, 1000, 1, 0), None);
-        assert_eq!(wait_for_quota([(0, 1)], 0, 1000, 3, 2), None);
-    }
-
-    #[test]
-    fn wait_is_at_least_one_millisecond() {
-        assert_eq!(wait_for_quota([(0, 1)], 1000, 1000, 1, 1), Some(1));
-    }
+/// Milliseconds from `now` until `n` more passes fit under `limit` on
+/// `node`'s second window if nothing else passes; `None` if they never can.
+/// Allocation-free.
+pub(crate) fn retry_after_ms(node: &StatisticNode, now: u64, n: u64, limit: u64) -> Option<u64> {
+    let interval_ms = node.second_window().interval_ms();
+    wait_for_quota(node.window_passes(now), now, interval_ms, n, limit)
 }

@@ -1,15 +1,21 @@
-//! Admission: the windowed pass count against a limit.
+//! The admission decision: the windowed pass count against a limit.
 //!
-//! [`ArrayMetric::try_pass`](crate::stat::ArrayMetric::try_pass) and
-//! [`StatisticNode::try_pass`](crate::stat::StatisticNode::try_pass) decide
-//! and record in one atomic step: "admit `n` if the pass count of the window
-//! plus `n` stays within `limit`". With any number of concurrent callers
-//! exactly `limit` are admitted per window, never more and never fewer. The
-//! [`stat` module docs](crate::stat#exact-admission) explain how.
+//! [`stat`](crate::stat) records and offers one primitive to the crate: "add
+//! `n` passes to the newest bucket if a decision about the window's pass
+//! count says yes, in one compare-and-swap". This module owns the decision:
+//! the rule `window_pass + n <= limit`, the [`Admission`] it yields, and how
+//! long a rejected caller should wait ([`TryPass::time_until_pass`]).
+//!
+//! With any number of concurrent callers and a frozen clock, exactly `limit`
+//! are admitted per window, never more and never fewer. "Window" means the
+//! buckets the ring evaluates: the count is exact in every bucket-aligned
+//! window, while an interval that is not aligned to bucket starts can see up
+//! to twice the limit under bursts (the end of one window and the start of
+//! the next).
 //!
 //! ```
 //! use tower_sliding_window::clock::ManualClock;
-//! use tower_sliding_window::flow::Admission;
+//! use tower_sliding_window::flow::{Admission, TryPass};
 //! use tower_sliding_window::stat::ArrayMetric;
 //!
 //! let clock = ManualClock::new(0);
@@ -21,20 +27,9 @@
 //! ```
 
 mod admission;
+mod quota;
+mod try_pass;
 
-pub(crate) use admission::wait_for_quota;
 pub use admission::Admission;
-
-use crate::stat::StatisticNode;
-
-/// Admits `n` at `now` against `limit` on `node`'s second window, recording
-/// a pass, or `n` blocks on rejection.
-#[inline]
-pub(crate) fn admit(node: &StatisticNode, now: u64, n: u64, limit: u64) -> Admission {
-    node.try_pass_at(now, n, limit)
-}
-
-/// Milliseconds from `now` until `n` more passes fit under `limit`.
-pub(crate) fn retry_after_ms(node: &StatisticNode, now: u64, n: u64, limit: u64) -> Option<u64> {
-    node.wait_for_quota_at(now, n, limit)
-}
+pub(crate) use admission::{admit, retry_after_ms};
+pub use try_pass::TryPass;

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::stat::{average_rt, Counts};
+use crate::stat::Counts;
 use crate::store::Entry;
 
 /// One key's statistics at a moment: counts over its current window.
@@ -63,10 +63,10 @@ impl Snapshot {
             exception: counts.exception,
             concurrency,
             limit,
-            // Over all successes summed: weighted by successes for `total`.
-            avg_rt: average_rt(counts.rt_micros, counts.success),
-            min_rt: (counts.min_rt_micros != u64::MAX)
-                .then(|| Duration::from_micros(counts.min_rt_micros)),
+            // Over all successes summed: weighted by successes for `total`;
+            // never below the minimum (see `Counts::avg_rt`).
+            avg_rt: counts.avg_rt(),
+            min_rt: counts.min_rt(),
         }
     }
 }

@@ -189,11 +189,12 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
 
     /// Bounds the number of keys with their own statistics (default 4096).
     ///
-    /// Each key costs about 4.7 KiB (a second and a minute window, see
+    /// Each key costs about 4.9 KiB (a second and a minute window, see
     /// [`StatisticNode`](crate::stat::StatisticNode)), so the default bounds
-    /// the table near 19 MiB: enough for the distinct clients a single
+    /// the table near 20 MiB: enough for the distinct clients a single
     /// instance sees in a minute, small enough for any deployment. Idle keys
-    /// (nothing in flight, no event left in their windows) are evicted when
+    /// (nothing in flight or reserved, no event left in their second window;
+    /// their minute-window history is dropped with them) are evicted when
     /// room is needed, with no background task. When every key is busy, new
     /// keys share one overflow entry, limited with the default limit:
     /// varying the key gets no one past the limit, and memory stays bounded.

@@ -1,11 +1,13 @@
 use std::fmt;
 use std::time::Duration;
 
-use super::metric_array::{BucketRef, MetricArray};
-use super::{MetricBucket, MetricNode, WindowWrap};
+use super::bucket_ref::BucketRef;
+use super::counts::micros;
+use super::metric_array::MetricArray;
+use super::metric_node::MetricNode;
+use super::snapshot::BucketSnapshot;
 use crate::clock::{Clock, SharedClock};
 use crate::error::ConfigError;
-use crate::flow::Admission;
 
 /// Windowed counters over a bucket ring, read and written at the clock's
 /// current time: Sentinel's `ArrayMetric` with its whole `Metric` API.
@@ -14,8 +16,12 @@ use crate::flow::Admission;
 /// [`LeapArray`](super::LeapArray) for the exact window edge), and behaves as though the
 /// current bucket had been opened: nothing needs to be written first.
 ///
-/// [`try_pass`](Self::try_pass) is the exact admission primitive the HTTP
-/// layer is built on.
+/// Admission against a limit is [`TryPass::try_pass`](crate::flow::TryPass::try_pass)
+/// (in `flow`): exact in every bucket-aligned window under any number of
+/// concurrent callers.
+///
+/// Its buckets are managed: reads hand out [`BucketSnapshot`]s, never the
+/// buckets, so nothing a reader holds can upset admission.
 ///
 /// # Examples
 ///
@@ -105,21 +111,32 @@ impl ArrayMetric {
         ArrayMetric { array, clock }
     }
 
+    /// The admission ring, for `flow` and for `StatisticNode`.
+    #[inline]
     pub(crate) fn array(&self) -> &MetricArray {
         &self.array
     }
 
+    /// The window's buckets at `now` as `(start, passes)`, oldest first
+    /// (for `flow`'s wait estimate; no allocation).
     #[inline]
-    fn now(&self) -> u64 {
+    pub(crate) fn window_passes(&self, now: u64) -> impl Iterator<Item = (u64, u64)> + Clone + '_ {
+        self.array.pass_buckets(now)
+    }
+
+    /// The clock's current time, in milliseconds.
+    #[inline]
+    pub(crate) fn now(&self) -> u64 {
         self.clock.now_millis()
     }
 
     fn sum(&self, f: impl Fn(BucketRef<'_>) -> u64) -> u64 {
         self.array.sum(self.now(), f)
     }
+}
 
-    // --- configuration ------------------------------------------------------
-
+/// # Configuration and buckets
+impl ArrayMetric {
     /// Number of buckets.
     pub fn sample_count(&self) -> usize {
         self.array.sample_count()
@@ -135,27 +152,26 @@ impl ArrayMetric {
         self.array.window_length_ms()
     }
 
-    /// The buckets the ring holds for the current window, oldest first,
-    /// each with its window (reservations that matured without their bucket
-    /// being opened are not buckets; [`details`](Self::details) has them).
+    /// Snapshots of the buckets the ring holds for the current window,
+    /// oldest first, each with its window (reservations that matured without
+    /// their bucket being opened are not buckets; [`details`](Self::details)
+    /// has them).
     ///
-    /// The ring itself is not exposed: its buckets must be opened by this
-    /// metric, which keeps the bookkeeping that makes admission exact.
-    /// Counts added directly to a listed bucket are read like any other, but
-    /// an admission sees a pass added that way to an older bucket only from
-    /// the next bucket on; record passes with [`add_pass`](Self::add_pass).
-    pub fn list(&self) -> Vec<WindowWrap<'_, MetricBucket>> {
-        self.array.leap_array().list(self.now())
+    /// Snapshots, not the buckets: the ring's buckets carry the bookkeeping
+    /// that makes admission exact, and only this metric writes them.
+    pub fn list(&self) -> Vec<BucketSnapshot> {
+        self.array.list(self.now())
     }
 
-    /// The held bucket containing `time_ms`, without opening it (Sentinel's
-    /// `getWindowValue`); see [`list`](Self::list) about writing to it.
-    pub fn window_value(&self, time_ms: u64) -> Option<&MetricBucket> {
-        self.array.leap_array().window_value(time_ms)
+    /// A snapshot of the held bucket containing `time_ms`, without opening
+    /// it (Sentinel's `getWindowValue`).
+    pub fn window_value(&self, time_ms: u64) -> Option<BucketSnapshot> {
+        self.array.window_value(time_ms)
     }
+}
 
-    // --- reads --------------------------------------------------------------
-
+/// # Reading the window
+impl ArrayMetric {
     /// Completed requests in the window.
     pub fn success(&self) -> u64 {
         self.sum(|b| b.success())
@@ -225,38 +241,48 @@ impl ArrayMetric {
     pub fn details(&self) -> Vec<MetricNode> {
         self.array.details(self.now())
     }
+}
 
-    // --- writes -------------------------------------------------------------
-
+/// # Recording
+impl ArrayMetric {
     /// Records `n` admitted requests, unconditionally. Use
-    /// [`try_pass`](Self::try_pass) to admit against a limit.
+    /// [`TryPass::try_pass`](crate::flow::TryPass::try_pass) to admit
+    /// against a limit.
     pub fn add_pass(&self, n: u64) {
         self.array.add_pass(self.now(), n);
     }
 
     /// Records `n` rejected requests.
     pub fn add_block(&self, n: u64) {
-        self.array.current(self.now()).add_block(n);
+        self.array.current(self.now()).tallies().add_block(n);
     }
 
     /// Records `n` completions.
     pub fn add_success(&self, n: u64) {
-        self.array.current(self.now()).add_success(n);
+        self.array.current(self.now()).tallies().add_success(n);
     }
 
     /// Records `n` failed completions.
     pub fn add_exception(&self, n: u64) {
-        self.array.current(self.now()).add_exception(n);
+        self.array.current(self.now()).tallies().add_exception(n);
     }
 
     /// Records `n` requests admitted on borrowed quota.
     pub fn add_occupied_pass(&self, n: u64) {
-        self.array.current(self.now()).add_occupied_pass(n);
+        self.array
+            .current(self.now())
+            .tallies()
+            .add_occupied_pass(n);
     }
 
-    /// Records one response time.
+    /// Records one response time (the window's sum saturates rather than
+    /// wraps).
     pub fn add_rt(&self, rt: Duration) {
-        self.array.current(self.now()).add_rt(rt);
+        let micros = micros(rt);
+        self.array
+            .current(self.now())
+            .tallies()
+            .add_rt_micros(micros, micros);
     }
 
     /// Reserves `n` passes in the bucket containing `future_time_ms`.
@@ -265,39 +291,6 @@ impl ArrayMetric {
     /// nothing (Sentinel throws; a statistics call should not fail).
     pub fn add_waiting(&self, future_time_ms: u64, n: u64) {
         self.array.add_waiting(Some(self.now()), future_time_ms, n);
-    }
-
-    // --- admission ----------------------------------------------------------
-
-    /// Admits `n` requests if the window's pass count plus `n` stays within
-    /// `limit`, recording them as passes in the same atomic step.
-    ///
-    /// With the clock frozen and any number of threads calling, exactly
-    /// `limit` passes are admitted per window. A rejection records nothing;
-    /// record it with [`add_block`](Self::add_block) if wanted.
-    ///
-    /// ```
-    /// use tower_sliding_window::clock::ManualClock;
-    /// use tower_sliding_window::stat::ArrayMetric;
-    ///
-    /// let metric = ArrayMetric::with_clock(10, 1000, ManualClock::new(0))?;
-    /// let admitted = (0..5).filter(|_| metric.try_pass(1, 3).is_pass()).count();
-    /// assert_eq!(admitted, 3);
-    /// assert_eq!(metric.pass(), 3);
-    /// # Ok::<(), tower_sliding_window::ConfigError>(())
-    /// ```
-    #[inline]
-    pub fn try_pass(&self, n: u64, limit: u64) -> Admission {
-        self.array.try_pass(self.now(), n, limit)
-    }
-
-    /// How long until `n` more passes would fit under `limit`, if nothing else
-    /// passed meanwhile: zero when they fit now, `None` when they never can
-    /// (`n > limit`).
-    pub fn time_until_pass(&self, n: u64, limit: u64) -> Option<Duration> {
-        self.array
-            .wait_for_quota(self.now(), n, limit)
-            .map(Duration::from_millis)
     }
 }
 

@@ -1,9 +1,59 @@
-//! The bucket ring. The protocol is described in the `stat` module docs,
-//! under "Implementation details"; the comments here point at its steps.
+//! The bucket ring: [`LeapArray`], and the rotation lock its owners open
+//! buckets under.
+//!
+//! # Implementation details
+//!
+//! A slot is a window stamp (the start of the window its bucket holds) next
+//! to the bucket. Recording at time `t`:
+//!
+//! 1. Load the stamp of slot `(t / len) % sample_count` (`Acquire`). If it is
+//!    `start(t)` or newer, write into the bucket in place and stop.
+//! 2. Otherwise the slot holds an older window. Take the ring's rotation
+//!    lock ([`LeapArray::try_lock_rotation`]): a bit in one `AtomicU64` that
+//!    also holds the newest window start ever published, taken with a
+//!    compare-and-swap (`Acquire`). If it is held, back off and go to 1.
+//! 3. With the returned [`Rotation`] guard, re-load the stamp: the previous
+//!    holder may have opened this very bucket. If so, drop the guard and use
+//!    the bucket.
+//! 4. Empty the bucket (the owner decides how: a plain reset, or a take
+//!    that rolls the counts up elsewhere), then [`Rotation::publish`] the new
+//!    start with a `Release` store to the stamp. Dropping the guard releases
+//!    the lock (`Release`, recording the newest start), also on unwind.
+//!
+//! Owners with more bookkeeping (the admission ring in `metric_array`, the
+//! reservation ring in `reservation`) write their own step 4 in one
+//! function, in order, around the same guard.
+//!
+//! Why no event is lost or counted twice:
+//!
+//! - A writer **of the new window** adds only after loading the new stamp
+//!   with `Acquire`, which synchronises with the `Release` publication that
+//!   follows the reset. The reset happens-before its add, so the reset
+//!   cannot overwrite it. (Sentinel publishes the new start *before*
+//!   resetting, and resets without re-checking, so concurrent writes of the
+//!   new window can be wiped: alibaba/Sentinel#2230.)
+//! - Only one thread at a time can open buckets in a ring, and it re-checks
+//!   under the lock, so a bucket is reset once per window, never twice.
+//! - A **late writer** (it loaded the old stamp, then was delayed past the
+//!   rotation) adds either before the reset, so the event counts in the old
+//!   window, which has just slid out, or after it, so it counts in the new
+//!   one, as any write behind its slot does. Each `fetch_add` lands exactly
+//!   once in exactly one window.
+//!
+//! The lock is held only to open a bucket (at most once per bucket length
+//! per ring) and covers a few stores; recording within a bucket never
+//! touches it. A thread that needs the bucket being opened waits for those
+//! stores; a thread writing into any other bucket does not wait at all.
+//!
+//! Readers do not lock. They may observe a bucket mid-reset and so see a
+//! window whose counts are torn across buckets, but never a count from a
+//! window that is not in range: a bucket counts only if its stamp, loaded
+//! with `Acquire` before its counters, is in the window.
 
 use std::fmt;
 
-use super::{MetricBucket, WindowWrap};
+use super::bucket::MetricBucket;
+use super::window_wrap::WindowWrap;
 use crate::error::ConfigError;
 use crate::sync::{backoff, AtomicU64, AtomicUsize, Ordering};
 
@@ -23,9 +73,27 @@ impl BucketValue for MetricBucket {
     }
 }
 
-/// The largest supported sample count. A larger ring would only cost memory:
-/// no window needs buckets finer than a millisecond.
-pub(crate) const MAX_SAMPLE_COUNT: usize = 1 << 20;
+/// The largest supported sample count.
+///
+/// A ring costs one 64-byte slot per bucket, allocated up front, and a
+/// `StatisticNode` keeps one per key, so the cap bounds what each key
+/// costs. Memory per `StatisticNode`, in bytes:
+///
+/// ```text
+///   size_of::<StatisticNode>()                    (struct, inline)
+/// + 80 × sample_count                             (second window: 64-byte slot,
+///                                                  8-byte admission cache,
+///                                                  8-byte roll-up bookkeeping)
+/// + 64 × 60                                       (minute window)
+/// + 64 × sample_count, once anything is reserved  (reservation ring)
+/// ```
+///
+/// On a 64-bit target the struct is 328 bytes, so the default node (10
+/// samples) holds 4 640 bytes on the heap and 4 968 in all, 5 608 once it
+/// lends quota (`tests/no_alloc.rs` checks these figures); at the cap of
+/// 600, 52 168 bytes (90 568 with reservations). Finer buckets than a tenth of a
+/// second over a minute-long window buy no accuracy worth that.
+pub(crate) const MAX_SAMPLE_COUNT: usize = 600;
 
 /// Times are clamped to this (about 146 million years of milliseconds), which
 /// keeps every window start below the lock bit of `LeapArray::rotation`.
@@ -49,8 +117,9 @@ const LOCKED: u64 = 1 << 63;
 ///
 /// Buckets are opened lazily by [`current_window`](Self::current_window), the
 /// only method that writes. Reads never open a bucket and never need a prior
-/// write. See the [module docs](super#implementation-details) for how
-/// rotation stays exact under concurrency.
+/// write. Rotation never loses an event nor counts one twice under
+/// concurrency; the protocol is described at the top of
+/// `src/stat/leap_array.rs`.
 ///
 /// # Examples
 ///
@@ -105,57 +174,22 @@ struct Slot<B> {
 /// `BucketLeapArray`.
 pub type BucketLeapArray = LeapArray<MetricBucket>;
 
-/// Steps a bucket-owning type takes while a bucket opens. Used by
-/// `ArrayMetric` for exact admission and for borrowed (future) quota.
-pub(crate) trait OpenHooks<B> {
-    /// Runs with the rotation lock held, before `slot`'s value is reset for
-    /// the window `start`. `newest` is true when no newer window has ever
-    /// been published.
-    fn before_reset(&self, _array: &LeapArray<B>, _slot: usize, _start: u64, _newest: bool) {}
-
-    /// Empties `value` (in slot `slot`), which held the window `previous`
-    /// (if any), for the window `start`. Runs with the rotation lock held.
-    fn reset_value(&self, value: &B, _slot: usize, _previous: Option<u64>, _start: u64)
-    where
-        B: BucketValue,
-    {
-        value.reset();
-    }
-
-    /// Runs with the rotation lock held, right after the new window was
-    /// published.
-    fn after_publish(&self) {}
-
-    /// Runs with the rotation lock held, after the value was reset and
-    /// before the window is published.
-    fn after_reset(&self, _value: &B, _start: u64, _newest: bool) {}
-}
-
-/// No extra steps: a plain ring.
-pub(crate) struct NoHooks;
-
-impl<B> OpenHooks<B> for NoHooks {}
-
 impl<B: BucketValue> LeapArray<B> {
     /// A ring of `sample_count` buckets over `interval_ms` milliseconds.
     ///
     /// # Errors
     ///
     /// A [`ConfigError`] naming the field when `sample_count` is 0 or above
-    /// 2^20, when `interval_ms` is 0, or when `interval_ms` is not a multiple
+    /// 600 (each bucket is allocated up front), when `interval_ms` is 0, or when `interval_ms` is not a multiple
     /// of `sample_count`.
     pub fn new(sample_count: usize, interval_ms: u64) -> Result<Self, ConfigError> {
         let window_length_ms = validate(sample_count, interval_ms)?;
         Ok(Self::build(window_length_ms, interval_ms, sample_count))
     }
 
-    /// An empty ring with the same (already validated) shape as `other`.
-    pub(crate) fn with_shape_of<C>(other: &LeapArray<C>) -> Self {
-        Self::build(
-            other.window_length_ms,
-            other.interval_ms,
-            other.sample_count,
-        )
+    /// An empty ring of an already validated shape.
+    pub(crate) fn from_shape(window_length_ms: u64, interval_ms: u64, sample_count: usize) -> Self {
+        Self::build(window_length_ms, interval_ms, sample_count)
     }
 
     fn build(window_length_ms: u64, interval_ms: u64, sample_count: usize) -> Self {
@@ -184,13 +218,6 @@ pub(crate) fn validate(sample_count: usize, interval_ms: u64) -> Result<u64, Con
             "got 0",
         ));
     }
-    if sample_count > MAX_SAMPLE_COUNT {
-        return Err(ConfigError::new(
-            "sample_count",
-            "must be at most 1048576",
-            format!("got {sample_count}"),
-        ));
-    }
     if interval_ms == 0 {
         return Err(ConfigError::new(
             "interval_ms",
@@ -198,14 +225,24 @@ pub(crate) fn validate(sample_count: usize, interval_ms: u64) -> Result<u64, Con
             "got 0",
         ));
     }
-    let sample_count = sample_count as u64;
-    if interval_ms % sample_count != 0 {
+    if interval_ms % sample_count as u64 != 0 {
         return Err(ConfigError::new(
             "interval_ms",
             "must be a multiple of `sample_count`",
             format!("got {interval_ms}, sample_count = {sample_count}"),
         ));
     }
+    // After the shape checks, so that a shape that is wrong anyway is
+    // reported as such. Each bucket is allocated up front: see
+    // `MAX_SAMPLE_COUNT` for what a ring costs.
+    if sample_count > MAX_SAMPLE_COUNT {
+        return Err(ConfigError::new(
+            "sample_count",
+            "must be at most 600",
+            format!("got {sample_count}; each bucket is allocated up front"),
+        ));
+    }
+    let sample_count = sample_count as u64;
     Ok(interval_ms / sample_count)
 }
 
@@ -373,80 +410,60 @@ impl<B: BucketValue> LeapArray<B> {
     /// bucket) is answered with that newer window: the event is recorded
     /// there rather than lost, and nothing panics.
     pub fn current_window(&self, now_ms: u64) -> WindowWrap<'_, B> {
-        let (idx, start) = self.open(now_ms, &NoHooks);
+        let (idx, start) = match self.find(now_ms) {
+            Ok(found) => found,
+            Err((idx, start)) => self.open_slow(idx, start),
+        };
         WindowWrap::new(start, self.window_length_ms, &self.slots[idx].value)
     }
 
-    /// Opens the bucket for `now_ms` (see [`current_window`]) and returns its
-    /// slot index and the start of the window the slot holds.
-    #[inline]
-    pub(crate) fn open<H: OpenHooks<B>>(&self, now_ms: u64, hooks: &H) -> (usize, u64) {
-        match self.newest_holding(now_ms) {
-            Some(found) => found,
-            None => self.open_slow(now_ms, hooks),
-        }
-    }
-
-    /// [`open`](Self::open) when `now_ms` is not in the newest bucket.
+    /// Opens slot `idx` for the window `start` (steps 1 to 4 of the module
+    /// docs), resetting the value in place.
     #[cold]
     #[inline(never)]
-    fn open_slow<H: OpenHooks<B>>(&self, now_ms: u64, hooks: &H) -> (usize, u64) {
-        let (idx, start) = self.locate(now_ms);
-        let slot = &self.slots[idx];
+    fn open_slow(&self, idx: usize, start: u64) -> (usize, u64) {
         let mut round = 0;
         loop {
-            // Step 1 of the protocol: a slot already holding this window (or
-            // a newer one) is written in place.
-            let held = slot.stamp.load(Ordering::Acquire);
-            if held == start || (held != EMPTY && held > start) {
+            if let Some(held) = self.holding(idx, start) {
                 return (idx, held);
             }
-            // Step 2: the slot holds an older window (or none). Take the
-            // rotation lock; whoever holds it may be opening this very slot.
-            let Some(newest) = self.try_lock_rotation() else {
+            let Some(mut rotation) = self.try_lock_rotation() else {
                 backoff(&mut round);
                 continue;
             };
-            // Step 3: re-check under the lock: a thread that held it before
-            // us may have opened the bucket already.
-            let guard = RotationGuard {
-                array: self,
-                newest: newest.map_or(start, |n| n.max(start)),
-            };
-            let held = slot.stamp.load(Ordering::Acquire);
-            if held != EMPTY && held >= start {
-                drop(guard);
+            if let Some(held) = rotation.holding(idx, start) {
                 return (idx, held);
             }
-            // Step 4: reset and publish. Writers that loaded the old stamp
-            // before this point may still add to the value; their events land
-            // either before the reset (counted in the old, expired window) or
-            // after it (counted in the new one): once either way.
-            let is_newest = newest.map_or(true, |n| start > n);
-            hooks.before_reset(self, idx, start, is_newest);
-            hooks.reset_value(&slot.value, idx, (held != EMPTY).then_some(held), start);
-            hooks.after_reset(&slot.value, start, is_newest);
-            // Release: the reset above happens-before every write by a thread
-            // that loads this stamp with Acquire (step 1).
-            slot.stamp.store(start, Ordering::Release);
-            hooks.after_publish();
-            if is_newest {
-                self.newest_slot.store(idx, Ordering::Relaxed);
-            }
-            drop(guard);
+            self.slots[idx].value.reset();
+            rotation.publish(idx, start);
             return (idx, start);
         }
     }
+}
 
-    /// The fast path of [`open`](Self::open): when `now_ms` falls in the
-    /// newest opened bucket, which is almost always, find it without the two
-    /// divisions of [`locate`](Self::locate).
+impl<B> LeapArray<B> {
+    /// Where `now_ms` is recorded: `Ok((slot, start))` when its slot holds
+    /// its window or a newer one (step 1; `start` is the window held),
+    /// `Err((slot, start))` when the slot must be opened for `start` first.
     #[inline]
-    fn newest_holding(&self, now_ms: u64) -> Option<(usize, u64)> {
-        self.newest_slot_for(now_ms, false)
+    pub(crate) fn find(&self, now_ms: u64) -> Result<(usize, u64), (usize, u64)> {
+        if let Some(found) = self.newest_slot_for(now_ms, false) {
+            return Ok(found);
+        }
+        let (idx, start) = self.locate(now_ms);
+        match self.holding(idx, start) {
+            Some(held) => Ok((idx, held)),
+            None => Err((idx, start)),
+        }
     }
 
-    /// The slot of the newest opened bucket when `now_ms` lies in it or
+    /// The window start slot `idx` holds if it is `start` or newer (step 1).
+    #[inline]
+    pub(crate) fn holding(&self, idx: usize, start: u64) -> Option<u64> {
+        self.held_start(idx).filter(|&held| held >= start)
+    }
+
+    /// The newest opened bucket's slot when `now_ms` lies in it or
     /// behind it: where admission records, a clock that lags being moved
     /// forward to the newest bucket. One load of the newest start, no
     /// division.
@@ -473,10 +490,12 @@ impl<B: BucketValue> LeapArray<B> {
         (slot.stamp.load(Ordering::Acquire) == newest).then_some((idx, newest))
     }
 
-    /// Takes the rotation lock if it is free, returning the newest start
-    /// (`Some(None)` when no window was ever opened).
+    /// Takes the rotation lock if it is free (step 2). Every bucket opening
+    /// of the ring happens while a [`Rotation`] is alive, so openings are
+    /// totally ordered.
     #[inline]
-    fn try_lock_rotation(&self) -> Option<Option<u64>> {
+    pub(crate) fn try_lock_rotation(&self) -> Option<Rotation<'_, B>> {
+        // Relaxed: only a guess; the compare-and-swap below decides.
         let current = self.rotation.load(Ordering::Relaxed);
         if current & LOCKED != 0 {
             return None;
@@ -491,23 +510,69 @@ impl<B: BucketValue> LeapArray<B> {
                 Ordering::Relaxed,
             )
             .ok()
-            .map(|encoded| encoded.checked_sub(1))
+            .map(|encoded| {
+                let newest_before = encoded.checked_sub(1);
+                Rotation {
+                    array: self,
+                    newest_before,
+                    newest: newest_before,
+                }
+            })
     }
 }
 
-/// Releases the rotation lock, recording the newest start, even if a hook or
-/// `reset` unwinds: a panic there must not wedge every later opening.
-struct RotationGuard<'a, B> {
+/// The ring's rotation lock, held: the one thread allowed to open buckets.
+///
+/// Dropping it releases the lock and records the newest start published,
+/// also when the owner's bookkeeping unwinds: a panic there must not wedge
+/// every later opening.
+pub(crate) struct Rotation<'a, B> {
     array: &'a LeapArray<B>,
-    newest: u64,
+    /// The newest start published before the lock was taken.
+    newest_before: Option<u64>,
+    /// The newest start published so far, this holder's included.
+    newest: Option<u64>,
 }
 
-impl<B> Drop for RotationGuard<'_, B> {
+impl<B> Rotation<'_, B> {
+    /// Step 3: the window start slot `idx` holds, if it is `start` or newer
+    /// (a previous holder opened it already).
+    #[inline]
+    pub(crate) fn holding(&self, idx: usize, start: u64) -> Option<u64> {
+        self.array.holding(idx, start)
+    }
+
+    /// The window start slot `idx` holds before it is reused, if any.
+    pub(crate) fn previous(&self, idx: usize) -> Option<u64> {
+        self.array.held_start(idx)
+    }
+
+    /// Whether `start` would be the newest window ever opened.
+    pub(crate) fn is_newest(&self, start: u64) -> bool {
+        self.newest_before.map_or(true, |newest| start > newest)
+    }
+
+    /// Step 4, last: publishes `start` as the window slot `idx` holds. Call
+    /// it once the slot's value is empty and ready for the new window.
+    pub(crate) fn publish(&mut self, idx: usize, start: u64) {
+        // Release: the reset before this happens-before every write by a
+        // thread that loads this stamp with Acquire (step 1).
+        self.array.slots[idx].stamp.store(start, Ordering::Release);
+        if self.newest.map_or(true, |newest| start > newest) {
+            self.newest = Some(start);
+            // Relaxed: published by the Release that unlocks, and only a
+            // hint anyway (see `newest_slot`).
+            self.array.newest_slot.store(idx, Ordering::Relaxed);
+        }
+    }
+}
+
+impl<B> Drop for Rotation<'_, B> {
     fn drop(&mut self) {
-        // Release: the next lock holder (Acquire) sees this holder's work.
-        self.array
-            .rotation
-            .store(self.newest + 1, Ordering::Release);
+        // Release: the next lock holder (Acquire) and every reader of the
+        // newest start see this holder's work.
+        let encoded = self.newest.map_or(0, |newest| newest + 1);
+        self.array.rotation.store(encoded, Ordering::Release);
     }
 }
 
@@ -549,7 +614,11 @@ mod tests {
             .to_string()
             .contains("multiple of `sample_count`"));
 
-        let huge = LeapArray::<MetricBucket>::new(MAX_SAMPLE_COUNT + 1, 1 << 40).unwrap_err();
+        let huge = LeapArray::<MetricBucket>::new(
+            MAX_SAMPLE_COUNT + 1,
+            1_000 * (MAX_SAMPLE_COUNT as u64 + 1),
+        )
+        .unwrap_err();
         assert_eq!(huge.field(), "sample_count");
     }
 

@@ -1,93 +1,84 @@
-//! The time-parameterised core behind `ArrayMetric`: a bucket ring plus an
-//! optional ring of reservations, with exact admission. Every method takes
-//! the time, so a `StatisticNode` can read the clock once per operation.
+//! The admission ring: a ring of managed buckets, the cache that makes an
+//! admission one compare-and-swap, and (optionally) a reservation ring and a
+//! roll-up. Every method takes the time, so a `StatisticNode` can read the
+//! clock once per operation.
+//!
+//! This file offers the *mechanism* of exact admission,
+//! [`MetricArray::try_add_pass`]: "add `n` passes to the newest bucket if
+//! `decide(window_pass)` says yes, in one compare-and-swap". The *rule*
+//! (`window_pass + n <= limit`) lives in `crate::flow`.
+//!
+//! # Implementation details: exact admission
+//!
+//! Sentinel checks and then adds, so two threads can both see room for one
+//! (alibaba/Sentinel#1592). Here the decision and the record are one
+//! compare-and-swap on the admission word of the newest bucket (layout in
+//! `admission_bucket`).
+//!
+//! 1. The caller moves its time forward to the newest opened bucket if its
+//!    clock lags behind it, and opens that bucket ([`MetricArray::open`]).
+//! 2. It takes the passes of the older buckets in the window. Those are
+//!    final for admission: whenever a newer bucket is opened, the opener
+//!    sets the `SEALED` bit on every older bucket *before* publishing the new
+//!    one, and an admission only succeeds on an unsealed word. So the opener
+//!    sums them once, under the rotation lock, and caches the sum beside the
+//!    slot (`before`); the admissions of that bucket reuse it. A pass
+//!    recorded into a sealed bucket (by `add_pass` from a clock behind the
+//!    newest bucket) bumps a straggler counter (`Release`) after landing;
+//!    the cache is stamped with that counter, and an admission that reads
+//!    (`Acquire`) a different value sums the buckets again (without writing
+//!    the cache back: only the opener knows which window of the slot a sum
+//!    belongs to). Either the late pass was complete before the admission
+//!    began, and the admission sees the bump, or the two were concurrent and
+//!    the admission may be ordered first.
+//! 3. It loads the current bucket's word (`Acquire`). If the word is sealed
+//!    or its round tag is not this window's, a newer bucket exists: start
+//!    over at step 1. Otherwise it asks `decide` about `older + count` and,
+//!    if yes (and the 47-bit count has room), swaps in `count + n`
+//!    (`AcqRel`). A failed swap re-decides with the value it returned.
+//!
+//! So every admission is decided against the whole window as it is at the
+//! moment of its swap: the older buckets cannot gain an admission after
+//! being sealed, and the current one cannot change between the load and the
+//! successful swap. The round tag changes every time the slot is reused, so
+//! a caller delayed across whole rotations cannot succeed with a stale word
+//! that happens to hold the same count (ABA), unless it slept through 65 535
+//! of them. It is never 0, so no valid word equals the 0 a reset briefly
+//! leaves in the word before the new round's word is stored.
+//!
+//! Passes recorded with `add_pass` (not through admission) still count in
+//! the window; they are simply not limited.
+//!
+//! Exact means: in every window the ring evaluates (the buckets of
+//! `(start(t) - interval, start(t)]`), admitted passes never exceed the
+//! limit. An interval that is not aligned to bucket starts can hold up to
+//! twice the limit under bursts (the end of one window and the start of the
+//! next).
 
-use std::sync::OnceLock;
 use std::time::Duration;
 
-use super::bucket::{pass_word, Counts};
-use super::leap_array::{validate, OpenHooks};
-use super::{FutureBucketLeapArray, LeapArray, MetricBucket, MetricNode, WindowWrap};
+use super::admission_bucket::{pass_word, AdmissionBucket};
+use super::bucket_ref::BucketRef;
+use super::counts::Counts;
+use super::leap_array::{validate, LeapArray};
+use super::metric_node::MetricNode;
+use super::reservation::Reservations;
+use super::rollup::Rollup;
+use super::snapshot::BucketSnapshot;
 use crate::error::ConfigError;
-use crate::flow::{wait_for_quota, Admission};
-use crate::sync::{backoff, fence, AtomicU64, Ordering};
+use crate::sync::{backoff, AtomicU64, Ordering};
 
-/// A bucket of the window as reads see it.
-#[derive(Clone, Copy)]
-pub(crate) enum BucketRef<'a> {
-    /// The main ring holds the bucket.
-    Held(&'a MetricBucket),
-    /// The main ring never opened the bucket, but quota reserved for it has
-    /// matured: reads count it as passes, as if the bucket had been opened.
-    Reserved(u64),
-}
-
-impl BucketRef<'_> {
-    pub(crate) fn pass(self) -> u64 {
-        match self {
-            BucketRef::Held(b) => b.pass(),
-            BucketRef::Reserved(n) => n,
-        }
-    }
-
-    fn with(self, f: impl FnOnce(&MetricBucket) -> u64) -> u64 {
-        match self {
-            BucketRef::Held(b) => f(b),
-            BucketRef::Reserved(_) => 0,
-        }
-    }
-
-    pub(crate) fn block(self) -> u64 {
-        self.with(MetricBucket::block)
-    }
-
-    pub(crate) fn success(self) -> u64 {
-        self.with(MetricBucket::success)
-    }
-
-    pub(crate) fn exception(self) -> u64 {
-        self.with(MetricBucket::exception)
-    }
-
-    pub(crate) fn occupied_pass(self) -> u64 {
-        self.with(MetricBucket::occupied_pass)
-    }
-
-    pub(crate) fn rt_micros(self) -> u64 {
-        self.with(MetricBucket::rt_micros)
-    }
-
-    /// Every count of the bucket (a matured reservation has passes only).
-    pub(crate) fn counts(self) -> Counts {
-        match self {
-            BucketRef::Held(b) => b.counts(),
-            BucketRef::Reserved(pass) => Counts {
-                pass,
-                ..Counts::default()
-            },
-        }
-    }
-
-    pub(crate) fn min_rt_micros(self) -> u64 {
-        match self {
-            BucketRef::Held(b) => b.min_rt_micros(),
-            BucketRef::Reserved(_) => u64::MAX,
-        }
-    }
-}
-
-/// Bucket ring + optional reservation ring.
+/// The admission ring (module docs).
 pub(crate) struct MetricArray {
-    main: LeapArray<MetricBucket>,
-    /// `None`: not occupiable, reservations are ignored. `Some`: occupiable;
-    /// the ring itself is allocated on the first reservation, so nodes that
-    /// never borrow quota do not pay for it.
-    borrow: Option<OnceLock<FutureBucketLeapArray>>,
+    main: LeapArray<AdmissionBucket>,
+    /// `None`: not occupiable, reservations are ignored.
+    reservations: Option<Reservations>,
     /// Per slot: the passes of the window's older buckets, computed when the
     /// slot's bucket was opened as the newest, packed with the value of
     /// `stragglers` at that moment (see [`before_word`]). An admission reuses
     /// it while `stragglers` is unchanged, instead of summing the older
     /// buckets on every request. `UNKNOWN` when there is nothing to reuse.
+    /// Written only under the rotation lock (`Release`), read with `Acquire`.
     before: Box<[AtomicU64]>,
     /// Bumped after every pass recorded into a sealed bucket, i.e. behind
     /// the newest bucket, where the cached sums of older buckets cannot see
@@ -97,24 +88,6 @@ pub(crate) struct MetricArray {
     /// Where buckets go when their slot is reused, if anywhere: a
     /// `StatisticNode`'s minute window.
     rollup: Option<Rollup>,
-}
-
-/// A coarser ring the main ring rolls its buckets into as it reuses their
-/// slots. Recording touches only the main ring; the rollup sees a bucket's
-/// counts once the bucket leaves the main ring, and readers combine the two.
-struct Rollup {
-    ring: LeapArray<MetricBucket>,
-    /// Per main-ring slot: the passes its current bucket started with from
-    /// matured reservations. Sentinel counts borrowed quota in the minute
-    /// window when it is granted (`StatisticNode::add_occupied_pass`), so
-    /// these are left out of the roll-up. Written under the rotation lock,
-    /// inside the sequence lock.
-    prefilled: Box<[AtomicU64]>,
-    /// A sequence lock around every roll-up: odd while a bucket moves from
-    /// the main ring into the rollup, even otherwise. Readers retry when it
-    /// changed under them, so a bucket is counted in exactly one of the two.
-    /// Writers are serialised by the main ring's rotation lock.
-    seq: AtomicU64,
 }
 
 /// `MetricArray::before` entry with nothing cached.
@@ -164,6 +137,8 @@ fn round_tag(start: u64, interval_ms: u64) -> u64 {
 }
 
 impl MetricArray {
+    /// A ring of `sample_count` buckets over `interval_ms`; `occupiable`
+    /// adds a reservation ring.
     pub(crate) fn new(
         sample_count: usize,
         interval_ms: u64,
@@ -173,8 +148,7 @@ impl MetricArray {
     }
 
     /// Like [`new`](Self::new), rolling buckets up into a ring of
-    /// `rollup_sample_count` buckets over `rollup_interval_ms` as their slots
-    /// are reused.
+    /// `rollup_sample_count` buckets over `rollup_interval_ms`.
     pub(crate) fn with_rollup(
         sample_count: usize,
         interval_ms: u64,
@@ -182,13 +156,9 @@ impl MetricArray {
         rollup_sample_count: usize,
         rollup_interval_ms: u64,
     ) -> Result<Self, ConfigError> {
-        // Validate before sizing `prefilled` by the sample count.
+        // Validate before sizing the rollup's bookkeeping by the sample count.
         validate(sample_count, interval_ms)?;
-        let rollup = Rollup {
-            ring: LeapArray::new(rollup_sample_count, rollup_interval_ms)?,
-            prefilled: (0..sample_count).map(|_| AtomicU64::new(0)).collect(),
-            seq: AtomicU64::new(0),
-        };
+        let rollup = Rollup::new(rollup_sample_count, rollup_interval_ms, sample_count)?;
         Self::build(sample_count, interval_ms, occupiable, Some(rollup))
     }
 
@@ -198,28 +168,18 @@ impl MetricArray {
         occupiable: bool,
         rollup: Option<Rollup>,
     ) -> Result<Self, ConfigError> {
+        let main = LeapArray::new(sample_count, interval_ms)?;
         Ok(MetricArray {
-            main: LeapArray::new(sample_count, interval_ms)?,
-            borrow: occupiable.then(OnceLock::new),
+            reservations: occupiable.then(|| Reservations::with_shape_of(&main)),
             before: (0..sample_count).map(|_| AtomicU64::new(UNKNOWN)).collect(),
             stragglers: AtomicU64::new(0),
             rollup,
+            main,
         })
     }
 
-    pub(crate) fn leap_array(&self) -> &LeapArray<MetricBucket> {
-        &self.main
-    }
-
     pub(crate) fn is_occupiable(&self) -> bool {
-        self.borrow.is_some()
-    }
-
-    fn borrow(&self) -> Option<&LeapArray<MetricBucket>> {
-        self.borrow
-            .as_ref()
-            .and_then(OnceLock::get)
-            .map(|f| &f.ring)
+        self.reservations.is_some()
     }
 
     pub(crate) fn sample_count(&self) -> usize {
@@ -234,19 +194,118 @@ impl MetricArray {
         self.main.window_length_ms()
     }
 
-    // --- writes -------------------------------------------------------------
+    /// The newest window start this ring, or its reservation ring, holds
+    /// anything for: the newest bucket that can still count in a window.
+    #[inline]
+    pub(crate) fn newest_start(&self) -> Option<u64> {
+        let reserved = self
+            .reservations
+            .as_ref()
+            .and_then(Reservations::newest_start);
+        self.main.newest_start().max(reserved)
+    }
+
+    // --- opening buckets ------------------------------------------------------
+
+    /// Opens the bucket for `now` and returns its slot and the start of the
+    /// window the slot holds (newer than `now`'s for a clock behind it).
+    #[inline]
+    pub(crate) fn open(&self, now: u64) -> (usize, u64) {
+        match self.main.find(now) {
+            Ok(found) => found,
+            Err((idx, start)) => self.open_slow(idx, start),
+        }
+    }
+
+    /// Opens slot `idx` for the window `start`: the rotation protocol of
+    /// `leap_array`, with this ring's bookkeeping, in order.
+    #[cold]
+    #[inline(never)]
+    fn open_slow(&self, idx: usize, start: u64) -> (usize, u64) {
+        let mut round = 0;
+        loop {
+            // 1. A slot already holding this window (or a newer one) is
+            //    written in place.
+            if let Some(held) = self.main.holding(idx, start) {
+                return (idx, held);
+            }
+            // 2. Lock; whoever holds the lock may be opening this very slot.
+            let Some(mut rotation) = self.main.try_lock_rotation() else {
+                backoff(&mut round);
+                continue;
+            };
+            // 3. Re-check under the lock.
+            if let Some(held) = rotation.holding(idx, start) {
+                return (idx, held);
+            }
+            let newest = rotation.is_newest(start);
+            let bucket = self.main.value_at(idx);
+            // 4a. A new newest bucket: seal every older one, so that an
+            //     admission still aimed at one of them fails its swap and
+            //     moves on, then cache their (now final) sum for every
+            //     admission into this bucket. Done before this bucket is
+            //     published, so anyone who can see it also sees the seals.
+            //     An older bucket opened late caches nothing.
+            let cached = if newest {
+                for (other, held, older) in self.main.held_slots() {
+                    if other != idx && held < start && !pass_word::is_sealed(older.pass_word()) {
+                        older.seal();
+                    }
+                }
+                // Acquire: pairs with the Release bumps of late passes.
+                let generation = self.stragglers.load(Ordering::Acquire);
+                let tag = round_tag(start, self.main.interval_ms());
+                before_word::pack(tag, generation, self.sum_before(start)).unwrap_or(UNKNOWN)
+            } else {
+                UNKNOWN
+            };
+            // Release: published again by the round's word (`start_round`).
+            self.before[idx].store(cached, Ordering::Release);
+            // 4b. Empty the bucket. Writers that loaded the old stamp may
+            //     still add to it; their events land either before this (the
+            //     old, expired window) or after it (the new one): once either
+            //     way. With a roll-up, the old counts move there inside the
+            //     sequence lock, which stays odd until the publication.
+            let reserved = self.reserved_for(start);
+            let moving = match &self.rollup {
+                Some(rollup) => {
+                    let moving = rollup.begin_move();
+                    let counts = bucket.take();
+                    let previous = rotation.previous(idx);
+                    rollup.roll_up(&moving, idx, previous, counts, reserved, start);
+                    Some(moving)
+                }
+                None => {
+                    bucket.reset();
+                    None
+                }
+            };
+            // 4c. Start the round: the tag, plus the quota reserved for this
+            //     bucket as its first passes. An older bucket opened late
+            //     takes plain writes, never admissions.
+            bucket.start_round(round_tag(start, self.main.interval_ms()), reserved);
+            if !newest {
+                bucket.seal();
+                if reserved > 0 {
+                    // Release: see `stragglers`.
+                    self.stragglers.fetch_add(1, Ordering::Release);
+                }
+            }
+            // 4d. Publish (Release store of the stamp), end the move, and
+            //     unlock as `rotation` drops.
+            rotation.publish(idx, start);
+            drop(moving);
+            return (idx, start);
+        }
+    }
+
+    // --- recording -----------------------------------------------------------
 
     /// The bucket to record into at `now`, opened if needed.
     #[inline]
-    pub(crate) fn current(&self, now: u64) -> &MetricBucket {
-        self.current_window(now).value()
-    }
-
-    /// Like [`current`](Self::current), with the window the bucket holds.
-    #[inline]
-    pub(crate) fn current_window(&self, now: u64) -> WindowWrap<'_, MetricBucket> {
-        let (idx, start) = self.main.open(now, self);
-        WindowWrap::new(start, self.main.window_length_ms(), self.main.value_at(idx))
+    pub(crate) fn current(&self, now: u64) -> &AdmissionBucket {
+        let (idx, _) = self.open(now);
+        self.main.value_at(idx)
     }
 
     /// Records `n` passes at `now`, unconditionally.
@@ -254,30 +313,148 @@ impl MetricArray {
         let previous = self.current(now).add_pass_returning(n);
         if pass_word::is_sealed(previous) {
             // Behind the newest bucket: cached sums of older buckets must be
-            // recomputed to include it.
+            // recomputed to include it. Release: see `stragglers`.
             self.stragglers.fetch_add(1, Ordering::Release);
         }
     }
 
     /// Reserves `n` passes in the bucket containing `future_time`, for a
     /// caller whose clock reads `now` (`None` when it has none: the newest
-    /// opened bucket stands in for it). Does nothing on an array that is not
+    /// opened bucket stands in for it). Does nothing on a ring that is not
     /// occupiable.
     pub(crate) fn add_waiting(&self, now: Option<u64>, future_time: u64, n: u64) {
-        let Some(cell) = &self.borrow else {
+        let Some(reservations) = &self.reservations else {
             return;
         };
-        let borrow = &cell
-            .get_or_init(|| FutureBucketLeapArray {
-                ring: LeapArray::with_shape_of(&self.main),
-            })
-            .ring;
-        let hooks = BorrowHooks { owner: self, now };
-        let (idx, _) = borrow.open(future_time, &hooks);
-        borrow.value_at(idx).add_pass(n);
+        reservations.reserve(future_time, n, |old, _passes| {
+            // Matured means the bucket has started by the caller's time.
+            // Reads count a matured reservation whether or not anything has
+            // opened the admission ring since, so its newest bucket alone is
+            // not enough: a run of reservations with no other write in
+            // between would drop every one of them.
+            let matured = now.is_some_and(|now| old <= now)
+                || self.main.newest_start().is_some_and(|newest| old <= newest);
+            if matured && self.main.held(old).is_none() {
+                self.open(old);
+            }
+        });
     }
 
-    // --- reads --------------------------------------------------------------
+    /// Passes reserved for the bucket starting at `start`.
+    fn reserved_for(&self, start: u64) -> u64 {
+        self.reservations
+            .as_ref()
+            .map_or(0, |reservations| reservations.reserved_for(start))
+    }
+
+    // --- admission ---------------------------------------------------------
+
+    /// Adds `n` passes to the newest bucket if `decide(window_pass)` says
+    /// yes, where `window_pass` is the window's pass count right before this
+    /// add; decision and record are one compare-and-swap (module docs).
+    /// `Ok(window_pass)` when added, `Err(window_pass)` when `decide` said no
+    /// or the bucket's 47-bit count has no room for `n`.
+    #[inline]
+    pub(crate) fn try_add_pass(
+        &self,
+        now: u64,
+        n: u64,
+        decide: impl Fn(u64) -> bool,
+    ) -> Result<u64, u64> {
+        match self.try_add_newest(now, n, &decide) {
+            Some(outcome) => outcome,
+            None => self.try_add_slow(now, n, &decide),
+        }
+    }
+
+    /// The common case, small enough to inline: `now` lies in the newest
+    /// opened bucket (or behind it) and the bucket's cached sum of older
+    /// passes is current for the round its word is in. `None` when any of
+    /// that does not hold, or the bucket was sealed meanwhile: the general
+    /// path then takes over.
+    #[inline]
+    fn try_add_newest(
+        &self,
+        now: u64,
+        n: u64,
+        decide: &impl Fn(u64) -> bool,
+    ) -> Option<Result<u64, u64>> {
+        let idx = self.main.newest_covering(now)?;
+        let current = self.main.value_at(idx);
+        let word = current.pass_word();
+        let tag = pass_word::tag(word);
+        // Acquire (both): see `stragglers` and `before`.
+        let generation = self.stragglers.load(Ordering::Acquire);
+        let cached = self.before[idx].load(Ordering::Acquire);
+        let before = before_word::unpack(cached, tag, generation)?;
+        add_if(current, word, tag, before, n, decide)
+    }
+
+    /// [`try_add_pass`](Self::try_add_pass) when the fast path does not
+    /// apply: opens buckets, sums the older ones if the cache cannot be
+    /// used, and retries after a rotation.
+    #[cold]
+    #[inline(never)]
+    fn try_add_slow(&self, now: u64, n: u64, decide: &impl Fn(u64) -> bool) -> Result<u64, u64> {
+        let mut round = 0;
+        loop {
+            // A caller whose clock lags behind the newest opened bucket is
+            // moved forward to it: admissions are serialised on the newest
+            // bucket only (step 1 of the module docs).
+            let t = self
+                .main
+                .newest_start()
+                .map_or(now, |newest| now.max(newest));
+            let (idx, start) = self.open(t);
+            let current = self.main.value_at(idx);
+            let word = current.pass_word();
+            let (before, tag) = self.passes_before(idx, start, word);
+            if let Some(outcome) = add_if(current, word, tag, before, n, decide) {
+                return outcome;
+            }
+            // Sealed or re-tagged: a newer bucket was opened after this one;
+            // try again there.
+            backoff(&mut round);
+        }
+    }
+
+    /// Passes of the window's buckets older than the newest one, `start`,
+    /// held in slot `idx` whose word read `word`, and the round tag of
+    /// `start`: from the cache when it is current for that round.
+    #[inline]
+    fn passes_before(&self, idx: usize, start: u64, word: u64) -> (u64, u64) {
+        // Acquire (both): see `stragglers` and `before`.
+        let generation = self.stragglers.load(Ordering::Acquire);
+        let cached = self.before[idx].load(Ordering::Acquire);
+        let word_tag = pass_word::tag(word);
+        if let Some(sum) = before_word::unpack(cached, word_tag, generation) {
+            // The opener of this round stored the cache before the word, so
+            // a matching tag names the round `start` is in, or a later one
+            // whose word the admission's tag check then sees.
+            return (sum, word_tag);
+        }
+        // No refill here: the entry does not say which window of the slot
+        // it was computed for, so only the bucket's opener, under the
+        // rotation lock, may write it. A caller still aimed at an older
+        // window of this slot would otherwise store that window's sum after
+        // the opener stored the new one, and every admission into the new
+        // bucket would then miss the older buckets' passes.
+        (
+            self.sum_before(start),
+            round_tag(start, self.main.interval_ms()),
+        )
+    }
+
+    /// Sums the passes of the window's buckets older than `start`.
+    fn sum_before(&self, start: u64) -> u64 {
+        self.main
+            .window_slots(start)
+            .filter(|&(_, s)| s != start)
+            .filter_map(|(idx, s)| self.bucket_at(idx, s))
+            .fold(0u64, |sum, b| sum.saturating_add(b.pass()))
+    }
+
+    // --- reads ---------------------------------------------------------------
 
     /// The bucket starting at `start`, as reads see it.
     #[inline]
@@ -292,9 +469,10 @@ impl MetricArray {
         if let Some(held) = self.main.held_at(idx, start) {
             return Some(BucketRef::Held(held));
         }
-        self.borrow()?
+        self.reservations
+            .as_ref()?
             .held_at(idx, start)
-            .map(|reserved| BucketRef::Reserved(reserved.pass()))
+            .map(BucketRef::Reserved)
     }
 
     /// The window's buckets at `now`, oldest first, with their starts.
@@ -305,6 +483,12 @@ impl MetricArray {
         self.main
             .window_slots(now)
             .filter_map(move |(idx, start)| self.bucket_at(idx, start).map(|b| (start, b)))
+    }
+
+    /// The window's buckets at `now` as `(start, passes)`, oldest first: what
+    /// a retry estimate needs. No allocation.
+    pub(crate) fn pass_buckets(&self, now: u64) -> impl Iterator<Item = (u64, u64)> + Clone + '_ {
+        self.buckets(now).map(|(start, b)| (start, b.pass()))
     }
 
     /// Every count of the window at `now`, summed.
@@ -329,15 +513,12 @@ impl MetricArray {
     }
 
     pub(crate) fn min_rt(&self, now: u64) -> Option<Duration> {
-        match self
+        let min = self
             .buckets(now)
             .map(|(_, b)| b.min_rt_micros())
             .min()
-            .unwrap_or(u64::MAX)
-        {
-            u64::MAX => None,
-            micros => Some(Duration::from_micros(micros)),
-        }
+            .unwrap_or(u64::MAX);
+        super::counts::min_rt(min)
     }
 
     /// The bucket one bucket before the one containing `now`.
@@ -367,29 +548,55 @@ impl MetricArray {
 
     /// Reserved passes in buckets that start after `now`.
     pub(crate) fn waiting(&self, now: u64) -> u64 {
-        let Some(borrow) = self.borrow() else {
-            return 0;
-        };
-        borrow
-            .held_slots()
-            .filter(|&(_, start, _)| start > now)
-            .fold(0u64, |sum, (_, _, b)| sum.saturating_add(b.pass()))
+        self.reservations
+            .as_ref()
+            .map_or(0, |reservations| reservations.waiting(now))
     }
 
     pub(crate) fn details(&self, now: u64) -> Vec<MetricNode> {
         self.buckets(now)
-            .map(|(start, b)| MetricNode::from_bucket(start, b))
+            .map(|(start, b)| MetricNode::from_counts(start, &b.counts()))
             .collect()
     }
 
-    // --- rollup (minute window) reads -------------------------------------
+    /// A snapshot of the held bucket starting at `start`, if held.
+    fn snapshot(&self, idx: usize, start: u64) -> Option<BucketSnapshot> {
+        self.main
+            .held_at(idx, start)
+            .map(|bucket| BucketSnapshot::new(start, self.main.window_length_ms(), bucket.counts()))
+    }
+
+    /// Snapshots of the buckets the ring holds for the window at `now`,
+    /// oldest first (matured reservations whose bucket was never opened are
+    /// not buckets; [`details`](Self::details) has them).
+    pub(crate) fn list(&self, now: u64) -> Vec<BucketSnapshot> {
+        self.main
+            .window_slots(now)
+            .filter_map(|(idx, start)| self.snapshot(idx, start))
+            .collect()
+    }
+
+    /// A snapshot of the held bucket containing `time`, without opening it.
+    pub(crate) fn window_value(&self, time: u64) -> Option<BucketSnapshot> {
+        let start = self.main.start_of(time);
+        self.snapshot(self.main.index_of(start), start)
+    }
+
+    /// Opens the bucket for `now` and snapshots it.
+    pub(crate) fn current_snapshot(&self, now: u64) -> BucketSnapshot {
+        let (idx, start) = self.open(now);
+        let bucket = self.main.value_at(idx);
+        BucketSnapshot::new(start, self.main.window_length_ms(), bucket.counts())
+    }
+
+    // --- roll-up (minute window) reads -----------------------------------------
 
     /// Folds `f` over the rollup's window at `now`: every bucket already
-    /// rolled up, and every main-ring bucket not rolled up yet, each with the
-    /// start of the rollup bucket it belongs to. A rollup bucket may be
-    /// visited more than once (once rolled up, then once per main-ring bucket
-    /// still to come). Starts from `init` again whenever a roll-up
-    /// interfered. `init` without a rollup.
+    /// rolled up, and every admission-ring bucket not rolled up yet, each
+    /// with the start of the rollup bucket it belongs to. A rollup bucket may
+    /// be visited more than once (once rolled up, then once per bucket still
+    /// to come). Starts from `init` again whenever a roll-up interfered.
+    /// `init` without a rollup. No allocation.
     pub(crate) fn rollup_fold<T: Clone>(
         &self,
         now: u64,
@@ -399,38 +606,22 @@ impl MetricArray {
         let Some(rollup) = &self.rollup else {
             return init;
         };
-        let mut round = 0;
-        loop {
-            // Sequence lock, read side: even before, unchanged after.
-            let seq = rollup.seq.load(Ordering::Acquire);
-            if seq & 1 == 1 {
-                backoff(&mut round);
-                continue;
-            }
+        rollup.read(|| {
             let mut acc = init.clone();
-            for start in rollup.ring.window_starts(now) {
-                if let Some(bucket) = rollup.ring.held(start) {
-                    f(&mut acc, start, bucket.counts());
-                }
-            }
+            rollup.for_each_rolled(now, |start, counts| f(&mut acc, start, counts));
             let newest_main = self.main.start_of(now);
             for (slot, start, bucket) in self.main.held_slots() {
-                let second = rollup.ring.start_of(start);
-                if start <= newest_main && rollup.ring.in_window(second, now) {
+                let second = rollup.start_of(start);
+                if start <= newest_main && rollup.in_window(second, now) {
                     let mut counts = bucket.counts();
                     // Matured reservations (prefilled passes) are left out:
                     // see `Rollup::prefilled`.
-                    let prefilled = rollup.prefilled[slot].load(Ordering::Relaxed);
-                    counts.pass = counts.pass.saturating_sub(prefilled);
+                    counts.pass = counts.pass.saturating_sub(rollup.prefilled(slot));
                     f(&mut acc, second, counts);
                 }
             }
-            fence(Ordering::Acquire);
-            if rollup.seq.load(Ordering::Relaxed) == seq {
-                return acc;
-            }
-            backoff(&mut round);
-        }
+            acc
+        })
     }
 
     /// The rollup's window at `now`, one entry per rollup bucket (a second,
@@ -452,262 +643,46 @@ impl MetricArray {
     }
 
     /// Records `n` occupied passes, and as many passes, straight into the
-    /// rollup at `now` (Sentinel's minute-window bookkeeping of borrowed
-    /// quota; the matching prefilled passes of the main ring are left out
-    /// of the roll-up, see `Rollup::prefilled`).
+    /// rollup at `now` (see `Rollup::add_occupied_pass`).
     pub(crate) fn add_rollup_occupied_pass(&self, now: u64, n: u64) {
         if let Some(rollup) = &self.rollup {
-            let bucket = rollup.ring.current_window(now).value();
-            bucket.add_occupied_pass(n);
-            bucket.add_pass(n);
+            rollup.add_occupied_pass(now, n);
         }
-    }
-
-    /// Passes reserved for the bucket starting at `start`.
-    fn reserved_for(&self, start: u64) -> u64 {
-        self.borrow()
-            .and_then(|borrow| borrow.held(start))
-            .map_or(0, MetricBucket::pass)
     }
 
     /// The rollup's shape, if there is one: (sample count, interval).
     pub(crate) fn rollup_shape(&self) -> Option<(usize, u64)> {
-        self.rollup
-            .as_ref()
-            .map(|r| (r.ring.sample_count(), r.ring.interval_ms()))
+        self.rollup.as_ref().map(Rollup::shape)
     }
 
-    // --- admission ----------------------------------------------------------
-
-    /// Admits `n` if the window's pass count plus `n` stays within `limit`,
-    /// recording the passes in the same atomic step.
-    #[inline]
-    pub(crate) fn try_pass(&self, now: u64, n: u64, limit: u64) -> Admission {
-        match self.try_pass_newest(now, n, limit) {
-            Some(admission) => admission,
-            None => self.try_pass_slow(now, n, limit),
-        }
-    }
-
-    /// The common case, small enough to inline: `now` lies in the newest
-    /// opened bucket (or behind it) and the bucket's cached sum of older
-    /// passes is current for the round its pass word is in. `None` when any
-    /// of that does not hold, or the bucket was sealed meanwhile: the general
-    /// path then takes over.
-    #[inline]
-    fn try_pass_newest(&self, now: u64, n: u64, limit: u64) -> Option<Admission> {
-        let idx = self.main.newest_covering(now)?;
-        let current = self.main.value_at(idx);
-        let word = current.pass_word();
-        let tag = pass_word::tag(word);
-        let generation = self.stragglers.load(Ordering::Acquire);
-        let cached = self.before[idx].load(Ordering::Acquire);
-        let before = before_word::unpack(cached, tag, generation)?;
-        admit(current, word, tag, before, n, limit)
-    }
-
-    /// [`try_pass`](Self::try_pass) when the fast path does not apply: opens
-    /// buckets, sums the older ones if the cache cannot be used, and retries
-    /// after a rotation.
-    #[cold]
-    #[inline(never)]
-    fn try_pass_slow(&self, now: u64, n: u64, limit: u64) -> Admission {
-        let mut round = 0;
-        loop {
-            // A caller whose clock lags behind the newest opened bucket is
-            // moved forward to it: admissions are serialised on the newest
-            // bucket only (see "Exact admission" in the module docs).
-            let t = self
-                .main
-                .newest_start()
-                .map_or(now, |newest| now.max(newest));
-            let (idx, start) = self.main.open(t, self);
-            let current = self.main.value_at(idx);
-            let word = current.pass_word();
-            let (before, tag) = self.passes_before(idx, start, word);
-            if let Some(admission) = admit(current, word, tag, before, n, limit) {
-                return admission;
-            }
-            // Sealed or re-tagged: a newer bucket was opened after this one;
-            // try again there.
-            backoff(&mut round);
-        }
-    }
-
-    /// Passes of the window's buckets older than the newest one, `start`,
-    /// held in slot `idx` whose pass word read `word`, and the round tag of
-    /// `start`: from the cache when it is current for that round.
-    #[inline]
-    fn passes_before(&self, idx: usize, start: u64, word: u64) -> (u64, u64) {
-        let generation = self.stragglers.load(Ordering::Acquire);
-        let cached = self.before[idx].load(Ordering::Acquire);
-        let word_tag = pass_word::tag(word);
-        if let Some(sum) = before_word::unpack(cached, word_tag, generation) {
-            // The opener of this round stored the cache before the pass
-            // word, so a matching tag names the round `start` is in, or a
-            // later one whose word the admission's tag check then sees.
-            return (sum, word_tag);
-        }
-        // No refill here: the entry does not say which window of the slot
-        // it was computed for, so only the bucket's opener, under the
-        // rotation lock, may write it. A caller still aimed at an older
-        // window of this slot would otherwise store that window's sum after
-        // the opener stored the new one, and every admission into the new
-        // bucket would then miss the older buckets' passes.
-        (
-            self.sum_before(start),
-            round_tag(start, self.main.interval_ms()),
-        )
-    }
-
-    /// Sums the passes of the window's buckets older than `start`.
-    fn sum_before(&self, start: u64) -> u64 {
-        self.main
-            .window_slots(start)
-            .filter(|&(_, s)| s != start)
-            .filter_map(|(idx, s)| self.bucket_at(idx, s))
-            .fold(0u64, |sum, b| sum.saturating_add(b.pass()))
-    }
-
-    /// Milliseconds from `now` until `n` more passes fit under `limit` if
-    /// nothing else passes; `None` if they never can.
-    pub(crate) fn wait_for_quota(&self, now: u64, n: u64, limit: u64) -> Option<u64> {
-        let buckets = self.buckets(now).map(|(s, b)| (s, b.pass()));
-        wait_for_quota(buckets, now, self.main.interval_ms(), n, limit)
+    /// Length of one rollup bucket, if there is a rollup.
+    pub(crate) fn rollup_window_length_ms(&self) -> Option<u64> {
+        self.rollup.as_ref().map(Rollup::window_length_ms)
     }
 }
 
-/// Step 3 of "Exact admission": decides against the bucket's pass word,
-/// first read as `word`, and records with one compare-and-swap. `None` once
-/// the word is sealed or carries another round's tag: a newer bucket exists.
+/// Step 3 of exact admission: decides against the bucket's word, first
+/// read as `word`, and records with one compare-and-swap. `None` once the
+/// word is sealed or carries another round's tag: a newer bucket exists.
 #[inline]
-fn admit(
-    current: &MetricBucket,
+fn add_if(
+    current: &AdmissionBucket,
     mut word: u64,
     tag: u64,
     before: u64,
     n: u64,
-    limit: u64,
-) -> Option<Admission> {
+    decide: &impl Fn(u64) -> bool,
+) -> Option<Result<u64, u64>> {
     while !pass_word::is_sealed(word) && pass_word::tag(word) == tag {
         let count = pass_word::count(word);
         let window_pass = before.saturating_add(count);
-        if window_pass.saturating_add(n) > limit || n > pass_word::COUNT_MAX - count {
-            return Some(Admission::Block { window_pass });
+        if n > pass_word::COUNT_MAX - count || !decide(window_pass) {
+            return Some(Err(window_pass));
         }
         match current.cas_pass_word(word, word + n) {
-            Ok(_) => {
-                return Some(Admission::Pass {
-                    window_pass: window_pass + n,
-                })
-            }
+            Ok(_) => return Some(Ok(window_pass)),
             Err(actual) => word = actual,
         }
     }
     None
-}
-
-/// Steps taken while a bucket of the main ring opens.
-impl OpenHooks<MetricBucket> for MetricArray {
-    fn before_reset(&self, array: &LeapArray<MetricBucket>, slot: usize, start: u64, newest: bool) {
-        if !newest {
-            self.before[slot].store(UNKNOWN, Ordering::Release);
-            return;
-        }
-        // A new newest bucket: seal every older one so that an admission
-        // still aimed at one of them fails its compare-and-swap and moves on.
-        // Runs before this bucket is published, so anyone who can see the new
-        // bucket also sees the seals.
-        for (idx, held, bucket) in array.held_slots() {
-            if idx != slot && held < start && !pass_word::is_sealed(bucket.pass_word()) {
-                bucket.seal_pass();
-            }
-        }
-        // Sealed, the older buckets take no more admissions; cache their sum
-        // for every admission into this bucket.
-        let generation = self.stragglers.load(Ordering::Acquire);
-        let tag = round_tag(start, self.main.interval_ms());
-        let cached = before_word::pack(tag, generation, self.sum_before(start)).unwrap_or(UNKNOWN);
-        self.before[slot].store(cached, Ordering::Release);
-    }
-
-    fn reset_value(&self, bucket: &MetricBucket, slot: usize, previous: Option<u64>, start: u64) {
-        let Some(rollup) = &self.rollup else {
-            bucket.reset();
-            return;
-        };
-        // Sequence lock, write side: odd, fence, move the counts, publish
-        // the new window, even (in `after_publish`), so that readers never
-        // pair the old window's stamp with the new window's bookkeeping.
-        let seq = rollup.seq.load(Ordering::Relaxed);
-        rollup.seq.store(seq.wrapping_add(1), Ordering::Relaxed);
-        fence(Ordering::Release);
-        let mut counts = bucket.take();
-        let prefilled = rollup.prefilled[slot].swap(self.reserved_for(start), Ordering::Relaxed);
-        counts.pass = counts.pass.saturating_sub(prefilled);
-        if let Some(previous) = previous {
-            let second = rollup.ring.start_of(previous);
-            // A bucket older than the rollup's window has nothing to add.
-            if !counts.is_empty() && rollup.ring.in_window(second, start) {
-                rollup.ring.current_window(previous).value().absorb(&counts);
-            }
-        }
-    }
-
-    fn after_publish(&self) {
-        if let Some(rollup) = &self.rollup {
-            // Odd since `reset_value`; only the rotation lock holder writes.
-            rollup.seq.fetch_add(1, Ordering::Release);
-        }
-    }
-
-    fn after_reset(&self, bucket: &MetricBucket, start: u64, newest: bool) {
-        // Quota reserved for this bucket becomes its first passes.
-        let reserved = self.reserved_for(start);
-        // Not a plain store: a late writer's pass that landed after the
-        // reset must not be overwritten.
-        bucket.start_round(round_tag(start, self.main.interval_ms()), reserved);
-        if !newest {
-            // An older bucket opened late (a clock behind the others): it
-            // takes plain writes, never admissions.
-            bucket.seal_pass();
-            if reserved > 0 {
-                self.stragglers.fetch_add(1, Ordering::Release);
-            }
-        }
-    }
-}
-
-/// Steps taken while a bucket of the reservation ring opens.
-struct BorrowHooks<'a> {
-    owner: &'a MetricArray,
-    /// The reserving caller's time, if it has a clock.
-    now: Option<u64>,
-}
-
-impl OpenHooks<MetricBucket> for BorrowHooks<'_> {
-    fn before_reset(
-        &self,
-        array: &LeapArray<MetricBucket>,
-        slot: usize,
-        _start: u64,
-        _newest: bool,
-    ) {
-        // The slot's old reservation may have matured without the main ring
-        // ever opening its bucket; open it now so the passes are not dropped
-        // with the reservation. (Lock order: reservation ring, then main.)
-        if let Some(old) = array.held_start(slot) {
-            let main = &self.owner.main;
-            // Matured means the bucket has started by the caller's time.
-            // Reads count a matured reservation whether or not anything has
-            // opened the main ring since, so the main ring's newest bucket
-            // alone is not enough: a run of reservations with no other
-            // write in between would drop every one of them here.
-            let matured = self.now.is_some_and(|now| old <= now)
-                || main.newest_start().is_some_and(|newest| old <= newest);
-            if matured && array.value_at(slot).pass() > 0 && main.held(old).is_none() {
-                main.open(old, self.owner);
-            }
-        }
-    }
 }

@@ -1,39 +1,67 @@
+//! [`MinuteWindow`]: the read side of a `StatisticNode`'s minute window.
+
 use std::fmt;
 use std::time::Duration;
 
-use super::bucket::Counts;
-use super::{MetricNode, StatisticNode};
+use super::counts::Counts;
+use super::metric_array::MetricArray;
+use super::metric_node::MetricNode;
+use crate::clock::{Clock, SharedClock};
 
-/// A [`StatisticNode`]'s minute window: 60 buckets of one second, read at the
-/// node's clock. Obtained from [`StatisticNode::minute_window`].
+/// A [`StatisticNode`](super::StatisticNode)'s minute window: 60 buckets of
+/// one second, read at the node's clock. Obtained from
+/// [`StatisticNode::minute_window`](super::StatisticNode::minute_window).
 ///
 /// Recording never writes it directly: a second-window bucket rolls up into
 /// its second here when the second window reuses its slot, and reads add the
 /// buckets not rolled up yet. Each event is counted once either way (a
 /// sequence lock keeps a bucket from being seen in both places at once).
 pub struct MinuteWindow<'a> {
-    node: &'a StatisticNode,
+    /// The node's second window, which rolls up into the minute window.
+    array: &'a MetricArray,
+    clock: &'a SharedClock,
 }
 
+/// The minute window's shape when the ring has no roll-up (never, for a
+/// `StatisticNode`).
+const DEFAULT_SHAPE: (usize, u64) = (60, 60_000);
+
 impl<'a> MinuteWindow<'a> {
-    pub(crate) fn new(node: &'a StatisticNode) -> Self {
-        MinuteWindow { node }
+    pub(crate) fn new(array: &'a MetricArray, clock: &'a SharedClock) -> Self {
+        MinuteWindow { array, clock }
+    }
+
+    fn now(&self) -> u64 {
+        self.clock.now_millis()
+    }
+
+    fn fold<T: Clone>(&self, init: T, f: impl FnMut(&mut T, u64, Counts)) -> T {
+        self.array.rollup_fold(self.now(), init, f)
+    }
+
+    fn shape(&self) -> (usize, u64) {
+        self.array.rollup_shape().unwrap_or(DEFAULT_SHAPE)
     }
 
     fn sum(&self, f: impl Fn(&Counts) -> u64) -> u64 {
-        self.node.minute_fold(0u64, |sum, _, counts| {
+        self.fold(0u64, |sum, _, counts| {
             *sum = sum.saturating_add(f(&counts));
         })
     }
 
     /// Number of buckets: 60.
     pub fn sample_count(&self) -> usize {
-        self.node.minute_shape().0
+        self.shape().0
     }
 
     /// Length of the window: 60 000 ms.
     pub fn interval_ms(&self) -> u64 {
-        self.node.minute_shape().1
+        self.shape().1
+    }
+
+    /// Passes plus blocks in the last minute.
+    pub(crate) fn total(&self) -> u64 {
+        self.sum(|c| c.pass.saturating_add(c.block))
     }
 
     /// Admitted requests in the last minute (plus passes on borrowed quota,
@@ -69,7 +97,7 @@ impl<'a> MinuteWindow<'a> {
 
     /// Smallest response time of the last minute.
     pub fn min_rt(&self) -> Option<Duration> {
-        let min = self.node.minute_fold(u64::MAX, |min, _, counts| {
+        let min = self.fold(u64::MAX, |min, _, counts| {
             *min = (*min).min(counts.min_rt_micros);
         });
         (min != u64::MAX).then(|| Duration::from_micros(min))
@@ -77,19 +105,18 @@ impl<'a> MinuteWindow<'a> {
 
     /// The counts of the second before the current one.
     fn previous(&self) -> Counts {
-        let now = self.node.now();
-        let (_, interval) = self.node.minute_shape();
-        let length = interval / self.sample_count() as u64;
+        let now = self.now();
+        let (sample_count, interval) = self.shape();
+        let length = interval / sample_count as u64;
         let current = now - now % length;
         let Some(previous) = current.checked_sub(length) else {
             return Counts::default();
         };
-        self.node
-            .minute_fold(Counts::default(), |total, start, counts| {
-                if start == previous {
-                    total.merge(&counts);
-                }
-            })
+        self.fold(Counts::default(), |total, start, counts| {
+            if start == previous {
+                total.merge(&counts);
+            }
+        })
     }
 
     /// Passes of the previous whole second.
@@ -104,8 +131,8 @@ impl<'a> MinuteWindow<'a> {
 
     /// One [`MetricNode`] per second with events in the window, oldest first.
     pub fn details(&self) -> Vec<MetricNode> {
-        self.node
-            .minute_buckets(self.node.now())
+        self.array
+            .rollup_buckets(self.now())
             .iter()
             .map(|(start, counts)| MetricNode::from_counts(*start, counts))
             .collect()

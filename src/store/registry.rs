@@ -8,8 +8,9 @@
 //!   client-chosen keys cannot be crafted to collide). A lookup takes one
 //!   shard's read lock.
 //! - At most `max_keys` keys hold an entry. A new key beyond that first
-//!   triggers a sweep that evicts idle keys (nothing in flight, no event left
-//!   in either window); sweeps run at most once per bucket length, so a
+//!   triggers a sweep that evicts idle keys (nothing in flight or reserved,
+//!   no event left in the second window; a key's minute-window history goes
+//!   with it); sweeps run at most once per bucket length, so a
 //!   flood of new keys cannot turn every request into a full scan. If no
 //!   entry can be freed, the key shares the overflow entry, which is limited
 //!   with the default limit: varying the key never gets past the limit and

@@ -1,0 +1,176 @@
+//! The roll-up of an admission ring into a coarser ring: how a
+//! `StatisticNode`'s minute window is fed.
+//!
+//! Recording touches only the admission ring (the second window). When the
+//! admission ring reuses a slot, its opener takes every counter of the old
+//! bucket out (`swap`: a late writer's add is either taken or left for the
+//! new bucket, never both) and adds them to the rollup bucket (the second)
+//! the old bucket started in. Reads of the rollup add the admission ring's
+//! buckets not rolled up yet. So a request costs one bucket update, not two.
+//!
+//! # The sequence lock
+//!
+//! A bucket must never be counted in both places, or in neither, by a
+//! reader. [`Rollup::seq`] is odd while a bucket moves and until the
+//! admission ring has published the slot's new window; writers are
+//! serialised by the admission ring's rotation lock. The write side is a
+//! [`Move`] guard (odd on creation, `Release` fence; even again on drop,
+//! `Release`), the read side [`Rollup::read`] (`Acquire` load, read,
+//! `Acquire` fence, compare, retry).
+
+use super::bucket::MetricBucket;
+use super::counts::Counts;
+use super::leap_array::LeapArray;
+use crate::error::ConfigError;
+use crate::sync::{backoff, fence, AtomicU64, Ordering};
+
+/// A coarser ring the admission ring rolls its buckets into.
+pub(crate) struct Rollup {
+    ring: LeapArray<MetricBucket>,
+    /// Per admission-ring slot: the passes its current bucket started with
+    /// from matured reservations. Sentinel counts borrowed quota in the
+    /// minute window when it is granted (`StatisticNode::add_occupied_pass`),
+    /// so these are left out of the roll-up. Written inside a [`Move`].
+    prefilled: Box<[AtomicU64]>,
+    /// The sequence lock (module docs): odd while a bucket moves.
+    seq: AtomicU64,
+}
+
+/// One bucket moving into the rollup: the write side of the sequence lock.
+/// The admission ring's opener holds it from before it takes the old
+/// bucket's counts until after it published the new window.
+pub(crate) struct Move<'a> {
+    rollup: &'a Rollup,
+}
+
+impl Drop for Move<'_> {
+    fn drop(&mut self) {
+        // Release: a reader that sees the even value (Acquire) sees the
+        // moved counts and the new window's stamp. Odd since `begin_move`;
+        // only the rotation lock holder writes.
+        self.rollup.seq.fetch_add(1, Ordering::Release);
+    }
+}
+
+impl Rollup {
+    /// A rollup of `sample_count` buckets over `interval_ms` for an
+    /// admission ring of `main_sample_count` slots.
+    pub(crate) fn new(
+        sample_count: usize,
+        interval_ms: u64,
+        main_sample_count: usize,
+    ) -> Result<Self, ConfigError> {
+        Ok(Rollup {
+            ring: LeapArray::new(sample_count, interval_ms)?,
+            prefilled: (0..main_sample_count).map(|_| AtomicU64::new(0)).collect(),
+            seq: AtomicU64::new(0),
+        })
+    }
+
+    /// The rollup's shape: (sample count, interval).
+    pub(crate) fn shape(&self) -> (usize, u64) {
+        (self.ring.sample_count(), self.ring.interval_ms())
+    }
+
+    /// Length of one rollup bucket.
+    pub(crate) fn window_length_ms(&self) -> u64 {
+        self.ring.window_length_ms()
+    }
+
+    /// Start of the rollup bucket containing `time`.
+    pub(crate) fn start_of(&self, time: u64) -> u64 {
+        self.ring.start_of(time)
+    }
+
+    /// Whether the rollup bucket starting at `start` is in the window at
+    /// `now`.
+    pub(crate) fn in_window(&self, start: u64, now: u64) -> bool {
+        self.ring.in_window(start, now)
+    }
+
+    /// Starts moving a bucket (write side; the caller holds the admission
+    /// ring's rotation lock).
+    pub(crate) fn begin_move(&self) -> Move<'_> {
+        // Relaxed: only the rotation lock holder writes `seq`; the fence
+        // orders the odd value before the moves that follow.
+        let seq = self.seq.load(Ordering::Relaxed);
+        self.seq.store(seq.wrapping_add(1), Ordering::Relaxed);
+        fence(Ordering::Release);
+        Move { rollup: self }
+    }
+
+    /// Inside a [`Move`]: adds `counts`, taken from the admission ring's
+    /// slot `slot` that held the window `previous` (if any), to the rollup
+    /// at `now`, leaving out the passes the bucket started with from
+    /// reservations, and records `prefill` as what the slot's new bucket
+    /// starts with.
+    pub(crate) fn roll_up(
+        &self,
+        _move: &Move<'_>,
+        slot: usize,
+        previous: Option<u64>,
+        mut counts: Counts,
+        prefill: u64,
+        now: u64,
+    ) {
+        // Relaxed: inside the sequence lock, which orders it for readers.
+        let prefilled = self.prefilled[slot].swap(prefill, Ordering::Relaxed);
+        counts.pass = counts.pass.saturating_sub(prefilled);
+        if let Some(previous) = previous {
+            let second = self.ring.start_of(previous);
+            // A bucket older than the rollup's window has nothing to add.
+            if !counts.is_empty() && self.ring.in_window(second, now) {
+                self.ring.current_window(previous).value().absorb(&counts);
+            }
+        }
+    }
+
+    /// Passes the admission ring's slot `slot` started with from matured
+    /// reservations (left out of the roll-up).
+    pub(crate) fn prefilled(&self, slot: usize) -> u64 {
+        // Relaxed: read inside `read`, whose fences order it.
+        self.prefilled[slot].load(Ordering::Relaxed)
+    }
+
+    /// Runs `body` until no bucket moved while it ran (read side of the
+    /// sequence lock) and returns its last result.
+    pub(crate) fn read<T>(&self, mut body: impl FnMut() -> T) -> T {
+        let mut round = 0;
+        loop {
+            // Acquire: pairs with the Release of the last `Move` drop.
+            let seq = self.seq.load(Ordering::Acquire);
+            if seq & 1 == 1 {
+                backoff(&mut round);
+                continue;
+            }
+            let result = body();
+            // Acquire fence: the reads above happen before the re-check.
+            fence(Ordering::Acquire);
+            // Relaxed: ordered by the fence.
+            if self.seq.load(Ordering::Relaxed) == seq {
+                return result;
+            }
+            backoff(&mut round);
+        }
+    }
+
+    /// Calls `f` with every rollup bucket in the window at `now` and its
+    /// start (no sequence lock: call inside [`read`](Self::read)).
+    pub(crate) fn for_each_rolled(&self, now: u64, mut f: impl FnMut(u64, Counts)) {
+        for start in self.ring.window_starts(now) {
+            if let Some(bucket) = self.ring.held(start) {
+                f(start, bucket.counts());
+            }
+        }
+    }
+
+    /// Records `n` occupied passes, and as many passes, straight into the
+    /// rollup at `now` (Sentinel's minute-window bookkeeping of borrowed
+    /// quota; the matching prefilled passes of the admission ring are left
+    /// out of the roll-up).
+    pub(crate) fn add_occupied_pass(&self, now: u64, n: u64) {
+        let bucket = self.ring.current_window(now).value();
+        bucket.add_occupied_pass(n);
+        bucket.add_pass(n);
+    }
+}
