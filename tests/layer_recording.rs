@@ -454,3 +454,44 @@ fn a_panic_in_the_inner_call_counts_one_exception_and_releases_the_gauge() {
         at(&clock)
     );
 }
+
+/// `history` is the finished seconds of the last minute per key, oldest
+/// first, empty seconds skipped, never the current second; a read that
+/// returns the same seconds again; nothing for an unknown key.
+#[tokio::test]
+async fn history_is_the_finished_seconds_of_the_last_minute() {
+    let clock = clock();
+    let layer = SlidingWindowLayer::qps(2).key(PathKey).clock(clock.clone());
+    let stats = layer.handle();
+    let app = Router::new()
+        .route("/a", get(|| async { "a" }))
+        .layer(layer);
+
+    // Second 10: 2 passes, 1 block. Second 11: nothing. Second 12: 1 pass.
+    for _ in 0..3 {
+        send(&app, req("/a")).await;
+    }
+    clock.advance(ms(2_000));
+    send(&app, req("/a")).await;
+    assert_eq!(
+        stats.history("/a").len(),
+        1,
+        "the current second is not reported: {}",
+        at(&clock)
+    );
+    clock.advance(ms(1_000));
+    for _ in 0..2 {
+        let history = stats.history("/a");
+        let seconds: Vec<(u64, u64, u64)> = history
+            .iter()
+            .map(|n| (n.timestamp_ms, n.pass, n.block))
+            .collect();
+        assert_eq!(seconds, [(10_000, 2, 1), (12_000, 1, 0)], "{}", at(&clock));
+        assert!(history.iter().all(|n| n.success == n.pass));
+    }
+    assert!(stats.history("/unknown").is_empty());
+
+    // After a minute the seconds have left the minute window.
+    clock.advance(ms(60_000));
+    assert!(stats.history("/a").is_empty(), "{}", at(&clock));
+}

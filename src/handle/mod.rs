@@ -10,7 +10,7 @@ use std::hash::Hash;
 use std::sync::Arc;
 
 use crate::key::IntoKey;
-use crate::stat::Counts;
+use crate::stat::{Counts, MetricNode};
 use crate::store::{Registry, Store};
 
 /// A cloneable handle on a [`SlidingWindowLayer`](crate::SlidingWindowLayer)'s
@@ -87,6 +87,51 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
     {
         let entry = self.registry().get(key)?;
         Some(Snapshot::of(&entry, self.now()))
+    }
+
+    /// The finished seconds of the last minute for `key`, oldest first, as
+    /// [`MetricNode`]s (pass, block, success, exception and average
+    /// response time per second); seconds without events are skipped and
+    /// the current second is never included. Empty for a key without an
+    /// entry (never seen, evicted, or sharing the overflow entry).
+    ///
+    /// A read, not a drain: every call returns the whole minute (unlike
+    /// [`StatisticNode::metrics`](crate::stat::StatisticNode::metrics)). A
+    /// key's history goes with its entry when an idle key is evicted.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use axum::{routing::get, Router};
+    /// use tower::ServiceExt;
+    /// use tower_sliding_window::clock::ManualClock;
+    /// use tower_sliding_window::SlidingWindowLayer;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let clock = ManualClock::new(10_000);
+    /// let layer = SlidingWindowLayer::qps(2).clock(clock.clone());
+    /// let stats = layer.handle();
+    /// let app = Router::new().route("/", get(|| async { "hi" })).layer(layer);
+    /// for _ in 0..3 {
+    ///     let request = http::Request::get("/").body(axum::body::Body::empty()).unwrap();
+    ///     app.clone().oneshot(request).await.unwrap();
+    /// }
+    /// clock.advance(Duration::from_secs(1));
+    /// let history = stats.history(&());
+    /// assert_eq!(history.len(), 1);
+    /// assert_eq!(history[0].timestamp_ms, 10_000);
+    /// assert_eq!((history[0].pass, history[0].block), (2, 1));
+    /// # }
+    /// ```
+    pub fn history<Q>(&self, key: &Q) -> Vec<MetricNode>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        match self.registry().get(key) {
+            Some(entry) => entry.node.history(self.now()),
+            None => Vec::new(),
+        }
     }
 
     /// Every key that has an entry.
