@@ -319,3 +319,81 @@ fn sweeps_resume_after_a_reading_far_ahead() {
     );
     assert!(stats.snapshot("d").is_none(), "{}", at(&clock));
 }
+
+// Issue 8 item 10: keys that find no room share the overflow entry; its
+// limit is now a setting.
+#[test]
+fn overflow_limit_sets_the_limit_keys_without_room_share() {
+    let run = |layer: SlidingWindowLayer<fn(&Parts) -> String>| {
+        let clock = clock();
+        let layer = layer.max_keys(1).clock(clock.clone());
+        let stats = layer.handle();
+        let svc = layer.layer(ok_service());
+        // `busy` holds the only slot: it has events in its windows.
+        assert_eq!(send(&svc, "busy").status, StatusCode::OK);
+        let statuses: Vec<StatusCode> = ["new-1", "new-2", "new-3"]
+            .into_iter()
+            .map(|k| send(&svc, k).status)
+            .collect();
+        (
+            statuses,
+            stats.overflow(),
+            stats.snapshot("new-1").is_none(),
+        )
+    };
+    let keyed: fn(&Parts) -> String = key_header;
+    let base = SlidingWindowLayer::qps(5).key(keyed);
+
+    let (statuses, overflow, shared) = run(base.clone());
+    assert_eq!(
+        statuses,
+        support::ok_then_429(3, 0),
+        "default: the default limit"
+    );
+    assert_eq!((overflow.limit, overflow.pass), (5, 3));
+    assert!(shared);
+
+    let (statuses, overflow, _) = run(base.clone().overflow_limit(1));
+    assert_eq!(statuses, support::ok_then_429(1, 2), "stricter");
+    assert_eq!((overflow.limit, overflow.pass, overflow.block), (1, 1, 2));
+
+    let (statuses, _, _) = run(base.clone().overflow_limit(0));
+    assert_eq!(statuses, support::ok_then_429(0, 3), "closed");
+
+    let (statuses, overflow, _) = run(SlidingWindowLayer::qps(1).key(keyed).overflow_limit(100));
+    assert_eq!(
+        statuses,
+        support::ok_then_429(3, 0),
+        "looser than the default"
+    );
+    assert_eq!(overflow.limit, 100);
+}
+
+#[test]
+fn for_each_visits_every_key_and_clones_none() {
+    let clock = clock();
+    let layer = SlidingWindowLayer::qps(10)
+        .key(|p: &Parts| ClonePause(format!("for-each/{}", key_header(p))))
+        .clock(clock.clone());
+    let stats = layer.handle();
+    let svc = layer.layer(ok_service());
+    for i in 0..40 {
+        for _ in 0..=(i % 3) {
+            send(&svc, &format!("{i}"));
+        }
+    }
+
+    CLONES.with(|n| n.set(0));
+    let mut seen = Vec::new();
+    stats.for_each(|key, snapshot| seen.push((key.0.clone(), snapshot.pass)));
+    assert_eq!(CLONES.with(Cell::get), 0, "for_each cloned keys");
+    seen.sort();
+    let mut expected: Vec<(String, u64)> = stats
+        .snapshots()
+        .into_iter()
+        .map(|(k, s)| (k.0, s.pass))
+        .collect();
+    expected.sort();
+    assert_eq!(seen.len(), 40);
+    assert_eq!(seen, expected);
+}
