@@ -208,3 +208,25 @@ fn long_paths_keep_a_bounded_key() {
     assert!(keys[1].len() <= MAX_DIGEST_KEY_BYTES, "{}", keys[1].len());
     assert!(keys[1].starts_with("/ppp"), "{}", keys[1]);
 }
+
+/// Bytes the current thread allocates while running `f`.
+fn allocated_by(f: impl FnOnce()) -> u64 {
+    let before = ALLOCATED.with(Cell::get);
+    f();
+    ALLOCATED.with(Cell::get) - before
+}
+
+// Issue 8 item 1: a request with a huge header value copied the value into
+// its key (and made it three times larger when it was not UTF-8).
+#[test]
+fn a_request_with_a_huge_header_value_copies_only_its_key() {
+    let (mut svc, _stats) = header_service();
+    for (name, fill) in [("valid", b'h'), ("not UTF-8", 0xff)] {
+        let value = HeaderValue::from_bytes(&vec![fill; 400 * 1024]).unwrap();
+        send(&mut svc, value.clone());
+        let request = Request::get("/").header("x-key", value).body(()).unwrap();
+        let bytes = allocated_by(|| drop(svc.call(request)));
+        println!("a request with a 400 KiB {name} header value allocates {bytes} bytes");
+        assert!(bytes < 1024, "{name}: {bytes} bytes");
+    }
+}
