@@ -20,6 +20,30 @@
 //! `HEAD` request `"GET /path"`: a rule for `"GET /path"` limits both, and
 //! `HEAD` cannot be used to get past it.
 //!
+//! Any closure `Fn(&Parts) -> K` is an extractor too:
+//!
+//! ```
+//! use http::request::Parts;
+//! use tower_sliding_window::SlidingWindowLayer;
+//!
+//! // One window per API token; requests without one share the `""` key.
+//! let layer = SlidingWindowLayer::qps(50).key(|parts: &Parts| {
+//!     parts
+//!         .headers
+//!         .get("x-api-token")
+//!         .and_then(|v| v.to_str().ok())
+//!         .unwrap_or_default()
+//!         .to_owned()
+//! });
+//! # let _ = layer;
+//! ```
+//!
+//! Keys should come from a bounded set, or be bounded by
+//! [`max_keys`](crate::SlidingWindowLayer::max_keys): keying on the raw path
+//! lets a client create a key per request. [`PathKey`] is fine for a known
+//! set of paths behind `route_layer`; `MatchedPathKey` is bounded by
+//! construction.
+//!
 //! # Header values that are not UTF-8
 //!
 //! Distinct header values are distinct keys. A value that is valid UTF-8 is
@@ -46,38 +70,14 @@
 //! aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa…#3f9c0a1e2b7d4c8f9e0a1b2c3d4e5f60
 //! ```
 //!
-//! The hash is two SipHash-1-3 runs with independent random keys drawn once
-//! per process. Two distinct long keys share a digest form with probability
-//! about 2^-128, and a client who does not know the per-process keys cannot
+//! The hash is two runs of std's `RandomState` hasher (SipHash-1-3 today)
+//! with independent random keys drawn once per process. Two distinct long
+//! keys share a digest form with probability about 2^-128, and a client who does not know the per-process keys cannot
 //! make them collide on purpose (nor make a short key equal to a long key's
 //! digest form). A rule names a long key only by its digest form, which
 //! changes with every process: give rules to keys of at most 256 bytes.
 //! A request with a long key hashes it once (one pass over its bytes) and
 //! copies only the 64-byte prefix.
-//!
-//! Any closure `Fn(&Parts) -> K` is an extractor too:
-//!
-//! ```
-//! use http::request::Parts;
-//! use tower_sliding_window::SlidingWindowLayer;
-//!
-//! // One window per API token; requests without one share the `""` key.
-//! let layer = SlidingWindowLayer::qps(50).key(|parts: &Parts| {
-//!     parts
-//!         .headers
-//!         .get("x-api-token")
-//!         .and_then(|v| v.to_str().ok())
-//!         .unwrap_or_default()
-//!         .to_owned()
-//! });
-//! # let _ = layer;
-//! ```
-//!
-//! Keys should come from a bounded set, or be bounded by
-//! [`max_keys`](crate::SlidingWindowLayer::max_keys): keying on the raw path
-//! lets a client create a key per request. [`PathKey`] is fine for a known
-//! set of paths behind `route_layer`; `MatchedPathKey` is bounded by
-//! construction.
 
 mod bounded;
 mod forwarded;
