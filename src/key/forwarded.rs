@@ -17,6 +17,10 @@ pub const MAX_FORWARDED_ENTRIES: usize = 32;
 /// address.
 const MAX_ENTRY_BYTES: usize = 64;
 
+/// Longest `Forwarded` element (`for=..;by=..;host=..;proto=..`) whose
+/// parameters are searched for `for`; a longer one names no address.
+const MAX_ELEMENT_BYTES: usize = 1024;
+
 /// Which header [`ForwardedIpKey`] reads the forwarding chain from.
 ///
 /// Exactly one is read: a header your proxy does not set is one a client can
@@ -80,7 +84,8 @@ enum Trust {
 /// IPv6 address, with a port (`192.0.2.1:80`, `[2001:db8::1]:443`) or IPv6
 /// in brackets; IPv4-mapped IPv6 addresses are keyed as IPv4. When the walk
 /// meets an entry that is no address (`unknown`, an obfuscated `_hidden`,
-/// garbage, bytes that are not UTF-8), runs out of entries, or has examined
+/// garbage, bytes that are not UTF-8, an entry longer than 64 bytes or a
+/// `Forwarded` element longer than 1 KiB), runs out of entries, or has examined
 /// [`MAX_FORWARDED_ENTRIES`], the key falls back to the peer address, and to
 /// `None` without one: such requests share their proxy's key, which is
 /// limited like any other.
@@ -271,6 +276,9 @@ fn parse_node(entry: &[u8]) -> Option<IpAddr> {
 /// The address in the `for` parameter of one `Forwarded` element
 /// (`for=192.0.2.60;proto=http;by=203.0.113.43`), if it names one.
 fn parse_forwarded_element(element: &[u8]) -> Option<IpAddr> {
+    if element.len() > MAX_ELEMENT_BYTES {
+        return None;
+    }
     let value = element.split(|&b| b == b';').find_map(|pair| {
         let pair = pair.trim_ascii();
         let (name, value) = pair.split_at(pair.iter().position(|&b| b == b'=')?);
@@ -327,5 +335,8 @@ mod tests {
         assert_eq!(parse_forwarded_element(b"by=192.0.2.1"), None);
         assert_eq!(parse_forwarded_element(b"for"), None);
         assert_eq!(parse_forwarded_element(b"for=\""), None);
+        let mut padded = b"for=192.0.2.60".to_vec();
+        padded.extend(std::iter::repeat(b';').take(MAX_ELEMENT_BYTES));
+        assert_eq!(parse_forwarded_element(&padded), None);
     }
 }
