@@ -22,4 +22,6 @@ pub use layer::{DefaultClassifier, SlidingWindow, SlidingWindowLayer};
 
 #[cfg(feature = "axum")]
 pub use key::MatchedPathKey;
-pub use key::{GlobalKey, HeaderKey, KeyExtractor, MethodPathKey, PathKey, PeerIpKey};
+pub use key::{
+    ForwardedIpKey, GlobalKey, HeaderKey, KeyExtractor, MethodPathKey, PathKey, PeerIpKey,
+};

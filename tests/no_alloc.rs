@@ -309,3 +309,61 @@ fn memory_per_statistic_node() {
     assert_eq!(largest_heap.bytes, 80 * 600 + 64 * 60, "{largest_heap:?}");
     drop(metric);
 }
+
+/// Allocations of one request through `app` (built beforehand), on a
+/// current-thread runtime, so every allocation lands on this thread.
+#[cfg(feature = "axum")]
+fn request_allocations(app: &axum::Router, rt: &tokio::runtime::Runtime, uri: &str) -> Allocated {
+    use tower::ServiceExt;
+    let request = http::Request::get(uri)
+        .body(axum::body::Body::empty())
+        .expect("valid request");
+    let app = app.clone();
+    let (response, allocated) = allocated_by(|| rt.block_on(app.oneshot(request)));
+    let response = response.expect("infallible");
+    assert_eq!(response.status(), http::StatusCode::OK);
+    allocated
+}
+
+// Issue 7 item 8: `MatchedPathKey` built a `String` for every request.
+#[cfg(feature = "axum")]
+#[test]
+fn matched_path_key_allocates_nothing_for_a_key_it_has_seen() {
+    use axum::routing::get;
+    use tower_sliding_window::{MatchedPathKey, SlidingWindowLayer};
+
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime");
+    let clock = ManualClock::new(1_000_000);
+    let router = || axum::Router::new().route("/users/{id}", get(|| async { "hi" }));
+    let global = router().route_layer(SlidingWindowLayer::qps(1_000_000).clock(clock.clone()));
+    let matched = router().route_layer(
+        SlidingWindowLayer::qps(1_000_000)
+            .key(MatchedPathKey)
+            .clock(clock.clone()),
+    );
+    let by_closure = router().route_layer(
+        SlidingWindowLayer::qps(1_000_000)
+            .key(|p: &http::request::Parts| p.uri.path().to_owned())
+            .clock(clock.clone()),
+    );
+    // Warm up: the first request for a key creates its entry.
+    for app in [&global, &matched, &by_closure] {
+        request_allocations(app, &rt, "/users/1");
+    }
+
+    let baseline = request_allocations(&global, &rt, "/users/2");
+    let keyed = request_allocations(&matched, &rt, "/users/3");
+    let owned_key = request_allocations(&by_closure, &rt, "/users/1");
+    println!("allocations per request: global key {baseline:?}, MatchedPathKey {keyed:?}, closure {owned_key:?}");
+    assert_eq!(
+        keyed.count, baseline.count,
+        "MatchedPathKey allocates beyond the global key's request"
+    );
+    // The harness sees a key's allocation: a closure building a `String`.
+    assert!(
+        owned_key.count > baseline.count,
+        "{owned_key:?} vs {baseline:?}"
+    );
+}

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use crate::key::IntoKey;
 use crate::stat::{Counts, MetricNode};
-use crate::store::{Registry, Store};
+use crate::store::{effective_now, Entry, Registry, Store};
 
 /// A cloneable handle on a [`SlidingWindowLayer`](crate::SlidingWindowLayer)'s
 /// live statistics and limits.
@@ -22,11 +22,16 @@ use crate::store::{Registry, Store};
 ///
 /// The key table is split into shards, each behind a read-write lock.
 /// Requests for a known key take one shard's read lock; a request for a new
-/// key, an eviction sweep and `set_limit` take one shard's write lock. A read
-/// here takes one shard's read lock to find a key, then reads the key's
-/// counters without locking; [`keys`](Self::keys),
-/// [`snapshots`](Self::snapshots) and [`total`](Self::total) visit every
-/// shard in turn.
+/// key, an eviction sweep and `set_limit` take one shard's write lock,
+/// briefly. A read here takes one shard's read lock to find a key, then
+/// reads the key's counters without locking; [`keys`](Self::keys),
+/// [`snapshots`](Self::snapshots), [`for_each`](Self::for_each) and
+/// [`total`](Self::total) visit every shard in turn, holding its lock only
+/// to copy pointers, never while cloning keys or reading counters.
+///
+/// Statistics are read at the later of the clock's reading and the start of
+/// the key's newest bucket: after a clock steps back, a key's snapshot still
+/// shows the passes and blocks that admission counts against it.
 ///
 /// ```
 /// use tower_sliding_window::{PathKey, SlidingWindowLayer};
@@ -135,22 +140,53 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
     }
 
     /// Every key that has an entry.
+    ///
+    /// The keys are cloned after each shard's lock is released (see
+    /// [`for_each`](Self::for_each)).
     pub fn keys(&self) -> Vec<K> {
+        let mut keys = Vec::new();
         self.registry()
-            .entries()
-            .into_iter()
-            .map(|(k, _)| k)
-            .collect()
+            .for_each_entry(|key, _| keys.push(K::clone(key)));
+        keys
     }
 
     /// Every key that has an entry, with its statistics.
     pub fn snapshots(&self) -> Vec<(K, Snapshot)> {
         let now = self.now();
+        let mut all = Vec::new();
+        self.registry().for_each_entry(|key, entry| {
+            all.push((K::clone(key), Snapshot::of(entry, now)));
+        });
+        all
+    }
+
+    /// Calls `f` with every key that has an entry and its statistics,
+    /// cloning no key: for exporters that write each key out as they go.
+    ///
+    /// The table is visited one shard at a time; a shard's lock is held only
+    /// to copy pointers to its keys and entries, and `f` runs with no lock
+    /// held, so a slow `f` delays no request. Keys inserted or evicted
+    /// during the visit may or may not be seen.
+    ///
+    /// ```
+    /// use std::fmt::Write;
+    /// use tower_sliding_window::{PathKey, SlidingWindowLayer};
+    ///
+    /// let layer = SlidingWindowLayer::qps(100).key(PathKey);
+    /// let stats = layer.handle();
+    ///
+    /// // Prometheus text format, one line per key and count.
+    /// let mut out = String::new();
+    /// stats.for_each(|path: &String, snapshot| {
+    ///     let _ = writeln!(out, "requests_passed{{path={path:?}}} {}", snapshot.pass);
+    ///     let _ = writeln!(out, "requests_blocked{{path={path:?}}} {}", snapshot.block);
+    /// });
+    /// # assert!(out.is_empty());
+    /// ```
+    pub fn for_each(&self, mut f: impl FnMut(&K, Snapshot)) {
+        let now = self.now();
         self.registry()
-            .entries()
-            .into_iter()
-            .map(|(k, e)| (k, Snapshot::of(&e, now)))
-            .collect()
+            .for_each_entry(|key, entry| f(key, Snapshot::of(entry, now)));
     }
 
     /// Statistics of the overflow entry: keys that found no room (see
@@ -163,8 +199,11 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
     /// overflow entry while it is in use (anything in flight or in its
     /// windows). Never more than `max_keys` + 1 + keys with their own limit.
     pub fn len(&self) -> usize {
-        let overflow = !self.registry().overflow().node.is_idle_at(self.now());
-        self.registry().entries_len() + usize::from(overflow)
+        let overflow = self.registry().overflow();
+        let in_use = !overflow
+            .node
+            .is_idle_at(effective_now(overflow, self.now()));
+        self.registry().entries_len() + usize::from(in_use)
     }
 
     /// Whether no key has an entry.
@@ -174,23 +213,21 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
 
     /// All entries summed, the overflow entry included: counts and
     /// concurrency add up, `limit` is the sum of the limits, `min_rt` is the
-    /// smallest and `avg_rt` is weighted by successes.
+    /// smallest and `avg_rt` is weighted by successes. No key is cloned.
     pub fn total(&self) -> Snapshot {
         let now = self.now();
-        let registry = &self.registry();
-        let overflow = registry.overflow();
-        let entries = registry.entries();
-        let overflow_used = !overflow.node.is_idle_at(now);
+        let registry = self.registry();
         let mut counts = Counts::default();
         let (mut concurrency, mut limit) = (0u64, 0u64);
-        let all = entries
-            .iter()
-            .map(|(_, e)| e)
-            .chain(overflow_used.then_some(overflow));
-        for entry in all {
-            counts.merge(&entry.node.window_counts(now));
+        let mut add = |entry: &Entry| {
+            counts.merge(&entry.node.window_counts(effective_now(entry, now)));
             concurrency = concurrency.saturating_add(entry.node.cur_concurrency());
             limit = limit.saturating_add(entry.limit());
+        };
+        registry.for_each_entry(|_, entry| add(entry));
+        let overflow = registry.overflow();
+        if !overflow.node.is_idle_at(effective_now(overflow, now)) {
+            add(overflow);
         }
         Snapshot::from_counts(&counts, concurrency, limit)
     }

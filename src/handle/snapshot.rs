@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use crate::stat::Counts;
-use crate::store::Entry;
+use crate::store::{effective_now, Entry};
 
 /// One key's statistics at a moment: counts over its current window.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -47,9 +47,11 @@ fn micros<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::
 }
 
 impl Snapshot {
+    /// `entry`'s statistics as read at `now`, or at the start of its newest
+    /// bucket if that is later (see `effective_now`).
     pub(crate) fn of(entry: &Entry, now: u64) -> Snapshot {
         Snapshot::from_counts(
-            &entry.node.window_counts(now),
+            &entry.node.window_counts(effective_now(entry, now)),
             entry.node.cur_concurrency(),
             entry.limit(),
         )

@@ -6,14 +6,19 @@
 //! it returns a documented fallback key, which is counted and limited like
 //! any other. Extraction never fails, never panics and never answers 500.
 //!
-//! | extractor          | key type          | key                                          | fallback                      |
-//! |--------------------|-------------------|----------------------------------------------|-------------------------------|
-//! | [`GlobalKey`]      | `()`              | one key for all requests (the default)       | —                             |
-//! | [`PathKey`]        | `String`          | the path, without the query                  | —                             |
-//! | [`MethodPathKey`]  | `String`          | `"GET /users"`                               | —                             |
-//! | [`HeaderKey`]      | `Option<String>`  | the header's value                           | `None` (absent header)        |
-//! | [`PeerIpKey`]      | `Option<IpAddr>`  | the peer's IP address                        | `None` (no peer address)      |
-//! | `MatchedPathKey`   | `String`          | `"GET /users/{id}"` (axum route template)    | `"<unmatched>"`               |
+//! | extractor            | key type          | key                                          | fallback                      |
+//! |----------------------|-------------------|----------------------------------------------|-------------------------------|
+//! | [`GlobalKey`]        | `()`              | one key for all requests (the default)       | —                             |
+//! | [`PathKey`]          | `String`          | the path, without the query                  | —                             |
+//! | [`MethodPathKey`]    | `String`          | `"GET /users"`; `HEAD` is keyed as `GET`     | —                             |
+//! | [`HeaderKey`]        | `Option<String>`  | the header's value; not UTF-8: escaped (below) | `None` (absent header)      |
+//! | [`PeerIpKey`]        | `Option<IpAddr>`  | the peer's IP address                        | `None` (no peer address)      |
+//! | [`ForwardedIpKey`]   | `Option<IpAddr>`  | the first address, from the right of the forwarding chain, that is not a trusted proxy | the peer's address, then `None` |
+//! | `MatchedPathKey`     | `String`          | `"GET /users/{id}"` (axum route template); `HEAD` is keyed as `GET` | `"<unmatched>"` |
+//!
+//! axum answers `HEAD` with the `GET` handler, so the method keys name a
+//! `HEAD` request `"GET /path"`: a rule for `"GET /path"` limits both, and
+//! `HEAD` cannot be used to get past it.
 //!
 //! Any closure `Fn(&Parts) -> K` is an extractor too:
 //!
@@ -38,16 +43,59 @@
 //! lets a client create a key per request. [`PathKey`] is fine for a known
 //! set of paths behind `route_layer`; `MatchedPathKey` is bounded by
 //! construction.
+//!
+//! # Header values that are not UTF-8
+//!
+//! Distinct header values are distinct keys. A value that is valid UTF-8 is
+//! its own key. Any other value is keyed as the DEL character (`"\x7f"`),
+//! then the value with every `\` written as `\\` and every byte that is not
+//! part of valid UTF-8 written as `\xNN` (two lowercase hex digits): `acme`
+//! followed by the byte 0xFF is the key `"\x7facme\\xff"` (as a Rust
+//! literal). An `http::HeaderValue` never contains DEL, so no valid value
+//! has a key starting with it, and the escaping can be undone, so two
+//! distinct values never share a key.
+//!
+//! # Long keys
+//!
+//! A key is kept as long as its entry, so the built-in string extractors
+//! ([`PathKey`], [`MethodPathKey`], [`HeaderKey`], `MatchedPathKey`) bound
+//! what it costs: a key longer than [`MAX_KEY_BYTES`] (256) bytes (after
+//! the escaping above) is replaced by its *digest form*: its first bytes
+//! (at most 64, cut back to a character boundary, with bytes that are not
+//! UTF-8 written as `\xNN`), then `…#`, then 32 lowercase hex digits of a
+//! 128-bit keyed hash of **all** its bytes, at most
+//! [`MAX_DIGEST_KEY_BYTES`] (100) bytes in all:
+//!
+//! ```text
+//! aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa…#3f9c0a1e2b7d4c8f9e0a1b2c3d4e5f60
+//! ```
+//!
+//! The hash is two runs of std's `RandomState` hasher (SipHash-1-3 today)
+//! with independent random keys drawn once per process. Two distinct long
+//! keys share a digest form with probability about 2^-128, and a client who does not know the per-process keys cannot
+//! make them collide on purpose (nor make a short key equal to a long key's
+//! digest form). A rule names a long key only by its digest form, which
+//! changes with every process: give rules to keys of at most 256 bytes.
+//! A request with a long key hashes it once (one pass over its bytes) and
+//! copies only the 64-byte prefix.
 
+mod bounded;
+mod forwarded;
 mod into;
+mod visit;
 
+pub use bounded::{MAX_DIGEST_KEY_BYTES, MAX_KEY_BYTES};
+pub use forwarded::{ForwardedHeader, ForwardedIpKey, MAX_FORWARDED_ENTRIES};
 pub use into::IntoKey;
+pub use visit::{KeyVisitor, ToOwnedKey};
 
 use std::hash::Hash;
 use std::net::{IpAddr, SocketAddr};
 
 use http::request::Parts;
-use http::HeaderName;
+use http::{HeaderName, Method};
+
+use bounded::{header_key, text_key};
 
 /// Chooses the key a request is counted and limited under.
 ///
@@ -61,6 +109,49 @@ pub trait KeyExtractor: Clone + Send + Sync + 'static {
 
     /// The key for a request.
     fn extract(&self, parts: &Parts) -> Self::Key;
+
+    /// Hands the request's key to `visitor`: what the layer calls.
+    ///
+    /// The provided method visits [`extract`](Self::extract)'s key as owned.
+    /// An extractor that can offer a borrowed form of its key (a `&str` for a
+    /// `String` key, written into a buffer on the stack) overrides it and
+    /// calls [`KeyVisitor::borrowed`]: the key table then looks the borrowed
+    /// form up and builds the owned key only for a key it has not seen, so a
+    /// request allocates nothing for its key. Both forms must name the same
+    /// key.
+    ///
+    /// ```
+    /// use http::request::Parts;
+    /// use tower_sliding_window::key::{KeyExtractor, KeyVisitor};
+    ///
+    /// /// Keys by the `Host` header, ASCII-lowercased, `""` without one.
+    /// #[derive(Clone)]
+    /// struct HostKey;
+    ///
+    /// impl KeyExtractor for HostKey {
+    ///     type Key = String;
+    ///
+    ///     fn extract(&self, parts: &Parts) -> String {
+    ///         host(parts).to_ascii_lowercase()
+    ///     }
+    ///
+    ///     fn visit<V: KeyVisitor<String>>(&self, parts: &Parts, visitor: V) -> V::Output {
+    ///         let host = host(parts);
+    ///         if host.bytes().any(|b| b.is_ascii_uppercase()) {
+    ///             return visitor.owned(host.to_ascii_lowercase());
+    ///         }
+    ///         visitor.borrowed(host, str::to_owned)
+    ///     }
+    /// }
+    ///
+    /// fn host(parts: &Parts) -> &str {
+    ///     parts.headers.get("host").and_then(|v| v.to_str().ok()).unwrap_or("")
+    /// }
+    /// ```
+    #[inline]
+    fn visit<V: KeyVisitor<Self::Key>>(&self, parts: &Parts, visitor: V) -> V::Output {
+        visitor.owned(self.extract(parts))
+    }
 }
 
 impl<F, K> KeyExtractor for F
@@ -89,7 +180,9 @@ impl KeyExtractor for GlobalKey {
 /// The request path, without the query string: `/users/42?x=1` → `"/users/42"`.
 ///
 /// Every distinct path is a key, so put it behind `route_layer` or bound it
-/// with [`max_keys`](crate::SlidingWindowLayer::max_keys).
+/// with [`max_keys`](crate::SlidingWindowLayer::max_keys). A path longer
+/// than [`MAX_KEY_BYTES`] is keyed by its digest form (see
+/// [Long keys](self#long-keys)).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct PathKey;
 
@@ -97,11 +190,24 @@ impl KeyExtractor for PathKey {
     type Key = String;
 
     fn extract(&self, parts: &Parts) -> String {
-        parts.uri.path().to_owned()
+        text_key(&[parts.uri.path()])
+    }
+
+    fn visit<V: KeyVisitor<String>>(&self, parts: &Parts, visitor: V) -> V::Output {
+        let path = parts.uri.path();
+        if path.len() > MAX_KEY_BYTES {
+            return visitor.owned(text_key(&[path]));
+        }
+        visitor.borrowed(path, str::to_owned)
     }
 }
 
 /// The method and path: `GET /users/42?x=1` → `"GET /users/42"`.
+///
+/// `HEAD` is keyed as `GET` (axum answers it with the `GET` handler), so a
+/// rule for `"GET /users/42"` limits both. A key longer than
+/// [`MAX_KEY_BYTES`] is keyed by its digest form (see
+/// [Long keys](self#long-keys)).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct MethodPathKey;
 
@@ -109,25 +215,51 @@ impl KeyExtractor for MethodPathKey {
     type Key = String;
 
     fn extract(&self, parts: &Parts) -> String {
-        method_and(&parts.method, parts.uri.path())
+        text_key(&[method_name(&parts.method), " ", parts.uri.path()])
+    }
+
+    fn visit<V: KeyVisitor<String>>(&self, parts: &Parts, visitor: V) -> V::Output {
+        visit_method_and(&parts.method, parts.uri.path(), visitor)
     }
 }
 
-/// `"METHOD rest"` with one allocation.
-fn method_and(method: &http::Method, rest: &str) -> String {
-    let method = method.as_str();
-    let mut key = String::with_capacity(method.len() + 1 + rest.len());
-    key.push_str(method);
-    key.push(' ');
-    key.push_str(rest);
-    key
+/// The method as keys name it: `HEAD` as `GET`.
+#[inline]
+fn method_name(method: &Method) -> &str {
+    if *method == Method::HEAD {
+        Method::GET.as_str()
+    } else {
+        method.as_str()
+    }
+}
+
+/// Visits the key `"METHOD rest"`, written into a buffer on the stack and
+/// visited as `&str` when it is short enough to be kept verbatim.
+#[inline]
+fn visit_method_and<V: KeyVisitor<String>>(method: &Method, rest: &str, visitor: V) -> V::Output {
+    let method = method_name(method);
+    let len = method.len() + 1 + rest.len();
+    let mut buf = [0u8; MAX_KEY_BYTES];
+    if len <= MAX_KEY_BYTES {
+        buf[..method.len()].copy_from_slice(method.as_bytes());
+        buf[method.len()] = b' ';
+        buf[method.len() + 1..len].copy_from_slice(rest.as_bytes());
+        // Always valid: the concatenation of two strings and a space.
+        if let Ok(key) = std::str::from_utf8(&buf[..len]) {
+            return visitor.borrowed(key, str::to_owned);
+        }
+    }
+    visitor.owned(text_key(&[method, " ", rest]))
 }
 
 /// The value of one request header, e.g. an API key or tenant id.
 ///
 /// Requests without the header share the key `None`, limited like any other
-/// key. A value that is not valid UTF-8 is keyed by its lossy UTF-8
-/// rendering. If there are several, the first value counts.
+/// key. If there are several, the first value counts. Distinct values are
+/// distinct keys: a value that is not valid UTF-8 is escaped, never
+/// replaced (see [Header values that are not UTF-8](self#header-values-that-are-not-utf-8)),
+/// and a value longer than [`MAX_KEY_BYTES`] is keyed by its digest form
+/// (see [Long keys](self#long-keys)).
 ///
 /// ```
 /// use http::HeaderName;
@@ -157,7 +289,7 @@ impl KeyExtractor for HeaderKey {
         parts
             .headers
             .get(&self.name)
-            .map(|value| String::from_utf8_lossy(value.as_bytes()).into_owned())
+            .map(|value| header_key(value.as_bytes()))
     }
 }
 
@@ -173,9 +305,8 @@ impl KeyExtractor for HeaderKey {
 /// An IPv4-mapped IPv6 address (`::ffff:10.0.0.1`, how a dual-stack
 /// listener sees IPv4 peers) is keyed as the IPv4 address (`10.0.0.1`).
 ///
-/// This is the TCP peer. Behind a reverse proxy that is the proxy; key on a
-/// header the proxy sets instead ([`HeaderKey`] or a closure), and trust it
-/// only if every request passes through that proxy.
+/// This is the TCP peer. Behind a reverse proxy that is the proxy; use
+/// [`ForwardedIpKey`] there.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct PeerIpKey;
 
@@ -207,7 +338,12 @@ impl KeyExtractor for PeerIpKey {
 /// matched path before middleware added with `Router::route_layer` or
 /// `Router::layer` runs (not across `nest_service`). A request that matched
 /// no route gets the key `"<unmatched>"`; use `route_layer` to leave those
-/// unlimited (and let them 404).
+/// unlimited (and let them 404). `HEAD` is keyed as `GET`, as axum answers
+/// it with the `GET` handler.
+///
+/// A request for a key already in the table allocates nothing: the key is
+/// written into a buffer on the stack and looked up as a `&str` (see
+/// [`KeyExtractor::visit`]).
 #[cfg(feature = "axum")]
 #[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
 #[derive(Debug, Clone, Copy, Default)]
@@ -225,8 +361,15 @@ impl KeyExtractor for MatchedPathKey {
 
     fn extract(&self, parts: &Parts) -> String {
         match parts.extensions.get::<axum::extract::MatchedPath>() {
-            Some(path) => method_and(&parts.method, path.as_str()),
+            Some(path) => text_key(&[method_name(&parts.method), " ", path.as_str()]),
             None => Self::UNMATCHED.to_owned(),
+        }
+    }
+
+    fn visit<V: KeyVisitor<String>>(&self, parts: &Parts, visitor: V) -> V::Output {
+        match parts.extensions.get::<axum::extract::MatchedPath>() {
+            Some(path) => visit_method_and(&parts.method, path.as_str(), visitor),
+            None => visitor.borrowed(Self::UNMATCHED, str::to_owned),
         }
     }
 }
@@ -257,7 +400,7 @@ mod tests {
     }
 
     #[test]
-    fn header_key_renders_non_utf8_lossily() {
+    fn header_key_escapes_non_utf8() {
         let key = HeaderKey::new(HeaderName::from_static("x-tenant"));
         let value = http::HeaderValue::from_bytes(b"a\xffb").unwrap();
         let p = parts(
@@ -266,7 +409,31 @@ mod tests {
                 .body(())
                 .unwrap(),
         );
-        assert_eq!(key.extract(&p).as_deref(), Some("a\u{fffd}b"));
+        assert_eq!(key.extract(&p).as_deref(), Some("\x7fa\\xffb"));
+    }
+
+    #[test]
+    fn visit_and_extract_agree() {
+        let long = format!("/{}", "p".repeat(MAX_KEY_BYTES));
+        for uri in ["/users/42?x=1", "/", long.as_str()] {
+            for method in [Method::GET, Method::HEAD, Method::POST] {
+                let mut request = Request::get(uri).body(()).unwrap();
+                *request.method_mut() = method.clone();
+                let p = parts(request);
+                assert_eq!(PathKey.visit(&p, ToOwnedKey), PathKey.extract(&p));
+                assert_eq!(
+                    MethodPathKey.visit(&p, ToOwnedKey),
+                    MethodPathKey.extract(&p)
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn head_is_keyed_as_get() {
+        let p = parts(Request::head("/a").body(()).unwrap());
+        assert_eq!(MethodPathKey.extract(&p), "GET /a");
+        assert_eq!(MethodPathKey.visit(&p, ToOwnedKey), "GET /a");
     }
 
     #[test]

@@ -142,8 +142,8 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
     /// such bursts less likely, not impossible.
     ///
     /// Memory: every key with its own statistics keeps a ring of
-    /// `sample_count` buckets (see [`max_keys`](Self::max_keys) for the
-    /// whole formula).
+    /// `sample_count` buckets of 64 bytes each (see
+    /// [`max_keys`](Self::max_keys) for the whole cost of a key).
     ///
     /// # Panics
     ///
@@ -189,16 +189,50 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
 
     /// Bounds the number of keys with their own statistics (default 4096).
     ///
-    /// Each key costs about 4.9 KiB (a second and a minute window, see
-    /// [`StatisticNode`](crate::stat::StatisticNode)), so the default bounds
-    /// the table near 20 MiB: enough for the distinct clients a single
-    /// instance sees in a minute, small enough for any deployment. Idle keys
-    /// (nothing in flight or reserved, no event left in their second window;
-    /// their minute-window history is dropped with them) are evicted when
-    /// room is needed, with no background task. When every key is busy, new
-    /// keys share one overflow entry, limited with the default limit:
-    /// varying the key gets no one past the limit, and memory stays bounded.
-    /// Keys with a [`rule`](Self::rule) do not count against this bound.
+    /// # Memory
+    ///
+    /// Each key costs at most about 5.2 KiB with the default window: its
+    /// entry (a [`StatisticNode`](crate::stat::StatisticNode) with a second
+    /// and a minute window, 4 968 bytes, plus its limit, about 5 000 bytes
+    /// in all), the key (held in an `Arc`: 16 bytes, the key's own size and
+    /// its heap) and its slot in the table (a pair of pointers and a control
+    /// byte, at hashbrown's load factor). The built-in string extractors keep
+    /// at most [`MAX_KEY_BYTES`](crate::key::MAX_KEY_BYTES) (256) bytes of a
+    /// key whatever a client sends (see [long keys](crate::key#long-keys)):
+    /// measured, a [`HeaderKey`](crate::HeaderKey) key costs 5 312 bytes in
+    /// all with 256-byte values, 5 158 bytes with 16 KiB values, 5 060 with
+    /// short ones. So the default table holds at most about 20.8 MiB,
+    /// however hostile its keys (`cargo test --test memory -- --nocapture`
+    /// prints these figures). Every bucket beyond the default 10 adds 64
+    /// bytes per key (see [`window`](Self::window)).
+    ///
+    /// # Eviction and the overflow entry
+    ///
+    /// Idle keys (nothing in flight or reserved, no event left in their
+    /// second window; their minute of history goes with them) are evicted
+    /// when room is needed, with no background task. When every key
+    /// is busy, new keys share one overflow entry, limited with
+    /// [`overflow_limit`](Self::overflow_limit) (default: the default
+    /// limit): varying the key gets no one past the limit, and memory stays
+    /// bounded. Keys with a [`rule`](Self::rule) do not count against this
+    /// bound and are never sent to the overflow entry.
+    ///
+    /// The price is paid by new clients during a flood: while an attacker
+    /// keeps every slot busy with distinct keys, a client that is not yet in
+    /// the table shares the overflow entry's limit with the attacker's
+    /// excess keys, and gets few of its requests through. To keep serving
+    /// clients that matter:
+    ///
+    /// - give known clients a [`rule`](Self::rule): they then always have
+    ///   their own entry;
+    /// - key by something the attacker cannot vary freely: a key that groups
+    ///   attackers (a tenant, a verified account) rather than a raw header,
+    ///   or [`PeerIpKey`](crate::PeerIpKey) (one key per address: varying it
+    ///   takes many addresses) behind an outer per-address limit;
+    /// - make the overflow entry stricter (so a flood gains nothing) or
+    ///   looser (so new clients are served while the flood lasts) with
+    ///   [`overflow_limit`](Self::overflow_limit);
+    /// - raise `max_keys` to the number of clients you must tell apart.
     ///
     /// # Panics
     ///
@@ -209,6 +243,26 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
             "SlidingWindowLayer::max_keys: invalid `max_keys`: must be greater than 0 (got 0)"
         );
         self.configure(|s| s.max_keys = n)
+    }
+
+    /// Sets the limit of the overflow entry, which the keys that found no
+    /// room share while every slot of the table is busy (default: the
+    /// default limit). See [`max_keys`](Self::max_keys).
+    ///
+    /// A limit of 0 refuses every request that found no room.
+    ///
+    /// ```
+    /// use tower_sliding_window::{HeaderKey, SlidingWindowLayer};
+    ///
+    /// // 100 per second per API key; during a flood of unknown keys, all of
+    /// // them together get 20 per second.
+    /// let layer = SlidingWindowLayer::qps(100)
+    ///     .key(HeaderKey::new(http::HeaderName::from_static("x-api-key")))
+    ///     .overflow_limit(20);
+    /// # let _ = layer;
+    /// ```
+    pub fn overflow_limit(self, limit: u64) -> Self {
+        self.configure(|s| s.overflow_limit = Some(limit))
     }
 
     /// Reads time from `clock` (default: [`SystemClock`](crate::clock::SystemClock)).

@@ -19,7 +19,7 @@ use crate::flow::{self, Admission};
 use crate::handle::StatsHandle;
 use crate::key::{GlobalKey, KeyExtractor};
 use crate::response::{rejection_response, PolicyName, Quota, ResponseConfig};
-use crate::store::{Entry, Registry, Store};
+use crate::store::{effective_now, Entry, Lookup, Registry, Store};
 
 /// Limits requests per key with a sliding window; made by
 /// [`SlidingWindowLayer`](crate::SlidingWindowLayer).
@@ -117,28 +117,39 @@ where
     }
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
-        // Split and reassemble: both move, nothing is cloned.
-        let (parts, body) = request.into_parts();
-        let key = self.extractor.extract(&parts);
-        let request = Request::from_parts(parts, body);
-
         let registry = &self.registry;
         let clock = registry.clock();
         let now = clock.now_millis();
-        let entry = registry.entry(key, now);
+        // Split and reassemble: both move, nothing is cloned. The extractor
+        // hands its key straight to the table (by reference where it can).
+        let (parts, body) = request.into_parts();
+        let entry = self.extractor.visit(&parts, Lookup { registry, now });
+        let request = Request::from_parts(parts, body);
         let limit = entry.limit();
         let response = &*self.response;
 
-        match flow::admit(&entry.node, now, 1, limit) {
+        // A reading behind the key's newest bucket (a clock that stepped
+        // back, a thread that read it before another opened that bucket) is
+        // moved forward to it, as admission itself does; the decision, the
+        // block it records and the counts in the headers are all at that
+        // time. A wait computed there is `behind` longer on the clock.
+        let at = effective_now(&entry, now);
+        let behind = at - now;
+        let wait = |n: u64| {
+            flow::retry_after_ms(&entry.node, at, n, limit).map(|ms| {
+                if ms == 0 {
+                    0
+                } else {
+                    ms.saturating_add(behind)
+                }
+            })
+        };
+
+        match flow::admit(&entry.node, at, 1, limit) {
             Admission::Pass { window_pass } => {
                 let quota = response.headers_on_pass.then(|| {
-                    let reset = flow::retry_after_ms(
-                        &entry.node,
-                        now,
-                        limit.saturating_sub(window_pass).saturating_add(1),
-                        limit,
-                    )
-                    .unwrap_or(0);
+                    let reset =
+                        wait(limit.saturating_sub(window_pass).saturating_add(1)).unwrap_or(0);
                     Box::new(self.quota(&entry, limit, window_pass, reset))
                 });
                 let legacy_headers = response.legacy_headers;
@@ -160,8 +171,7 @@ where
                 )
             }
             Admission::Block { window_pass } => {
-                let retry_after_ms = flow::retry_after_ms(&entry.node, now, 1, limit)
-                    .unwrap_or(registry.window().interval_ms);
+                let retry_after_ms = wait(1).unwrap_or(registry.window().interval_ms);
                 let quota = self.quota(&entry, limit, window_pass, retry_after_ms);
                 tracing::debug!(
                     policy = %quota.policy,

@@ -205,6 +205,13 @@ impl MetricArray {
         self.main.newest_start().max(reserved)
     }
 
+    /// The newest bucket start of the main ring: where admission records
+    /// for a caller whose clock lags behind it.
+    #[inline]
+    pub(crate) fn newest_bucket_start(&self) -> Option<u64> {
+        self.main.newest_start()
+    }
+
     // --- opening buckets ------------------------------------------------------
 
     /// Opens the bucket for `now` and returns its slot and the start of the

@@ -487,6 +487,13 @@ impl StatisticNode {
 
 /// # For the HTTP layer and `flow`
 impl StatisticNode {
+    /// Start of the second window's newest opened bucket, if any: admission
+    /// moves a clock reading that lags behind it forward to it.
+    #[inline]
+    pub(crate) fn newest_bucket_start(&self) -> Option<u64> {
+        self.sec().newest_bucket_start()
+    }
+
     /// Adds `n` passes to the second window at `now` if
     /// `decide(window_pass)` says yes, in one atomic step (see
     /// `MetricArray::try_add_pass`): `Ok(window_pass)` before the add, or

@@ -43,6 +43,8 @@ impl Default for Window {
 #[derive(Debug, Clone)]
 pub(crate) struct Settings<K> {
     pub(crate) default_limit: u64,
+    /// The overflow entry's limit; `None`: the default limit.
+    pub(crate) overflow_limit: Option<u64>,
     pub(crate) window: Window,
     pub(crate) clock: SharedClock,
     pub(crate) max_keys: usize,
@@ -53,6 +55,7 @@ impl<K> Settings<K> {
     pub(crate) fn new(default_limit: u64) -> Self {
         Settings {
             default_limit,
+            overflow_limit: None,
             window: Window::default(),
             clock: SharedClock::system(),
             max_keys: DEFAULT_MAX_KEYS,
@@ -77,6 +80,7 @@ impl<K> Settings<K> {
             .collect();
         Settings {
             default_limit: self.default_limit,
+            overflow_limit: self.overflow_limit,
             window: self.window,
             clock: self.clock,
             max_keys: self.max_keys,
@@ -153,6 +157,7 @@ impl<K> fmt::Debug for Store<K> {
             None => {
                 let settings = read(&self.settings);
                 out.field("default_limit", &settings.default_limit)
+                    .field("overflow_limit", &settings.overflow_limit)
                     .field("window", &settings.window)
                     .field("max_keys", &settings.max_keys)
                     .field("rules", &settings.rules.len())

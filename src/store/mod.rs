@@ -16,4 +16,4 @@ mod registry;
 
 pub(crate) use cell::{Settings, Store, Window};
 pub(crate) use entry::Entry;
-pub(crate) use registry::Registry;
+pub(crate) use registry::{effective_now, Lookup, Registry};

@@ -15,6 +15,18 @@
 //!   entry can be freed, the key shares the overflow entry, which is limited
 //!   with the default limit: varying the key never gets past the limit and
 //!   never grows memory.
+//! - Eviction never drops a key with events newer than the sweep's time:
+//!   each entry is judged at the later of the sweep's clock reading and the
+//!   start of its own newest bucket, so a sweep whose thread read the clock
+//!   and was then preempted cannot evict a key that passed meanwhile (which
+//!   would then pass again, past its limit). A sweep whose clock reads a
+//!   whole window behind the last sweep (a clock stepped back, or one
+//!   reading far ahead before) runs and restarts the schedule from there.
+//! - The table holds keys as `Arc<K>`: one allocation when a key is
+//!   inserted, none per request. Reads for the handle copy the `Arc`s of one
+//!   shard under its read lock and look at keys and statistics after
+//!   releasing it, so a read never holds a lock that a request needs for
+//!   longer than it takes to copy pointers.
 //! - Keys with their own limit (a rule or `set_limit`) are never sent to the
 //!   overflow entry, so a flood of other keys cannot dilute a strict rule.
 //!   They do not count against `max_keys`; their number is bounded by the
@@ -31,7 +43,8 @@ use hashbrown::HashTable;
 
 use super::{Entry, Settings, Window};
 use crate::clock::SharedClock;
-use crate::sync::{read, write, AtomicU64, AtomicUsize, Ordering, RwLock};
+use crate::key::KeyVisitor;
+use crate::sync::{fence, read, write, AtomicU64, AtomicUsize, Ordering, RwLock};
 
 /// Number of table shards. A power of two comfortably above the core count
 /// of the machines this runs on keeps writers (new keys, sweeps) from
@@ -39,13 +52,91 @@ use crate::sync::{read, write, AtomicU64, AtomicUsize, Ordering, RwLock};
 const SHARDS: usize = 16;
 
 /// One shard of the key table.
-type Shard<K> = RwLock<HashTable<(K, Arc<Entry>)>>;
+type Shard<K> = RwLock<HashTable<(Arc<K>, Arc<Entry>)>>;
+
+/// A key on its way into the table: looked up by reference, made owned only
+/// when a new entry is inserted.
+pub(crate) trait PendingKey<K> {
+    /// The form the key is looked up in.
+    type Q: Hash + Eq + ?Sized;
+    fn key(&self) -> &Self::Q;
+    fn into_owned(self) -> K;
+}
+
+/// An owned key.
+pub(crate) struct Owned<K>(pub(crate) K);
+
+impl<K: Hash + Eq> PendingKey<K> for Owned<K> {
+    type Q = K;
+    fn key(&self) -> &K {
+        &self.0
+    }
+    fn into_owned(self) -> K {
+        self.0
+    }
+}
+
+/// A borrowed form of a key and how to make the key from it.
+pub(crate) struct Borrowed<'a, Q: ?Sized, K>(pub(crate) &'a Q, pub(crate) fn(&Q) -> K);
+
+impl<Q: Hash + Eq + ?Sized, K> PendingKey<K> for Borrowed<'_, Q, K> {
+    type Q = Q;
+    fn key(&self) -> &Q {
+        self.0
+    }
+    fn into_owned(self) -> K {
+        (self.1)(self.0)
+    }
+}
+
+/// Looks a request's key up in a [`Registry`]: the visitor an extractor
+/// hands its key to (see `KeyExtractor::visit`).
+pub(crate) struct Lookup<'a, K> {
+    pub(crate) registry: &'a Registry<K>,
+    /// The request's clock reading.
+    pub(crate) now: u64,
+}
+
+impl<K: Clone + Eq + Hash + Send + Sync + 'static> KeyVisitor<K> for Lookup<'_, K> {
+    type Output = Arc<Entry>;
+
+    #[inline]
+    fn owned(self, key: K) -> Arc<Entry> {
+        self.registry.entry(key, self.now)
+    }
+
+    #[inline]
+    fn borrowed<Q>(self, key: &Q, to_owned: fn(&Q) -> K) -> Arc<Entry>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.registry.entry_borrowed(key, to_owned, self.now)
+    }
+}
+
+/// Start of `node`'s newest opened bucket of the second window, if any.
+///
+/// Admission moves a clock reading that lags behind it forward to it, so
+/// this is the earliest time the key's statistics can be read at without
+/// missing its newest events.
+#[inline]
+pub(crate) fn newest_start(node: &crate::stat::StatisticNode) -> Option<u64> {
+    node.newest_bucket_start()
+}
+
+/// The time `entry` is read, decided and judged idle at: the later of the
+/// clock reading `now` and the start of the entry's newest bucket.
+#[inline]
+pub(crate) fn effective_now(entry: &Entry, now: u64) -> u64 {
+    newest_start(&entry.node).map_or(now, |newest| now.max(newest))
+}
 
 pub(crate) struct Registry<K> {
     shards: Box<[Shard<K>]>,
     hasher: RandomState,
     /// The one entry of a zero-sized key type.
-    single: OnceLock<(K, Arc<Entry>)>,
+    single: OnceLock<(Arc<K>, Arc<Entry>)>,
     overflow: Arc<Entry>,
     /// Keys holding an entry that count against `max_keys` (all but pinned).
     counted: AtomicUsize,
@@ -64,6 +155,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
     pub(crate) fn new(settings: &Settings<K>) -> Self {
         let Settings {
             default_limit,
+            overflow_limit,
             window,
             ref clock,
             max_keys,
@@ -73,7 +165,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
         let overflow = Arc::new(Entry::new(
             window,
             clock.clone(),
-            default_limit,
+            overflow_limit.unwrap_or(default_limit),
             None,
             false,
         ));
@@ -115,11 +207,31 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
     /// The entry a request with `key` is counted under, created if needed.
     #[inline]
     pub(crate) fn entry(&self, key: K, now: u64) -> Arc<Entry> {
+        self.entry_for(Owned(key), now)
+    }
+
+    /// [`entry`](Self::entry) for a borrowed form of the key: the owned key
+    /// is made with `to_owned` only if a new entry is inserted.
+    #[inline]
+    pub(crate) fn entry_borrowed<Q>(&self, key: &Q, to_owned: fn(&Q) -> K, now: u64) -> Arc<Entry>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.entry_for(Borrowed(key, to_owned), now)
+    }
+
+    #[inline]
+    fn entry_for<P: PendingKey<K>>(&self, key: P, now: u64) -> Arc<Entry>
+    where
+        K: Borrow<P::Q>,
+    {
         if Self::is_single() {
             return Arc::clone(
                 &self
                     .single
                     .get_or_init(|| {
+                        let key = key.into_owned();
                         let hash = self.hasher.hash_one(&key);
                         // The single key never counts against `max_keys`.
                         self.create(key, hash, true)
@@ -127,10 +239,11 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
                     .1,
             );
         }
-        let hash = self.hasher.hash_one(&key);
+        // `K: Borrow<Q>` promises that `Q` hashes as `K` does.
+        let hash = self.hasher.hash_one(key.key());
         {
             let table = read(self.shard(hash));
-            if let Some((_, entry)) = table.find(hash, |(k, _)| *k == key) {
+            if let Some((_, entry)) = table.find(hash, |(k, _)| (**k).borrow() == key.key()) {
                 return Arc::clone(entry);
             }
         }
@@ -139,7 +252,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
 
     /// A new entry for `key`. `pinned`: the entry holds no counted slot of
     /// `max_keys` (decided by the caller, who reserved one or not).
-    fn create(&self, key: K, hash: u64, pinned: bool) -> (K, Arc<Entry>) {
+    fn create(&self, key: K, hash: u64, pinned: bool) -> (Arc<K>, Arc<Entry>) {
         let rule = read(&self.limits).get(&key).copied();
         let entry = Entry::new(
             self.window,
@@ -148,17 +261,20 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
             rule.map(|_| hash),
             pinned,
         );
-        (key, Arc::new(entry))
+        (Arc::new(key), Arc::new(entry))
     }
 
     #[cold]
-    fn insert(&self, key: K, hash: u64, now: u64) -> Arc<Entry> {
-        let pinned = read(&self.limits).contains_key(&key);
+    fn insert<P: PendingKey<K>>(&self, key: P, hash: u64, now: u64) -> Arc<Entry>
+    where
+        K: Borrow<P::Q>,
+    {
+        let pinned = read(&self.limits).contains_key(key.key());
         if !pinned && !self.reserve(now) {
             return Arc::clone(&self.overflow);
         }
         let mut table = write(self.shard(hash));
-        if let Some((_, entry)) = table.find(hash, |(k, _)| *k == key) {
+        if let Some((_, entry)) = table.find(hash, |(k, _)| (**k).borrow() == key.key()) {
             // Another request inserted it first.
             if !pinned {
                 self.counted.fetch_sub(1, Ordering::Relaxed);
@@ -171,9 +287,9 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
         // the entry counts against `max_keys` stays what was decided above,
         // even if a rule arrived meanwhile, so that eviction gives back
         // exactly the slot that was reserved.
-        let (key, entry) = self.create(key, hash, pinned);
+        let (key, entry) = self.create(key.into_owned(), hash, pinned);
         let found = Arc::clone(&entry);
-        table.insert_unique(hash, (key, entry), |(k, _)| self.hasher.hash_one(k));
+        table.insert_unique(hash, (key, entry), |(k, _)| self.hasher.hash_one(&**k));
         found
     }
 
@@ -201,10 +317,18 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
 
     /// Evicts idle keys, at most once per bucket length. Returns whether
     /// this call swept.
+    ///
+    /// A reading a whole window behind the last sweep is taken as a clock
+    /// that stepped back (or a last sweep at a reading far ahead): it sweeps,
+    /// and the schedule restarts from it. A thread's reading that is merely
+    /// stale (it read the clock, then waited) is less than a window behind,
+    /// and waits for the schedule like any other.
     fn sweep(&self, now: u64) -> bool {
         let every = self.window.bucket_ms().max(1);
         let last = self.last_sweep.load(Ordering::Relaxed);
-        if now < last.saturating_add(every)
+        let due = now >= last.saturating_add(every)
+            || now.saturating_add(self.window.interval_ms) <= last;
+        if !due
             || self
                 .last_sweep
                 .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
@@ -217,6 +341,10 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
     }
 
     /// Removes every idle entry nobody holds. Returns how many went.
+    ///
+    /// An entry is judged at [`effective_now`]: never at a time before its
+    /// newest bucket, so a stale `now` cannot make a key that passed
+    /// meanwhile look idle.
     pub(crate) fn evict_idle(&self, now: u64) -> usize {
         let mut removed = 0;
         for shard in self.shards.iter() {
@@ -224,7 +352,13 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
             table.retain(|(_, entry)| {
                 // Holding the write lock, nobody can look the entry up; a
                 // strong count of 1 means no request holds it either.
-                let evict = Arc::strong_count(entry) == 1 && entry.node.is_idle_at(now);
+                if Arc::strong_count(entry) != 1 {
+                    return true;
+                }
+                // Pairs with the release decrement of the last request that
+                // dropped its clone, so its events are visible below.
+                fence(Ordering::Acquire);
+                let evict = entry.node.is_idle_at(effective_now(entry, now));
                 if evict {
                     removed += 1;
                     if !entry.pinned {
@@ -249,26 +383,39 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
             return self
                 .single
                 .get()
-                .filter(|(k, _)| k.borrow() == key)
+                .filter(|(k, _)| (**k).borrow() == key)
                 .map(|(_, e)| Arc::clone(e));
         }
         let hash = self.hasher.hash_one(key);
         read(self.shard(hash))
-            .find(hash, |(k, _)| k.borrow() == key)
+            .find(hash, |(k, _)| (**k).borrow() == key)
             .map(|(_, e)| Arc::clone(e))
     }
 
-    /// Every key holding an entry, with it.
-    pub(crate) fn entries(&self) -> Vec<(K, Arc<Entry>)> {
+    /// Calls `f` with every key holding an entry, and its entry.
+    ///
+    /// Each shard's read lock is held only to copy its pointers into one
+    /// buffer, reused from shard to shard; `f` runs with no lock held, so it
+    /// may take as long as it likes (clone keys, read statistics) without
+    /// delaying a request.
+    pub(crate) fn for_each_entry(&self, mut f: impl FnMut(&Arc<K>, &Arc<Entry>)) {
         if Self::is_single() {
-            return self.single.get().cloned().into_iter().collect();
+            if let Some((k, e)) = self.single.get() {
+                f(k, e);
+            }
+            return;
         }
-        let mut all = Vec::new();
+        let mut buffer: Vec<(Arc<K>, Arc<Entry>)> = Vec::new();
         for shard in self.shards.iter() {
-            let table = read(shard);
-            all.extend(table.iter().map(|(k, e)| (k.clone(), Arc::clone(e))));
+            {
+                let table = read(shard);
+                buffer.reserve(table.len());
+                buffer.extend(table.iter().map(|(k, e)| (Arc::clone(k), Arc::clone(e))));
+            }
+            for (k, e) in buffer.drain(..) {
+                f(&k, &e);
+            }
         }
-        all
     }
 
     /// Number of keys holding an entry.
@@ -301,7 +448,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
         // Taking the shard lock orders this update against `insert`, which
         // reads the limits table with the same lock held.
         let table = write(self.shard(hash));
-        if let Some((_, entry)) = table.find(hash, |(k, _)| *k == key) {
+        if let Some((_, entry)) = table.find(hash, |(k, _)| **k == key) {
             entry.set_limit(limit, Some(hash));
         }
     }
@@ -323,7 +470,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
         }
         // Same ordering against `insert` as in `set_limit`.
         let table = write(self.shard(hash));
-        if let Some((_, entry)) = table.find(hash, |(k, _)| k.borrow() == key) {
+        if let Some((_, entry)) = table.find(hash, |(k, _)| (**k).borrow() == key) {
             entry.set_limit(self.default_limit, None);
         }
         had

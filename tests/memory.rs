@@ -1,0 +1,232 @@
+//! What a key costs in memory, including the key, and the bound of the
+//! default table under hostile keys (issue 8, item 1).
+//!
+//! A global allocator tallies, per thread, the bytes allocated and freed.
+//! The layer's service is called directly on the test thread (its `call`
+//! decides and creates the entry synchronously), so the thread's net bytes
+//! are what the table keeps: requests and responses are freed before the
+//! count is read.
+//!
+//! `cargo test --test memory -- --nocapture` prints the figures quoted in
+//! the docs of `SlidingWindowLayer::max_keys`.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::convert::Infallible;
+use std::mem::size_of;
+
+use axum::body::Body;
+use http::{HeaderName, HeaderValue, Request, Response};
+use tower::{service_fn, Layer, Service};
+use tower_sliding_window::clock::ManualClock;
+use tower_sliding_window::key::{MAX_DIGEST_KEY_BYTES, MAX_KEY_BYTES};
+use tower_sliding_window::stat::StatisticNode;
+use tower_sliding_window::{HeaderKey, PathKey, SlidingWindowLayer};
+
+struct Counting;
+
+thread_local! {
+    static ALLOCATED: Cell<u64> = const { Cell::new(0) };
+    static FREED: Cell<u64> = const { Cell::new(0) };
+}
+
+fn add(cell: &'static std::thread::LocalKey<Cell<u64>>, bytes: usize) {
+    // `try_with`: a thread's locals may be gone while it is torn down.
+    let _ = cell.try_with(|c| c.set(c.get() + bytes as u64));
+}
+
+// SAFETY: every method forwards to `System` with the arguments it was given;
+// counting touches only const-initialised thread-locals without destructors,
+// which never allocate.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        add(&ALLOCATED, layout.size());
+        // SAFETY: the caller upholds `GlobalAlloc::alloc`'s contract.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        add(&ALLOCATED, layout.size());
+        // SAFETY: as for `alloc`.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        add(&FREED, layout.size());
+        add(&ALLOCATED, new_size);
+        // SAFETY: the caller upholds `GlobalAlloc::realloc`'s contract.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        add(&FREED, layout.size());
+        // SAFETY: the caller upholds `GlobalAlloc::dealloc`'s contract.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+/// Bytes the current thread holds now, net of what it freed.
+fn live() -> i64 {
+    ALLOCATED.with(Cell::get) as i64 - FREED.with(Cell::get) as i64
+}
+
+/// Default `max_keys`.
+const KEYS: usize = 4096;
+
+/// The bound the docs of `max_keys` state for the default table.
+const DOCUMENTED_BOUND: i64 = 21 * 1024 * 1024;
+
+type Svc = tower_sliding_window::SlidingWindow<
+    tower::util::ServiceFn<
+        fn(Request<()>) -> std::future::Ready<Result<Response<Body>, Infallible>>,
+    >,
+    HeaderKey,
+>;
+
+fn ok(_: Request<()>) -> std::future::Ready<Result<Response<Body>, Infallible>> {
+    std::future::ready(Ok(Response::new(Body::empty())))
+}
+
+/// A service keyed by `x-key`, its table built.
+fn header_service() -> (Svc, tower_sliding_window::StatsHandle<Option<String>>) {
+    let layer = SlidingWindowLayer::qps(1_000)
+        .key(HeaderKey::new(HeaderName::from_static("x-key")))
+        .clock(ManualClock::new(1_000_000));
+    let stats = layer.handle();
+    let f: fn(Request<()>) -> _ = ok;
+    let svc = layer.layer(service_fn(f));
+    (svc, stats)
+}
+
+/// Sends one request with `x-key: value` and drops its future: the entry
+/// stays, the request is gone.
+fn send(svc: &mut Svc, value: HeaderValue) {
+    let request = Request::get("/").header("x-key", value).body(()).unwrap();
+    drop(svc.call(request));
+}
+
+/// Net bytes the table keeps per key for `KEYS` keys made by `value(i)`.
+fn bytes_per_key(value: impl Fn(usize) -> Vec<u8>) -> (i64, usize) {
+    let (mut svc, stats) = header_service();
+    // The first request builds the table's fixed part; count from there.
+    send(&mut svc, HeaderValue::from_static("warm-up"));
+    let before = live();
+    let mut key_len = 0;
+    for i in 0..KEYS - 1 {
+        let bytes = value(i);
+        send(&mut svc, HeaderValue::from_bytes(&bytes).unwrap());
+    }
+    let after = live();
+    assert_eq!(stats.len(), KEYS, "every key has its own entry");
+    stats.for_each(|key, _| key_len = key_len.max(key.as_deref().map_or(0, str::len)));
+    ((after - before) / (KEYS as i64 - 1), key_len)
+}
+
+/// A distinct value of exactly `len` bytes for every `i`.
+fn value_of(i: usize, len: usize, fill: u8) -> Vec<u8> {
+    let mut v = vec![fill; len];
+    let tag = format!("{i:08}");
+    v[..8].copy_from_slice(tag.as_bytes());
+    v
+}
+
+#[test]
+fn a_key_costs_its_entry_its_slot_and_at_most_256_bytes_of_key() {
+    let node = {
+        let before = live();
+        let node = StatisticNode::with_clock(ManualClock::new(0));
+        let heap = live() - before;
+        drop(node);
+        heap + size_of::<StatisticNode>() as i64
+    };
+
+    let (longest, longest_len) = bytes_per_key(|i| value_of(i, MAX_KEY_BYTES, b'k'));
+    let (long, long_len) = bytes_per_key(|i| value_of(i, 16 * 1024, b'l'));
+    let (invalid, invalid_len) = bytes_per_key(|i| value_of(i, 200, 0xff));
+    let (short, _) = bytes_per_key(|i| format!("{i}").into_bytes());
+
+    println!("StatisticNode (default windows): {node} bytes");
+    println!("per key, {MAX_KEY_BYTES}-byte header values (kept verbatim): {longest} bytes");
+    println!("per key, 16 KiB header values (digest form, {long_len} bytes): {long} bytes");
+    println!("per key, 200 bytes not UTF-8 (escaped past 256: digest form, {invalid_len} bytes): {invalid} bytes");
+    println!("per key, short header values: {short} bytes");
+    println!(
+        "default table ({KEYS} keys) at the worst case: {:.2} MiB",
+        (longest * KEYS as i64) as f64 / (1024.0 * 1024.0)
+    );
+
+    assert_eq!(longest_len, MAX_KEY_BYTES);
+    assert!(long_len <= MAX_DIGEST_KEY_BYTES, "{long_len}");
+    assert!(invalid_len <= MAX_DIGEST_KEY_BYTES, "{invalid_len}");
+    // The key's cost is bounded whatever the value: a 16 KiB value costs no
+    // more than a 256-byte one.
+    assert!(long <= longest, "{long} > {longest}");
+    assert!(invalid <= longest, "{invalid} > {longest}");
+    assert!(
+        longest * KEYS as i64 <= DOCUMENTED_BOUND,
+        "{longest} bytes per key x {KEYS} keys exceeds the documented bound"
+    );
+}
+
+#[test]
+fn maximum_size_header_values_keep_a_bounded_key() {
+    // hyper's default limit for an HTTP/1 head is about 400 KB.
+    let (mut svc, stats) = header_service();
+    for i in 0..4 {
+        send(
+            &mut svc,
+            HeaderValue::from_bytes(&value_of(i, 400 * 1024, b'h')).unwrap(),
+        );
+    }
+    let keys = stats.keys();
+    assert_eq!(keys.len(), 4);
+    for key in keys {
+        let key = key.expect("a header value");
+        assert!(key.len() <= MAX_DIGEST_KEY_BYTES, "{} bytes", key.len());
+        assert!(key.contains("…#"), "{key}");
+    }
+}
+
+#[test]
+fn long_paths_keep_a_bounded_key() {
+    let layer = SlidingWindowLayer::qps(1_000)
+        .key(PathKey)
+        .clock(ManualClock::new(0));
+    let stats = layer.handle();
+    let mut svc = layer.layer(service_fn(|_: Request<()>| async {
+        Ok::<_, Infallible>(Response::new(Body::empty()))
+    }));
+    let long = format!("/{}", "p".repeat(60_000));
+    drop(svc.call(Request::get(long.as_str()).body(()).unwrap()));
+    drop(svc.call(Request::get("/short").body(()).unwrap()));
+    let mut keys = stats.keys();
+    keys.sort_by_key(String::len);
+    assert_eq!(keys[0], "/short");
+    assert!(keys[1].len() <= MAX_DIGEST_KEY_BYTES, "{}", keys[1].len());
+    assert!(keys[1].starts_with("/ppp"), "{}", keys[1]);
+}
+
+/// Bytes the current thread allocates while running `f`.
+fn allocated_by(f: impl FnOnce()) -> u64 {
+    let before = ALLOCATED.with(Cell::get);
+    f();
+    ALLOCATED.with(Cell::get) - before
+}
+
+// Issue 8 item 1: a request with a huge header value copied the value into
+// its key (and made it three times larger when it was not UTF-8).
+#[test]
+fn a_request_with_a_huge_header_value_copies_only_its_key() {
+    let (mut svc, _stats) = header_service();
+    for (name, fill) in [("valid", b'h'), ("not UTF-8", 0xff)] {
+        let value = HeaderValue::from_bytes(&vec![fill; 400 * 1024]).unwrap();
+        send(&mut svc, value.clone());
+        let request = Request::get("/").header("x-key", value).body(()).unwrap();
+        let bytes = allocated_by(|| drop(svc.call(request)));
+        println!("a request with a 400 KiB {name} header value allocates {bytes} bytes");
+        assert!(bytes < 1024, "{name}: {bytes} bytes");
+    }
+}
