@@ -40,3 +40,7 @@ pub mod future {
 #[cfg(feature = "axum")]
 pub use key::MatchedPathKey;
 pub use key::{GlobalKey, HeaderKey, KeyExtractor, MethodPathKey, PathKey, PeerIpKey};
+
+// The README's code blocks run as doc tests (src/readme.rs).
+#[cfg(doctest)]
+mod readme;
