@@ -47,11 +47,15 @@ const SAME_READS_BEFORE_CHECK: u32 = 64;
 /// than any bucket.
 ///
 /// Cost of one `now_millis` (criterion median, `cargo bench -p perf --bench
-/// main -- clock`, 2-core x86-64 VM, AMD EPYC under KVM): 0.7 ns, against
-/// 9.9 ns for [`SystemClock`](super::SystemClock) and 21.8 ns for
-/// `std::time::Instant::now`. The upkeep thread wakes `1 / interval` times a
-/// second whether or not anything reads the clock (at 1 ms, about 1.5% of
-/// one core on the same machine).
+/// main -- '^clock/'`, on a 2-core x86-64 VM, AMD EPYC under KVM, shared with
+/// other builds at a load average of 3 to 4.5, so compare within the run):
+/// 6.0 ns, against 16.3 ns for [`SystemClock`](super::SystemClock), 63.0 ns
+/// for `std::time::Instant::now` and 2.0 ns for a bare relaxed load of a
+/// cached value (`quanta::Instant::recent`); the difference to the latter is
+/// the per-thread bookkeeping of the starvation rule above.
+/// [`now_micros`](Clock::now_micros) costs what `SystemClock`'s does. The
+/// upkeep thread wakes `1 / interval` times a second whether or not anything
+/// reads the clock (at 1 ms, about 1.5% of one core on the same machine).
 ///
 /// # Examples
 ///

@@ -27,9 +27,14 @@ use super::Clock;
 ///   upkeep thread for a cheaper `now_millis`.
 ///
 /// Cost of one read (criterion medians, `cargo bench -p perf --bench main --
-/// clock`, 2-core x86-64 VM, AMD EPYC under KVM): `now_millis` 9.9 ns,
-/// `now_micros` 9.8 ns, against 21.8 ns for `std::time::Instant::now` and
-/// 0.7 ns for a [`CachedClock`](super::CachedClock).
+/// '^clock/'`, on a 2-core x86-64 VM, AMD EPYC under KVM, shared with other
+/// builds at a load average of 3 to 4.5, so every figure is inflated; compare
+/// them within the run): `now_millis` 16.3 ns, `now_micros` 16.8 ns, against
+/// 63.0 ns for `std::time::Instant::now`, 15.4 ns for the bare counter read
+/// (`quanta::Clock::raw`) and 6.0 ns for a
+/// [`CachedClock`](super::CachedClock)'s `now_millis`. On the same machine
+/// with nothing else running, the same counter read cost 9.3 ns against
+/// 21.7 ns for `Instant::now`.
 ///
 /// A `SystemClock` is `Copy` and holds one reference to the process-wide
 /// anchor: 8 bytes on 64-bit targets (`size_of::<SystemClock>()`). Every
