@@ -20,8 +20,13 @@ use crate::sync::process::{fence, AtomicU64};
 ///
 /// Reads take no lock and write nothing shared: the two parts of the time
 /// are published under a sequence number (a seqlock), so a reader never sees
-/// the milliseconds of one time with the microseconds of another. Writers
-/// (`set`, `advance`) take turns; concurrent advances are never lost.
+/// the milliseconds of one time with the microseconds of another; a read
+/// that overlaps a write retries until the write (a few stores) is done.
+/// Writers (`set`, `advance`) take turns the same way; concurrent advances
+/// are never lost. A `Mutex` would be simpler, but every request through a
+/// layer on a `ManualClock` reads it, and the stress tests read it from many
+/// threads at once: a lock would serialise exactly the accesses those tests
+/// exist to overlap.
 ///
 /// # Examples
 ///
