@@ -25,3 +25,7 @@ pub use key::MatchedPathKey;
 pub use key::{
     ForwardedIpKey, GlobalKey, HeaderKey, KeyExtractor, MethodPathKey, PathKey, PeerIpKey,
 };
+
+// The README's code blocks run as doc tests (src/readme.rs).
+#[cfg(doctest)]
+mod readme;

@@ -150,12 +150,14 @@ pub(crate) fn backoff(round: &mut u32) {
     }
 }
 
-/// Process-wide atomics that live in `static`s.
+/// Atomics that are never part of a loom model: the clocks' own.
 ///
 /// loom's atomics cannot be constructed in a `const` context and are only
-/// valid inside a model, so the few statics of the crate (the cached
-/// [`SystemClock`](crate::clock::SystemClock) reading) always use `std`. They
-/// hold no state that a model checks: every model drives time by hand.
+/// valid inside a model, so the clocks (the time of a
+/// [`ManualClock`](crate::clock::ManualClock), the cache of a
+/// [`CachedClock`](crate::clock::CachedClock), shared with its upkeep thread)
+/// always use `std`. They hold no state that a model checks: the models
+/// drive time by hand and never interleave inside a clock read.
 pub(crate) mod process {
-    pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64};
+    pub(crate) use std::sync::atomic::{fence, AtomicBool, AtomicU64};
 }

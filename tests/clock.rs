@@ -1,10 +1,11 @@
-//! `ManualClock`, `SystemClock` and the `Clock` trait's provided pieces.
+//! `ManualClock`, `SystemClock`, `CachedClock` and the `Clock` trait's
+//! provided pieces.
 
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use tower_sliding_window::clock::{Clock, ManualClock, SystemClock};
+use tower_sliding_window::clock::{CachedClock, Clock, ManualClock, SystemClock};
 use tower_sliding_window::stat::ArrayMetric;
 
 #[test]
@@ -59,15 +60,88 @@ fn manual_clock_clones_share_one_time() {
 }
 
 #[test]
-fn manual_clock_saturates_instead_of_overflowing() {
+fn manual_clock_set_reads_back_exactly_for_any_u64() {
+    let clock = ManualClock::new(0);
+    for ms in [
+        0,
+        1,
+        u64::MAX / 1000,
+        u64::MAX / 1000 + 1,
+        u64::MAX / 2,
+        u64::MAX - 1,
+        u64::MAX,
+    ] {
+        clock.set(ms);
+        assert_eq!(clock.now_millis(), ms, "set({ms})");
+        assert_eq!(
+            clock.now_micros(),
+            ms.saturating_mul(1000),
+            "micros of set({ms}) saturate"
+        );
+        assert_eq!(ManualClock::new(ms).now_millis(), ms, "new({ms})");
+    }
+}
+
+#[test]
+fn manual_clock_set_moves_backwards_from_the_top() {
     let clock = ManualClock::new(u64::MAX);
-    assert_eq!(clock.now_micros(), u64::MAX);
-    clock.advance(Duration::from_secs(1));
-    assert_eq!(clock.now_micros(), u64::MAX);
+    clock.advance(Duration::from_micros(250));
+    clock.set(u64::MAX - 1);
+    assert_eq!(clock.now_millis(), u64::MAX - 1);
     clock.set(5);
-    clock.advance(Duration::MAX);
+    assert_eq!(clock.now_millis(), 5);
+    assert_eq!(clock.now_micros(), 5_000, "set clears the microseconds");
+}
+
+#[test]
+fn manual_clock_advance_near_the_top_saturates() {
+    let clock = ManualClock::new(u64::MAX - 1);
+    clock.advance(Duration::from_micros(999));
+    assert_eq!(
+        clock.now_millis(),
+        u64::MAX - 1,
+        "999 us is not a millisecond"
+    );
+    clock.advance(Duration::from_micros(1));
+    assert_eq!(clock.now_millis(), u64::MAX);
+    clock.advance(Duration::from_secs(1));
+    assert_eq!(clock.now_millis(), u64::MAX, "saturates");
     assert_eq!(clock.now_micros(), u64::MAX);
-    assert_eq!(clock.now_millis(), u64::MAX / 1000);
+
+    let clock = ManualClock::new(5);
+    clock.advance(Duration::MAX);
+    assert_eq!(clock.now_millis(), u64::MAX, "saturates");
+    clock.set(u64::MAX - 1);
+    assert_eq!(clock.now_millis(), u64::MAX - 1, "and can still be set");
+}
+
+#[test]
+fn manual_clock_readers_never_see_a_torn_time() {
+    // A writer flips between two times whose milliseconds and microseconds
+    // both differ; a reader must only ever see one of them whole.
+    let (low, high) = (1_000_u64, u64::MAX - 7);
+    let clock = ManualClock::new(low);
+    let writer = {
+        let clock = clock.clone();
+        thread::spawn(move || {
+            for _ in 0..20_000 {
+                clock.set(low);
+                clock.advance(Duration::from_micros(1));
+                clock.set(high);
+                clock.advance(Duration::from_micros(999));
+            }
+        })
+    };
+    while !writer.is_finished() {
+        let us = clock.now_micros();
+        let ms = clock.now_millis();
+        assert!(
+            [low * 1000, low * 1000 + 1, u64::MAX].contains(&us),
+            "torn read: {us} us"
+        );
+        assert!([low, high].contains(&ms), "torn read: {ms} ms");
+    }
+    writer.join().unwrap();
 }
 
 #[test]
@@ -134,21 +208,69 @@ fn system_clock_moves_forward() {
     let clock = SystemClock::new();
     let (ms, us) = (clock.now_millis(), clock.now_micros());
     thread::sleep(Duration::from_millis(30));
-    // The precise reading comes straight from the counter: it has moved by
-    // at least the sleep.
+    // Both readings come straight from the counter: they have moved by at
+    // least the sleep (a lower bound only, which no scheduler can break).
     let later = clock.now_micros();
     assert!(later >= us + 30_000, "{us} us then {later} us");
-    // The cached millisecond reading is refreshed by a background thread,
-    // which a loaded machine may starve for a while: only require that it
-    // moves, within a generous bound.
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while clock.now_millis() <= ms {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "cached reading stuck at {ms} ms"
-        );
-        thread::sleep(Duration::from_millis(1));
+    assert!(clock.now_millis() >= ms + 30);
+}
+
+#[test]
+fn system_clock_is_a_copyable_reference() {
+    let clock = SystemClock::new();
+    let copy = clock;
+    assert!(copy.now_millis() <= clock.now_millis());
+    assert_eq!(
+        std::mem::size_of::<SystemClock>(),
+        std::mem::size_of::<usize>()
+    );
+}
+
+#[test]
+fn cached_clock_shares_the_system_clocks_time() {
+    let cached = CachedClock::new();
+    let system = SystemClock::new();
+    let a = cached.now_millis();
+    let b = system.now_millis();
+    // The cache is refreshed from the same counter: never ahead of it.
+    assert!(a <= b, "cached {a} ms ahead of system {b} ms");
+    let (mut last_ms, mut last_us) = (a, 0);
+    for _ in 0..100_000 {
+        let (ms, us) = (cached.now_millis(), cached.now_micros());
+        assert!(ms >= last_ms && us >= last_us);
+        (last_ms, last_us) = (ms, us);
     }
+}
+
+#[test]
+fn cached_clock_moves_on_even_if_read_in_a_tight_loop() {
+    // Whether or not the upkeep thread gets the CPU, a thread that keeps
+    // reading sees time move: no bound on how soon, only that it does.
+    let clock = CachedClock::with_interval(Duration::from_secs(3600));
+    let start = clock.now_millis();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while clock.now_millis() <= start {
+        assert!(std::time::Instant::now() < deadline, "frozen at {start} ms");
+        std::hint::spin_loop();
+    }
+}
+
+#[test]
+fn cached_clock_drives_a_metric() {
+    let clock = CachedClock::new();
+    let metric = ArrayMetric::with_clock(10, 1000, clock.clone()).unwrap();
+    metric.add_pass(3);
+    assert_eq!(metric.pass(), 3);
+    drop(clock);
+    // The metric holds a clone: its clock still runs.
+    metric.add_pass(1);
+    assert_eq!(metric.pass(), 4);
+}
+
+#[test]
+#[should_panic(expected = "`interval` must be greater than zero")]
+fn cached_clock_rejects_a_zero_interval() {
+    let _ = CachedClock::with_interval(Duration::ZERO);
 }
 
 /// A clock that only implements `now_millis`.

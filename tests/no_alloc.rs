@@ -3,7 +3,7 @@
 //! A counting global allocator tallies every allocation made by the current
 //! thread (test threads run in parallel, so a global tally would pick up the
 //! others). Each check warms up first, because the first use of the system
-//! clock starts its upkeep thread and an occupiable window allocates its
+//! clock pins its process-wide anchor and an occupiable window allocates its
 //! reservation ring on the first reservation; after that, recording,
 //! admission and the scalar reads must not allocate at all, including across
 //! bucket rotations.
@@ -253,7 +253,7 @@ fn time_until_pass_allocates_nothing() {
 
 #[test]
 fn memory_per_statistic_node() {
-    // Start the clock first: its upkeep thread is not part of any node.
+    // Pin the clock's process-wide anchor first: it is not part of any node.
     let _ = SystemClock::new().now_millis();
 
     let bucket = size_of::<MetricBucket>();

@@ -6,6 +6,10 @@
 //!
 //! - [`SystemClock`] is the default: monotonic, anchored to the UNIX epoch,
 //!   and cheap enough to read on every request (see its docs for the figures).
+//!   It reads the counter on every call and starts no thread.
+//! - [`CachedClock`] is the same time with a cheaper `now_millis`: one load of
+//!   a value that an upkeep thread refreshes. Opt-in: the thread runs only
+//!   while a handle to the clock exists.
 //! - [`ManualClock`] only moves when told to. Tests, simulations and replays
 //!   use it to make every window edge deterministic.
 //!
@@ -26,10 +30,12 @@
 //! assert_eq!(Frozen(1_500).now_micros(), 1_500_000);
 //! ```
 
+mod cached;
 mod manual;
 mod shared;
 mod system;
 
+pub use cached::CachedClock;
 pub use manual::ManualClock;
 pub(crate) use shared::SharedClock;
 pub use system::SystemClock;

@@ -2,18 +2,19 @@ use std::any::Any;
 use std::fmt;
 use std::sync::Arc;
 
-use super::{Clock, ManualClock, SystemClock};
+use super::{CachedClock, Clock, ManualClock, SystemClock};
 
 /// A clock stored without a type parameter.
 ///
 /// Public types such as `ArrayMetric` take "any clock" by value but carry no
 /// clock type parameter, so the clock has to be stored behind one type. A
-/// bare `Arc<dyn Clock>` would cost an indirect call on every request; the two
+/// bare `Arc<dyn Clock>` would cost an indirect call on every request; the three
 /// clocks this crate ships are recognised when the value is handed over and
 /// called directly, and only user clocks go through the vtable.
 #[derive(Clone)]
 pub(crate) enum SharedClock {
     System(SystemClock),
+    Cached(CachedClock),
     Manual(ManualClock),
     Other(Arc<dyn Clock>),
 }
@@ -23,6 +24,9 @@ impl SharedClock {
         let any: &dyn Any = &clock;
         if let Some(system) = any.downcast_ref::<SystemClock>() {
             return SharedClock::System(*system);
+        }
+        if let Some(cached) = any.downcast_ref::<CachedClock>() {
+            return SharedClock::Cached(cached.clone());
         }
         if let Some(manual) = any.downcast_ref::<ManualClock>() {
             return SharedClock::Manual(manual.clone());
@@ -40,6 +44,7 @@ impl Clock for SharedClock {
     fn now_millis(&self) -> u64 {
         match self {
             SharedClock::System(c) => c.now_millis(),
+            SharedClock::Cached(c) => c.now_millis(),
             SharedClock::Manual(c) => c.now_millis(),
             SharedClock::Other(c) => c.now_millis(),
         }
@@ -49,6 +54,7 @@ impl Clock for SharedClock {
     fn now_micros(&self) -> u64 {
         match self {
             SharedClock::System(c) => c.now_micros(),
+            SharedClock::Cached(c) => c.now_micros(),
             SharedClock::Manual(c) => c.now_micros(),
             SharedClock::Other(c) => c.now_micros(),
         }
@@ -59,6 +65,7 @@ impl fmt::Debug for SharedClock {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             SharedClock::System(c) => c.fmt(f),
+            SharedClock::Cached(c) => c.fmt(f),
             SharedClock::Manual(c) => c.fmt(f),
             SharedClock::Other(_) => f.write_str("Clock { .. }"),
         }

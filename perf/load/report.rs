@@ -47,7 +47,7 @@ impl Report {
         for (name, how) in [
             (Contender::Bare, "`Router` with no layer; every ratio is taken against it.".to_owned()),
             (Contender::Noop, "a layer whose service only forwards `poll_ready` and `call`.".to_owned()),
-            (Contender::OursGlobal, "`SlidingWindowLayer::qps(limit)` (one global key, 10 x 100 ms buckets; `inner_body` keeps axum's body type, as the docs recommend under axum).".to_owned()),
+            (Contender::OursGlobal, "`SlidingWindowLayer::qps(limit)` (one global key, 10 x 100 ms buckets; responses keep axum's body type, the default).".to_owned()),
             (Contender::OursPath, "`SlidingWindowLayer::qps(limit).key(MatchedPathKey)` (a key per route).".to_owned()),
             (
                 Contender::GovernorUsual,

@@ -7,11 +7,12 @@
 use std::fmt;
 
 /// How far after a second boundary a "burst at the start of a second" is
-/// due. Our layer reads a millisecond reading cached by a background thread
-/// (refreshed every millisecond); a burst due at the exact boundary can be
-/// judged, by that reading, to belong to the window before, which says more
-/// about thread scheduling than about the limiter. 5 ms puts the burst
-/// inside the new second by any reading in the process.
+/// due. A burst due at the exact boundary can be judged, by the layer's
+/// clock reading taken a little earlier or on another thread, to belong to
+/// the window before, which says more about thread scheduling than about the
+/// limiter (and with a `CachedClock` the reading may lag by a refresh
+/// interval). 5 ms puts the burst inside the new second by any reading in the
+/// process.
 pub const BURST_DELAY_US: u64 = 5_000;
 
 /// How the offered requests are spread over each second.

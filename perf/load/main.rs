@@ -3,12 +3,12 @@
 //! tower_governor and tower's `RateLimitLayer`, all over loopback HTTP.
 //!
 //! ```text
-//! cargo run --release --features axum --example load -- bench
-//! cargo run --release --features axum --example load -- accuracy
-//! cargo run --release --features axum --example load -- retry
-//! cargo run --release --features axum --example load -- soak
-//! cargo run --release --features axum --example load -- short
-//! cargo run --release --features axum --example load -- all --out docs/perf
+//! cargo run --release -p perf --bin load -- bench
+//! cargo run --release -p perf --bin load -- accuracy
+//! cargo run --release -p perf --bin load -- retry
+//! cargo run --release -p perf --bin load -- soak
+//! cargo run --release -p perf --bin load -- short
+//! cargo run --release -p perf --bin load -- all --out docs/perf
 //! ```
 //!
 //! `--help` lists the options. Every mode is bounded in time, binds only

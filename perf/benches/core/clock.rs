@@ -1,11 +1,12 @@
 //! Time sources side by side: what one clock read costs with the crate's
-//! `SystemClock` (cached milliseconds, counter-backed microseconds), `std`,
-//! and `quanta` (governor's default clock reads `quanta::Clock::raw`).
+//! `SystemClock` (the counter on every read), its `CachedClock` (milliseconds
+//! from a cache an upkeep thread refreshes), `std`, and `quanta` (governor's
+//! default clock reads `quanta::Clock::raw`).
 
 use std::time::{Duration, Instant, SystemTime};
 
 use criterion::{Criterion, Throughput};
-use tower_sliding_window::clock::{Clock, ManualClock, SystemClock};
+use tower_sliding_window::clock::{CachedClock, Clock, ManualClock, SystemClock};
 
 pub(crate) fn bench(c: &mut Criterion) {
     let mut group = c.benchmark_group("clock");
@@ -17,6 +18,10 @@ pub(crate) fn bench(c: &mut Criterion) {
     });
     group.bench_function("system_clock/now_micros", |b| {
         b.iter(|| system.now_micros())
+    });
+    let cached = CachedClock::new();
+    group.bench_function("cached_clock/now_millis", |b| {
+        b.iter(|| cached.now_millis())
     });
     let manual = ManualClock::new(1_000);
     group.bench_function("manual_clock/now_millis", |b| {

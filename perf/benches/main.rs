@@ -4,7 +4,7 @@
 //! below; run a subset with a filter, for example
 //!
 //! ```text
-//! cargo bench --bench main -- admission
+//! cargo bench -p perf --bench main -- admission
 //! ```
 //!
 //! - `core`: the statistics core (`ArrayMetric`, `StatisticNode`) on one

@@ -121,7 +121,7 @@ impl Config {
 
 /// The usage text printed on `--help` or a bad argument.
 pub const USAGE: &str = "\
-usage: cargo run --release --features axum --example load -- MODE [OPTIONS]
+usage: cargo run --release -p perf --bin load -- MODE [OPTIONS]
 
 modes:
   bench      throughput and latency (loopback) + in-process overhead
