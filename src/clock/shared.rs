@@ -37,6 +37,23 @@ impl SharedClock {
     pub(crate) fn system() -> Self {
         SharedClock::System(SystemClock::new())
     }
+
+    /// `(now_millis, now_micros)` with as few reads as the clock allows: the
+    /// system clock derives both from one counter reading (its milliseconds
+    /// are its microseconds floored, so they agree exactly); other clocks are
+    /// asked twice, as a user's clock may keep the two apart.
+    #[inline]
+    pub(crate) fn now_both(&self) -> (u64, u64) {
+        match self {
+            SharedClock::System(c) => {
+                let micros = c.now_micros();
+                (micros / 1000, micros)
+            }
+            SharedClock::Cached(c) => (c.now_millis(), c.now_micros()),
+            SharedClock::Manual(c) => (c.now_millis(), c.now_micros()),
+            SharedClock::Other(c) => (c.now_millis(), c.now_micros()),
+        }
+    }
 }
 
 impl Clock for SharedClock {

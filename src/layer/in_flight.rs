@@ -4,7 +4,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::clock::Clock;
 use crate::store::Entry;
 
 /// Holds a passed request's place in its key's concurrency gauge.
@@ -47,11 +46,10 @@ impl InFlight {
     /// exception on top when it failed.
     pub(crate) fn complete(&mut self, failed: bool) {
         let node = &self.entry.node;
-        let rt_us = node.clock().now_micros().saturating_sub(self.started_us);
-        node.add_rt_and_success(Duration::from_micros(rt_us), 1);
-        if failed {
-            node.increase_exception_qps(1);
-        }
+        // One clock reading serves the response time and the bucket.
+        let (now_ms, now_us) = node.clock().now_both();
+        let rt = Duration::from_micros(now_us.saturating_sub(self.started_us));
+        node.record_completion_at(now_ms, rt, failed);
         self.completed = true;
     }
 }

@@ -14,7 +14,6 @@ use tower_service::Service;
 use super::body::{BodyKind, InnerBody};
 use super::future::{Completion, ResponseFuture};
 use super::in_flight::InFlight;
-use crate::clock::Clock;
 use crate::flow::{self, Admission};
 use crate::handle::StatsHandle;
 use crate::key::{GlobalKey, KeyExtractor};
@@ -118,8 +117,9 @@ where
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
         let registry = &self.registry;
-        let clock = registry.clock();
-        let now = clock.now_millis();
+        // One clock reading: the window's time and the start of the
+        // response time.
+        let (now, started_us) = registry.clock().now_both();
         // Split and reassemble: both move, nothing is cloned. The extractor
         // hands its key straight to the table (by reference where it can).
         let (parts, body) = request.into_parts();
@@ -154,7 +154,7 @@ where
                 });
                 let legacy_headers = response.legacy_headers;
                 let classifier = self.make_classifier.make_classifier(&request);
-                let mut in_flight = InFlight::start(entry, clock.now_micros());
+                let mut in_flight = InFlight::start(entry, started_us);
                 // A panic in the inner `call` itself unwinds through here and
                 // drops the guard while it is marked as in user code.
                 in_flight.enter_user_code();

@@ -487,6 +487,19 @@ impl StatisticNode {
 
 /// # For the HTTP layer and `flow`
 impl StatisticNode {
+    /// Records one completion at `now`: a success taking `rt`, and an
+    /// exception on top when it `failed`, with one bucket lookup.
+    #[inline]
+    pub(crate) fn record_completion_at(&self, now: u64, rt: Duration, failed: bool) {
+        let tallies = self.sec().current(now).tallies();
+        tallies.add_success(1);
+        let micros = micros(rt);
+        tallies.add_rt_micros(micros, micros);
+        if failed {
+            tallies.add_exception(1);
+        }
+    }
+
     /// Start of the second window's newest opened bucket, if any: admission
     /// moves a clock reading that lags behind it forward to it.
     #[inline]
