@@ -19,6 +19,9 @@ pub(crate) const DEFAULT_MAX_KEYS: usize = 4096;
 pub(crate) struct Window {
     pub(crate) sample_count: usize,
     pub(crate) interval_ms: u64,
+    /// Admission also counts the bucket that has just left the window
+    /// (`SlidingWindowLayer::strict`).
+    pub(crate) strict: bool,
 }
 
 impl Window {
@@ -34,6 +37,7 @@ impl Default for Window {
         Window {
             sample_count: 10,
             interval_ms: 1000,
+            strict: false,
         }
     }
 }
