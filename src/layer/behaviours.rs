@@ -2,6 +2,8 @@
 //! behaviours and grades as builder methods. What each combination does is
 //! in the crate docs ("Flow behaviours").
 
+use std::num::NonZeroU64;
+
 use crate::key::KeyExtractor;
 
 use super::builder::SlidingWindowLayer;
@@ -62,5 +64,70 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
     /// ```
     pub fn strict(self) -> Self {
         self.configure(|s| s.window.strict = true)
+    }
+
+    /// Admits at most `n` requests of a key in flight at once (Sentinel's
+    /// thread grade), on top of the window's limit: a request must get both
+    /// a place and a pass.
+    ///
+    /// Exact under concurrency: the place is taken with one compare-and-swap
+    /// that fails at `n`, so no key ever has `n + 1` requests in flight. It
+    /// is given back when the request completes (its response head, or the
+    /// end of its body with [`track_body`](Self::track_body)), when its
+    /// future or body is dropped, or when the handler panics. The request
+    /// over it is answered at once (no waiting for a place) with the
+    /// rejection response and `Retry-After: 1`, counts as a block and
+    /// records no pass. A request the window refuses gives its place back at
+    /// once. [`Snapshot::concurrency`](crate::Snapshot::concurrency) shows
+    /// the places taken.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use axum::{body::Body, routing::get, Router};
+    /// use http::{Request, StatusCode};
+    /// use std::sync::Arc;
+    /// use tokio::sync::Semaphore;
+    /// use tower::ServiceExt;
+    /// use tower_sliding_window::SlidingWindowLayer;
+    ///
+    /// // A handler that waits until the test lets it finish.
+    /// let gate = Arc::new(Semaphore::new(0));
+    /// let handler = {
+    ///     let gate = Arc::clone(&gate);
+    ///     move || async move {
+    ///         gate.acquire().await.unwrap().forget();
+    ///         "done"
+    ///     }
+    /// };
+    /// let app = Router::new()
+    ///     .route("/", get(handler))
+    ///     .layer(SlidingWindowLayer::qps(100).max_concurrency(1));
+    /// let get = || Request::get("/").body(Body::empty()).unwrap();
+    ///
+    /// // The first request holds the only place while its handler waits...
+    /// let first = tokio::spawn(app.clone().oneshot(get()));
+    /// tokio::task::yield_now().await;
+    /// let second = app.clone().oneshot(get()).await.unwrap();
+    /// assert_eq!(second.status(), StatusCode::TOO_MANY_REQUESTS);
+    /// assert_eq!(second.headers()["retry-after"], "1");
+    /// // ...and gives it back when it completes.
+    /// gate.add_permits(2);
+    /// assert_eq!(first.await.unwrap().unwrap().status(), StatusCode::OK);
+    /// assert_eq!(app.oneshot(get()).await.unwrap().status(), StatusCode::OK);
+    /// # }
+    /// ```
+    ///
+    /// # Panics
+    ///
+    /// When `n` is 0.
+    pub fn max_concurrency(self, n: u64) -> Self {
+        let Some(n) = NonZeroU64::new(n) else {
+            panic!(
+                "SlidingWindowLayer::max_concurrency: invalid `max_concurrency`: must be greater \
+                 than 0 (got 0)"
+            );
+        };
+        self.configure(|s| s.window.behaviours.max_concurrency = Some(n))
     }
 }

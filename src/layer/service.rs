@@ -21,6 +21,8 @@ use crate::key::{GlobalKey, KeyExtractor};
 use crate::response::{rejection_response, PolicyName, Quota, ResponseConfig};
 use crate::store::{Entry, Registry, Store};
 
+mod controlled;
+
 /// Limits requests per key with a sliding window; made by
 /// [`SlidingWindowLayer`](crate::SlidingWindowLayer).
 ///
@@ -121,6 +123,13 @@ where
         let (parts, body) = request.into_parts();
         let key = self.extractor.extract(&parts);
         let request = Request::from_parts(parts, body);
+
+        // Flow behaviours (strict aside, which lives in the window) take
+        // their own path; a plain limiter pays one predictable check of a
+        // configuration value for them.
+        if !self.registry.window().behaviours.is_plain() {
+            return self.call_controlled(request, key);
+        }
 
         let registry = &self.registry;
         let clock = registry.clock();

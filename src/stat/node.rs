@@ -251,6 +251,36 @@ impl StatisticNode {
         self.concurrency.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// One more request in flight if fewer than `max` are: Sentinel's thread
+    /// grade, made exact. The check and the increment are one
+    /// compare-and-swap, so with any number of concurrent callers the gauge
+    /// never goes past `max` (Sentinel reads the count, then increments:
+    /// alibaba/Sentinel#628). `false`, recording nothing, when `max` are in
+    /// flight already. Release a place with
+    /// [`decrease_concurrency`](Self::decrease_concurrency).
+    ///
+    /// ```
+    /// use tower_sliding_window::clock::ManualClock;
+    /// use tower_sliding_window::stat::StatisticNode;
+    ///
+    /// let node = StatisticNode::with_clock(ManualClock::new(0));
+    /// assert!(node.try_increase_concurrency(2));
+    /// assert!(node.try_increase_concurrency(2));
+    /// assert!(!node.try_increase_concurrency(2));
+    /// node.decrease_concurrency();
+    /// assert!(node.try_increase_concurrency(2));
+    /// assert_eq!(node.cur_concurrency(), 2);
+    /// ```
+    pub fn try_increase_concurrency(&self, max: u64) -> bool {
+        // Relaxed: the gauge guards nothing but its own count, and every
+        // read-modify-write of one atomic sees the latest value.
+        self.concurrency
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .is_ok()
+    }
+
     /// One request fewer in flight. Saturates at zero: an unmatched call
     /// cannot wrap the gauge around.
     pub fn decrease_concurrency(&self) {

@@ -9,6 +9,7 @@ use std::sync::{Arc, OnceLock};
 
 use super::Registry;
 use crate::clock::SharedClock;
+use crate::flow::Behaviours;
 use crate::sync::{read, write, RwLock};
 
 /// Default `max_keys`: see `SlidingWindowLayer::max_keys`.
@@ -22,6 +23,8 @@ pub(crate) struct Window {
     /// Admission also counts the bucket that has just left the window
     /// (`SlidingWindowLayer::strict`).
     pub(crate) strict: bool,
+    /// The flow behaviours every key runs besides the window.
+    pub(crate) behaviours: Behaviours,
 }
 
 impl Window {
@@ -38,6 +41,7 @@ impl Default for Window {
             sample_count: 10,
             interval_ms: 1000,
             strict: false,
+            behaviours: Behaviours::default(),
         }
     }
 }
