@@ -490,3 +490,37 @@ fn concurrency_reservation_two_places_two_winners() {
         assert_eq!(node.cur_concurrency(), 2);
     });
 }
+
+/// The pacer's turn reservation: two callers at the same time, with room
+/// for both, get two distinct turns one `cost` apart (never a shared turn,
+/// never a skipped one); a third caller that gives its turn back while it is
+/// still the latest hands that very turn to the next caller.
+#[test]
+fn pacer_turns_are_distinct_and_consecutive() {
+    use std::time::Duration;
+    use tower_sliding_window::flow::{Pacer, Turn};
+
+    fn turn(pacer: &Pacer) -> u64 {
+        match pacer.reserve(1_000, 10, Duration::from_nanos(100)) {
+            Turn::Wait { at_ns, .. } => at_ns,
+            Turn::Refuse { .. } => panic!("room for every caller"),
+        }
+    }
+
+    loom::model(|| {
+        let pacer = Arc::new(Pacer::new());
+        let threads: Vec<_> = (0..2)
+            .map(|_| {
+                let pacer = Arc::clone(&pacer);
+                thread::spawn(move || turn(&pacer))
+            })
+            .collect();
+        let mut turns: Vec<u64> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+        turns.sort_unstable();
+        assert_eq!(turns, [1_000, 1_010]);
+        let third = turn(&pacer);
+        assert_eq!(third, 1_020);
+        assert!(pacer.give_back(third, 10));
+        assert_eq!(turn(&pacer), 1_020);
+    });
+}
