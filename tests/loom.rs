@@ -439,3 +439,88 @@ fn node() -> Arc<tower_sliding_window::stat::StatisticNode> {
             .expect("valid window"),
     )
 }
+
+/// `max_concurrency`'s reservation: two threads each take the one place,
+/// check the gauge, give it back, and try once more. The gauge never passes
+/// the limit and every place taken is given back.
+#[test]
+fn concurrency_reservation_never_exceeds_the_limit() {
+    loom::model(|| {
+        let node = node();
+        let threads: Vec<_> = (0..2)
+            .map(|_| {
+                let node = Arc::clone(&node);
+                thread::spawn(move || {
+                    let mut taken = 0;
+                    for _ in 0..2 {
+                        if node.try_increase_concurrency(1) {
+                            taken += 1;
+                            assert_eq!(node.cur_concurrency(), 1, "over the limit");
+                            node.decrease_concurrency();
+                        }
+                    }
+                    taken
+                })
+            })
+            .collect();
+        let taken: u32 = threads.into_iter().map(|t| t.join().unwrap()).sum();
+        assert!(taken >= 1, "no attempt got the free place");
+        assert_eq!(node.cur_concurrency(), 0, "a place was not given back");
+    });
+}
+
+/// Two places, three threads racing for them with no release: exactly two
+/// win.
+#[test]
+fn concurrency_reservation_two_places_two_winners() {
+    loom::model(|| {
+        let node = node();
+        let threads: Vec<_> = (0..3)
+            .map(|_| {
+                let node = Arc::clone(&node);
+                thread::spawn(move || node.try_increase_concurrency(2))
+            })
+            .collect();
+        let winners = threads
+            .into_iter()
+            .map(|t| t.join().unwrap())
+            .filter(|&won| won)
+            .count();
+        assert_eq!(winners, 2);
+        assert_eq!(node.cur_concurrency(), 2);
+    });
+}
+
+/// The pacer's turn reservation: two callers at the same time, with room
+/// for both, get two distinct turns one `cost` apart (never a shared turn,
+/// never a skipped one); a third caller that gives its turn back while it is
+/// still the latest hands that very turn to the next caller.
+#[test]
+fn pacer_turns_are_distinct_and_consecutive() {
+    use std::time::Duration;
+    use tower_sliding_window::flow::{Pacer, Turn};
+
+    fn turn(pacer: &Pacer) -> u64 {
+        match pacer.reserve(1_000, 10, Duration::from_nanos(100)) {
+            Turn::Wait { at_ns, .. } => at_ns,
+            Turn::Refuse { .. } => panic!("room for every caller"),
+        }
+    }
+
+    loom::model(|| {
+        let pacer = Arc::new(Pacer::new());
+        let threads: Vec<_> = (0..2)
+            .map(|_| {
+                let pacer = Arc::clone(&pacer);
+                thread::spawn(move || turn(&pacer))
+            })
+            .collect();
+        let mut turns: Vec<u64> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+        turns.sort_unstable();
+        assert_eq!(turns, [1_000, 1_010]);
+        let third = turn(&pacer);
+        assert_eq!(third, 1_020);
+        assert!(pacer.give_back(third, 10));
+        assert_eq!(turn(&pacer), 1_020);
+    });
+}

@@ -70,8 +70,10 @@ pub(crate) fn admit(node: &StatisticNode, now: u64, n: u64, limit: u64) -> Admis
 
 /// Milliseconds from `now` until `n` more passes fit under `limit` on
 /// `node`'s second window if nothing else passes; `None` if they never can.
+/// On a strict node the bucket that has just left the window counts too,
+/// until one bucket length after it would have left a plain window.
 /// Allocation-free.
 pub(crate) fn retry_after_ms(node: &StatisticNode, now: u64, n: u64, limit: u64) -> Option<u64> {
-    let interval_ms = node.second_window().interval_ms();
-    wait_for_quota(node.window_passes(now), now, interval_ms, n, limit)
+    let (buckets, span_ms) = node.admission_passes(now);
+    wait_for_quota(buckets, now, span_ms, n, limit)
 }

@@ -27,9 +27,14 @@
 //! ```
 
 mod admission;
+mod behaviours;
+pub(crate) mod concurrency;
 mod quota;
+mod throttle;
 mod try_pass;
 
 pub use admission::Admission;
 pub(crate) use admission::{admit, retry_after_ms};
+pub(crate) use behaviours::Behaviours;
+pub use throttle::{Pacer, Turn};
 pub use try_pass::TryPass;

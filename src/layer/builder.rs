@@ -99,7 +99,7 @@ impl SlidingWindowLayer {
 /// # Keys and limits
 impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
     /// Applies a change to the limiter settings (see "Shared state").
-    fn configure(mut self, change: impl FnOnce(&mut Settings<X::Key>)) -> Self {
+    pub(super) fn configure(mut self, change: impl FnOnce(&mut Settings<X::Key>)) -> Self {
         self.store = self.store.configure(change);
         self
     }
@@ -167,6 +167,7 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
             s.window = Window {
                 sample_count,
                 interval_ms,
+                ..s.window
             }
         })
     }

@@ -1,9 +1,11 @@
 //! The guard that holds a passed request's place in its key's concurrency
 //! gauge and records its completion.
 
+use std::num::NonZeroU64;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::flow;
 use crate::store::Entry;
 
 /// Holds a passed request's place in its key's concurrency gauge.
@@ -30,6 +32,20 @@ impl InFlight {
             in_user_code: false,
             completed: false,
         }
+    }
+
+    /// Like [`start`](Self::start), if fewer than `max` requests of the key
+    /// are in flight; else `None`, having recorded nothing.
+    pub(crate) fn try_start(entry: Arc<Entry>, started_us: u64, max: NonZeroU64) -> Option<Self> {
+        if !flow::concurrency::try_enter(&entry.node, max) {
+            return None;
+        }
+        Some(InFlight {
+            entry,
+            started_us,
+            in_user_code: false,
+            completed: false,
+        })
     }
 
     #[inline]

@@ -2,6 +2,7 @@
 //! decides per request, its response future, the response bodies and the
 //! guard that records each request's completion.
 
+mod behaviours;
 pub mod body;
 mod builder;
 pub mod future;

@@ -116,17 +116,22 @@ where
     }
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
-        let registry = &self.registry;
+        let registry = Arc::clone(&self.registry);
         // One clock reading: the window's time and the start of the
         // response time.
         let (now, started_us) = registry.clock().now_both();
         // Split and reassemble: both move, nothing is cloned. The extractor
         // hands its key straight to the table (by reference where it can).
         let (parts, body) = request.into_parts();
-        let entry = self.extractor.visit(&parts, Lookup { registry, now });
+        let entry = self.extractor.visit(
+            &parts,
+            Lookup {
+                registry: &registry,
+                now,
+            },
+        );
         let request = Request::from_parts(parts, body);
         let limit = entry.limit();
-        let response = &*self.response;
 
         // A reading behind the key's newest bucket (a clock that stepped
         // back, a thread that read it before another opened that bucket) is
@@ -145,43 +150,100 @@ where
             })
         };
 
+        // Concurrency first, when limited (a plain limiter pays one
+        // predictable check of a configuration value): a place is reserved
+        // before the window is asked, so a request refused here records no
+        // pass. From here on the guard's drop gives the place back on every
+        // path.
+        let reserved = match registry.window().behaviours.max_concurrency {
+            None => None,
+            Some(max) => match InFlight::try_start(Arc::clone(&entry), started_us, max) {
+                Some(in_flight) => Some(in_flight),
+                None => {
+                    entry.node.record_block_at(at, 1);
+                    let window_pass = entry.node.window_counts(at).pass;
+                    return self.refuse(
+                        &entry,
+                        limit,
+                        window_pass,
+                        flow::concurrency::RETRY_AFTER_MS,
+                        "request rejected: too many in flight for its key",
+                    );
+                }
+            },
+        };
+
         match flow::admit(&entry.node, at, 1, limit) {
             Admission::Pass { window_pass } => {
-                let quota = response.headers_on_pass.then(|| {
+                let quota = self.response.headers_on_pass.then(|| {
                     let reset =
                         wait(limit.saturating_sub(window_pass).saturating_add(1)).unwrap_or(0);
                     Box::new(self.quota(&entry, limit, window_pass, reset))
                 });
-                let legacy_headers = response.legacy_headers;
-                let classifier = self.make_classifier.make_classifier(&request);
-                let mut in_flight = InFlight::start(entry, started_us);
-                // A panic in the inner `call` itself unwinds through here and
-                // drops the guard while it is marked as in user code.
-                in_flight.enter_user_code();
-                let future = self.inner.call(request);
-                in_flight.leave_user_code();
-                ResponseFuture::passed(
-                    future,
-                    Completion {
-                        in_flight,
-                        classifier,
-                        quota,
-                        legacy_headers,
-                    },
-                )
+                let in_flight = match reserved {
+                    Some(in_flight) => in_flight,
+                    None => InFlight::start(entry, started_us),
+                };
+                self.forward(request, in_flight, quota)
             }
             Admission::Block { window_pass } => {
+                // Gives the concurrency place back, if one was taken.
+                drop(reserved);
                 let retry_after_ms = wait(1).unwrap_or(registry.window().interval_ms);
-                let quota = self.quota(&entry, limit, window_pass, retry_after_ms);
-                tracing::debug!(
-                    policy = %quota.policy,
+                self.refuse(
+                    &entry,
                     limit,
+                    window_pass,
                     retry_after_ms,
-                    "request rejected by the sliding-window limit"
-                );
-                ResponseFuture::blocked(rejection_response(response, &quota, retry_after_ms))
+                    "request rejected by the sliding-window limit",
+                )
             }
         }
+    }
+}
+
+impl<S, X: KeyExtractor, M: MakeClassifier, R> SlidingWindow<S, X, M, R> {
+    /// Calls the inner service for an admitted request, holding its place
+    /// in flight until it completes.
+    fn forward<ReqBody>(
+        &mut self,
+        request: Request<ReqBody>,
+        mut in_flight: InFlight,
+        quota: Option<Box<Quota>>,
+    ) -> ResponseFuture<S::Future, M::Classifier, R>
+    where
+        S: Service<Request<ReqBody>>,
+    {
+        let classifier = self.make_classifier.make_classifier(&request);
+        // A panic in the inner `call` itself unwinds through here and drops
+        // the guard while it is marked as in user code.
+        in_flight.enter_user_code();
+        let future = self.inner.call(request);
+        in_flight.leave_user_code();
+        ResponseFuture::passed(
+            future,
+            Completion {
+                in_flight,
+                classifier,
+                quota,
+                legacy_headers: self.response.legacy_headers,
+            },
+        )
+    }
+
+    /// The rejection response (the block is already recorded), with a
+    /// debug event that names the policy, never the key.
+    fn refuse<F>(
+        &self,
+        entry: &Entry,
+        limit: u64,
+        window_pass: u64,
+        retry_after_ms: u64,
+        why: &'static str,
+    ) -> ResponseFuture<F, M::Classifier, R> {
+        let quota = self.quota(entry, limit, window_pass, retry_after_ms);
+        tracing::debug!(policy = %quota.policy, limit, retry_after_ms, "{why}");
+        ResponseFuture::blocked(rejection_response(&self.response, &quota, retry_after_ms))
     }
 }
 

@@ -54,6 +54,30 @@
 //! limit. An interval that is not aligned to bucket starts can hold up to
 //! twice the limit under bursts (the end of one window and the start of the
 //! next).
+//!
+//! # Strict rings
+//!
+//! A strict ring (built with `strict = true`) decides against one bucket
+//! more: the window's buckets *and* the bucket that has just left it, the
+//! one starting at `start(t) - interval`. Any interval of length `interval`,
+//! wherever it starts, lies inside those `sample_count + 1` buckets, so it
+//! never holds more admitted passes than the limit.
+//!
+//! The ring still has `sample_count` slots: the bucket that has just left
+//! the window lives in the very slot the newest bucket reuses. So its opener,
+//! under the rotation lock, reads the passes of the departing bucket before
+//! emptying the slot (0 when the slot held an older window, or the quota
+//! still reserved for that bucket if it was never opened), adds them to the
+//! cached sum of older passes, and keeps them beside the slot (`before`, second
+//! half) for admissions that cannot use the cache. The hot path is the same
+//! one load of the cached sum and one compare-and-swap; only the opener (once
+//! per bucket length) does one read more. A pass added with `add_pass` to the
+//! departing bucket while it is being emptied (a caller whose clock is a whole
+//! window behind, never an admission) may be missing from that figure; such
+//! passes are unlimited anyway.
+//!
+//! Reads (statistics, `details`, `list`) still report the
+//! `sample_count`-bucket window.
 
 use std::time::Duration;
 
@@ -79,6 +103,12 @@ pub(crate) struct MetricArray {
     /// it while `stragglers` is unchanged, instead of summing the older
     /// buckets on every request. `UNKNOWN` when there is nothing to reuse.
     /// Written only under the rotation lock (`Release`), read with `Acquire`.
+    ///
+    /// A strict ring (module docs) has twice as many entries: entry
+    /// `sample_count + i` holds the passes of the bucket that slot `i`
+    /// held before its current one, when that bucket is the one that has
+    /// just left the window (else 0). Its length is the strict flag, so a
+    /// ring that is not strict pays nothing for it.
     before: Box<[AtomicU64]>,
     /// Bumped after every pass recorded into a sealed bucket, i.e. behind
     /// the newest bucket, where the cached sums of older buckets cannot see
@@ -144,22 +174,25 @@ impl MetricArray {
         interval_ms: u64,
         occupiable: bool,
     ) -> Result<Self, ConfigError> {
-        Self::build(sample_count, interval_ms, occupiable, None)
+        Self::build(sample_count, interval_ms, occupiable, None, false)
     }
 
     /// Like [`new`](Self::new), rolling buckets up into a ring of
-    /// `rollup_sample_count` buckets over `rollup_interval_ms`.
+    /// `rollup_sample_count` buckets over `rollup_interval_ms`; `strict`
+    /// makes admission count the bucket that has just left the window too
+    /// (module docs).
     pub(crate) fn with_rollup(
         sample_count: usize,
         interval_ms: u64,
         occupiable: bool,
         rollup_sample_count: usize,
         rollup_interval_ms: u64,
+        strict: bool,
     ) -> Result<Self, ConfigError> {
         // Validate before sizing the rollup's bookkeeping by the sample count.
         validate(sample_count, interval_ms)?;
         let rollup = Rollup::new(rollup_sample_count, rollup_interval_ms, sample_count)?;
-        Self::build(sample_count, interval_ms, occupiable, Some(rollup))
+        Self::build(sample_count, interval_ms, occupiable, Some(rollup), strict)
     }
 
     fn build(
@@ -167,11 +200,21 @@ impl MetricArray {
         interval_ms: u64,
         occupiable: bool,
         rollup: Option<Rollup>,
+        strict: bool,
     ) -> Result<Self, ConfigError> {
         let main = LeapArray::new(sample_count, interval_ms)?;
+        let entries = if strict {
+            2 * sample_count
+        } else {
+            sample_count
+        };
         Ok(MetricArray {
             reservations: occupiable.then(|| Reservations::with_shape_of(&main)),
-            before: (0..sample_count).map(|_| AtomicU64::new(UNKNOWN)).collect(),
+            // The departed entries of a strict ring start at 0: nothing has
+            // left the window yet.
+            before: (0..entries)
+                .map(|i| AtomicU64::new(if i < sample_count { UNKNOWN } else { 0 }))
+                .collect(),
             stragglers: AtomicU64::new(0),
             rollup,
             main,
@@ -180,6 +223,20 @@ impl MetricArray {
 
     pub(crate) fn is_occupiable(&self) -> bool {
         self.reservations.is_some()
+    }
+
+    /// Whether admission also counts the bucket that has just left the
+    /// window (module docs, "Strict rings").
+    #[inline]
+    pub(crate) fn is_strict(&self) -> bool {
+        self.before.len() > self.main.sample_count()
+    }
+
+    /// Where a strict ring keeps the passes of the bucket slot `idx` held
+    /// before its current one; `None` on a ring that is not strict.
+    #[inline]
+    fn departed_entry(&self, idx: usize) -> Option<&AtomicU64> {
+        self.before.get(self.main.sample_count() + idx)
     }
 
     pub(crate) fn sample_count(&self) -> usize {
@@ -262,7 +319,16 @@ impl MetricArray {
                 // Acquire: pairs with the Release bumps of late passes.
                 let generation = self.stragglers.load(Ordering::Acquire);
                 let tag = round_tag(start, self.main.interval_ms());
-                before_word::pack(tag, generation, self.sum_before(start)).unwrap_or(UNKNOWN)
+                let mut older = self.sum_before(start);
+                if let Some(entry) = self.departed_entry(idx) {
+                    // Strict: the bucket leaving the window through this
+                    // slot counts for every admission into the new one.
+                    let departed = self.departing(idx, start, rotation.previous(idx));
+                    // Release: published again by the round's word.
+                    entry.store(departed, Ordering::Release);
+                    older = older.saturating_add(departed);
+                }
+                before_word::pack(tag, generation, older).unwrap_or(UNKNOWN)
             } else {
                 UNKNOWN
             };
@@ -345,6 +411,47 @@ impl MetricArray {
                 self.open(old);
             }
         });
+    }
+
+    /// Passes of the bucket that leaves the window when slot `idx`, which
+    /// holds `previous`, is reused for the newest bucket `start`: the
+    /// bucket starting one interval before `start`. It is in the slot if
+    /// the slot holds it (sealed, so only unlimited `add_pass` can still
+    /// change it); else only a reservation for it can hold passes.
+    #[cold]
+    fn departing(&self, idx: usize, start: u64, previous: Option<u64>) -> u64 {
+        let Some(departed) = start.checked_sub(self.main.interval_ms()) else {
+            return 0;
+        };
+        if previous == Some(departed) {
+            return self.main.value_at(idx).pass();
+        }
+        self.reservations
+            .as_ref()
+            .and_then(|reservations| reservations.held_at(idx, departed))
+            .unwrap_or(0)
+    }
+
+    /// A strict ring's bucket that has just left the window at `now`, as
+    /// `(start, passes)`: still in its slot if the bucket for `now` has not
+    /// been opened, else the figure its opener kept. `None` on a ring that
+    /// is not strict, or when the slot has moved on past `now`'s bucket.
+    pub(crate) fn departed_bucket(&self, now: u64) -> Option<(u64, u64)> {
+        if !self.is_strict() {
+            return None;
+        }
+        let (idx, current) = self.main.locate(now);
+        let departed = current.checked_sub(self.main.interval_ms())?;
+        match self.main.held_start(idx) {
+            Some(held) if held == departed => Some((departed, self.main.value_at(idx).pass())),
+            Some(held) if held == current => {
+                // Acquire: pairs with the opener's Release store.
+                let passes = self.departed_entry(idx)?.load(Ordering::Acquire);
+                Some((departed, passes))
+            }
+            Some(held) if held > current => None,
+            _ => Some((departed, self.departing(idx, current, None))),
+        }
     }
 
     /// Passes reserved for the bucket starting at `start`.
@@ -446,10 +553,13 @@ impl MetricArray {
         // window of this slot would otherwise store that window's sum after
         // the opener stored the new one, and every admission into the new
         // bucket would then miss the older buckets' passes.
-        (
-            self.sum_before(start),
-            round_tag(start, self.main.interval_ms()),
-        )
+        let mut sum = self.sum_before(start);
+        if let Some(entry) = self.departed_entry(idx) {
+            // Strict: stored by this round's opener before its word (a
+            // later round's value fails the tag check in `add_if`).
+            sum = sum.saturating_add(entry.load(Ordering::Acquire));
+        }
+        (sum, round_tag(start, self.main.interval_ms()))
     }
 
     /// Sums the passes of the window's buckets older than `start`.

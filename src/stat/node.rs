@@ -105,7 +105,7 @@ impl StatisticNode {
     }
 
     fn defaults(clock: SharedClock) -> Self {
-        Self::build(clock, SECOND_SAMPLE_COUNT, SECOND_INTERVAL_MS)
+        Self::build(clock, SECOND_SAMPLE_COUNT, SECOND_INTERVAL_MS, false)
             .expect("the default second window is valid")
     }
 
@@ -120,13 +120,17 @@ impl StatisticNode {
         sample_count: usize,
         interval_ms: u64,
     ) -> Result<Self, ConfigError> {
-        Self::build(SharedClock::new(clock), sample_count, interval_ms)
+        Self::build(SharedClock::new(clock), sample_count, interval_ms, false)
     }
 
+    /// A node on `clock` with a second window of `sample_count` buckets over
+    /// `interval_ms`; `strict` makes admission also count the bucket that has
+    /// just left the window (see `metric_array`, "Strict rings").
     pub(crate) fn build(
         clock: SharedClock,
         sample_count: usize,
         interval_ms: u64,
+        strict: bool,
     ) -> Result<Self, ConfigError> {
         Ok(StatisticNode {
             second: ArrayMetric::from_array(
@@ -136,6 +140,7 @@ impl StatisticNode {
                     true,
                     MINUTE_SAMPLE_COUNT,
                     MINUTE_INTERVAL_MS,
+                    strict,
                 )?,
                 clock.clone(),
             ),
@@ -244,6 +249,36 @@ impl StatisticNode {
     /// One more request in flight.
     pub fn increase_concurrency(&self) {
         self.concurrency.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// One more request in flight if fewer than `max` are: Sentinel's thread
+    /// grade, made exact. The check and the increment are one
+    /// compare-and-swap, so with any number of concurrent callers the gauge
+    /// never goes past `max` (Sentinel reads the count, then increments:
+    /// alibaba/Sentinel#628). `false`, recording nothing, when `max` are in
+    /// flight already. Release a place with
+    /// [`decrease_concurrency`](Self::decrease_concurrency).
+    ///
+    /// ```
+    /// use tower_sliding_window::clock::ManualClock;
+    /// use tower_sliding_window::stat::StatisticNode;
+    ///
+    /// let node = StatisticNode::with_clock(ManualClock::new(0));
+    /// assert!(node.try_increase_concurrency(2));
+    /// assert!(node.try_increase_concurrency(2));
+    /// assert!(!node.try_increase_concurrency(2));
+    /// node.decrease_concurrency();
+    /// assert!(node.try_increase_concurrency(2));
+    /// assert_eq!(node.cur_concurrency(), 2);
+    /// ```
+    pub fn try_increase_concurrency(&self, max: u64) -> bool {
+        // Relaxed: the gauge guards nothing but its own count, and every
+        // read-modify-write of one atomic sees the latest value.
+        self.concurrency
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .is_ok()
     }
 
     /// One request fewer in flight. Saturates at zero: an unmatched call
@@ -532,6 +567,25 @@ impl StatisticNode {
     #[inline]
     pub(crate) fn window_passes(&self, now: u64) -> impl Iterator<Item = (u64, u64)> + Clone + '_ {
         self.second.window_passes(now)
+    }
+
+    /// What admission counts at `now`, as `(start, passes)` oldest first,
+    /// and how long a bucket counts for it: the second window's buckets over
+    /// its interval, led, on a strict node, by the bucket that has just left
+    /// the window, each counting one bucket length longer. No allocation.
+    #[inline]
+    pub(crate) fn admission_passes(
+        &self,
+        now: u64,
+    ) -> (impl Iterator<Item = (u64, u64)> + Clone + '_, u64) {
+        let array = self.sec();
+        let departed = array.departed_bucket(now);
+        let span = if array.is_strict() {
+            array.interval_ms() + array.window_length_ms()
+        } else {
+            array.interval_ms()
+        };
+        (departed.into_iter().chain(self.window_passes(now)), span)
     }
 
     /// The second window's counts at `now`, summed.

@@ -9,6 +9,7 @@ use std::sync::{Arc, OnceLock};
 
 use super::Registry;
 use crate::clock::SharedClock;
+use crate::flow::Behaviours;
 use crate::sync::{read, write, RwLock};
 
 /// Default `max_keys`: see `SlidingWindowLayer::max_keys`.
@@ -19,6 +20,11 @@ pub(crate) const DEFAULT_MAX_KEYS: usize = 4096;
 pub(crate) struct Window {
     pub(crate) sample_count: usize,
     pub(crate) interval_ms: u64,
+    /// Admission also counts the bucket that has just left the window
+    /// (`SlidingWindowLayer::strict`).
+    pub(crate) strict: bool,
+    /// The flow behaviours every key runs besides the window.
+    pub(crate) behaviours: Behaviours,
 }
 
 impl Window {
@@ -34,6 +40,8 @@ impl Default for Window {
         Window {
             sample_count: 10,
             interval_ms: 1000,
+            strict: false,
+            behaviours: Behaviours::default(),
         }
     }
 }

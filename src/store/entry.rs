@@ -32,8 +32,13 @@ impl Entry {
         pinned: bool,
     ) -> Self {
         Entry {
-            node: StatisticNode::build(clock, window.sample_count, window.interval_ms)
-                .expect("the window was validated when the layer was built"),
+            node: StatisticNode::build(
+                clock,
+                window.sample_count,
+                window.interval_ms,
+                window.strict,
+            )
+            .expect("the window was validated when the layer was built"),
             limit: AtomicU64::new(limit),
             policy_tag: AtomicU64::new(policy_tag.map_or(DEFAULT_POLICY, |t| t & 0xFFFF_FFFF)),
             pinned,
