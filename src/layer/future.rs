@@ -144,7 +144,7 @@ impl<C: ClassifyResponse> Completion<C> {
             legacy_headers,
         } = self;
         match result {
-            Ok(response) => {
+            Ok(mut response) => {
                 let outcome = match classifier.classify_response(&response) {
                     ClassifiedResponse::Ready(class) => Outcome::Decided(class.is_err()),
                     ClassifiedResponse::RequiresEos(eos) => Outcome::AtEnd(eos),
@@ -158,11 +158,10 @@ impl<C: ClassifyResponse> Completion<C> {
                     in_flight.complete(matches!(outcome, Outcome::Decided(true)));
                     None
                 };
-                let (mut parts, body) = response.into_parts();
                 if let Some(quota) = quota {
-                    quota.write(&mut parts.headers, legacy_headers);
+                    quota.write(response.headers_mut(), legacy_headers);
                 }
-                Ok(Response::from_parts(parts, R::passed(body, tail)))
+                Ok(response.map(|body| R::passed(body, tail)))
             }
             Err(error) => {
                 let _ = classifier.classify_error(&error);
