@@ -18,6 +18,7 @@ use http_body_util::BodyExt;
 use tokio::sync::mpsc;
 use tower::{service_fn, Layer, ServiceExt};
 use tower_http::classify::{GrpcErrorsAsFailures, SharedClassifier};
+use tower_sliding_window::body::{BodyKind, DefaultEos};
 use tower_sliding_window::clock::ManualClock;
 use tower_sliding_window::{SlidingWindowLayer, StatsHandle};
 
@@ -61,6 +62,30 @@ fn data(text: &'static str) -> Result<Frame<Bytes>, &'static str> {
     Ok(Frame::data(Bytes::from_static(text.as_bytes())))
 }
 
+/// One request through `layer` around a streaming service: the response,
+/// the sending side of its body, and the layer's handle.
+async fn stream_one<R>(
+    layer: SlidingWindowLayer<
+        tower_sliding_window::GlobalKey,
+        tower_sliding_window::DefaultClassifier,
+        R,
+    >,
+) -> (
+    Response<<R as BodyKind<Fed, DefaultEos>>::Body>,
+    Feed,
+    StatsHandle<()>,
+)
+where
+    R: BodyKind<Fed, DefaultEos>,
+{
+    let stats = layer.handle();
+    let (feeds, mut fed) = mpsc::unbounded_channel();
+    let service = layer.layer(streaming_service(feeds));
+    let response = service.oneshot(Request::new(())).await.expect("infallible");
+    let feed = fed.recv().await.expect("a feed per request");
+    (response, feed, stats)
+}
+
 fn concurrency<K: Clone + Eq + std::hash::Hash + Send + Sync + 'static>(
     stats: &StatsHandle<K>,
 ) -> u64 {
@@ -72,15 +97,12 @@ fn concurrency<K: Clone + Eq + std::hash::Hash + Send + Sync + 'static>(
 #[tokio::test]
 async fn a_tracked_stream_is_in_flight_until_its_end() {
     let clock = clock();
-    let layer = SlidingWindowLayer::qps(10)
-        .clock(clock.clone())
-        .track_body();
-    let stats = layer.handle();
-    let (feeds, mut fed) = mpsc::unbounded_channel();
-    let service = layer.layer(streaming_service(feeds));
-
-    let response = service.oneshot(Request::new(())).await.expect("infallible");
-    let feed = fed.recv().await.expect("a feed per request");
+    let (response, feed, stats) = stream_one(
+        SlidingWindowLayer::qps(10)
+            .clock(clock.clone())
+            .track_body(),
+    )
+    .await;
     let mut body = response.into_body();
     assert_eq!(
         concurrency(&stats),
@@ -139,15 +161,12 @@ async fn by_default_a_stream_completes_at_its_head() {
 #[tokio::test]
 async fn a_body_dropped_mid_stream_releases_its_slot() {
     let clock = clock();
-    let layer = SlidingWindowLayer::qps(10)
-        .clock(clock.clone())
-        .track_body();
-    let stats = layer.handle();
-    let (feeds, mut fed) = mpsc::unbounded_channel();
-    let service = layer.layer(streaming_service(feeds));
-
-    let response = service.oneshot(Request::new(())).await.expect("infallible");
-    let feed = fed.recv().await.expect("a feed per request");
+    let (response, feed, stats) = stream_one(
+        SlidingWindowLayer::qps(10)
+            .clock(clock.clone())
+            .track_body(),
+    )
+    .await;
     let mut body = response.into_body();
     feed.send(data("one")).expect("body alive");
     body.frame().await.expect("a frame").expect("no error");
@@ -163,15 +182,12 @@ async fn a_body_dropped_mid_stream_releases_its_slot() {
 #[tokio::test]
 async fn a_body_error_mid_stream_is_an_exception() {
     let clock = clock();
-    let layer = SlidingWindowLayer::qps(10)
-        .clock(clock.clone())
-        .track_body();
-    let stats = layer.handle();
-    let (feeds, mut fed) = mpsc::unbounded_channel();
-    let service = layer.layer(streaming_service(feeds));
-
-    let response = service.oneshot(Request::new(())).await.expect("infallible");
-    let feed = fed.recv().await.expect("a feed per request");
+    let (response, feed, stats) = stream_one(
+        SlidingWindowLayer::qps(10)
+            .clock(clock.clone())
+            .track_body(),
+    )
+    .await;
     feed.send(data("one")).expect("body alive");
     feed.send(Err("disk gone")).expect("body alive");
     let error = response
