@@ -15,13 +15,12 @@
 # with 3 for a margin of one more preemption; each step up multiplies the
 # explored executions (4 costs about five times 3).
 #
-# Measured on a 2-core machine shared with other builds (load 6), time spent
-# in the models:
-#   LOOM_MAX_PREEMPTIONS=2    2.4 s   (3 s at a heavier load)
-#   LOOM_MAX_PREEMPTIONS=3    5.1 s   (17 s at a heavier load)   <- default
-#   LOOM_MAX_PREEMPTIONS=4   27 s     (66 s at a heavier load)
-# The first build of the loom tree (release, own target dir) took 82 s, so
-# a cold run of this script takes about 1.5 minutes, 2 at most.
+# Measured on a 2-core machine shared with other builds (load 4 to 5), with
+# the 14 models of tests/loom.rs at LOOM_MAX_PREEMPTIONS=3: 33 s in the
+# models; the first build of the loom tree (release, own target dir) took
+# 2 min 44 s, so a cold run of this script takes about 3.5 minutes. Each
+# step up of LOOM_MAX_PREEMPTIONS multiplies the time in the models (a
+# three-thread model that took 510 s at 3 was shrunk to two threads).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
