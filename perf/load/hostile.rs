@@ -130,8 +130,9 @@ pub struct PhaseResult {
     pub tally: Tally,
     /// Requests whose key was not UTF-8 (or `%FF`-escaped).
     pub invalid: u64,
-    /// Bytes of request head per request (the largest).
-    pub head_bytes: usize,
+    /// Bytes of the key's source per request: the header value or the
+    /// path (the largest).
+    pub key_bytes: usize,
     /// The most keys the table held.
     pub max_len: usize,
     /// Clock jumps (completed epochs).
@@ -168,6 +169,16 @@ impl HostileResult {
     /// Resident memory at the last sample, KiB.
     pub fn end_kib(&self) -> u64 {
         self.samples.last().map_or(self.baseline_kib, |s| s.rss_kib)
+    }
+
+    /// Peak resident memory while `phase` ran, KiB.
+    pub fn phase_peak_kib(&self, phase: &PhaseResult) -> u64 {
+        self.samples
+            .iter()
+            .filter(|s| s.secs >= phase.span.0 && s.secs <= phase.span.1)
+            .map(|s| s.rss_kib)
+            .max()
+            .unwrap_or(0)
     }
 
     /// Growth from the end of the warm-up to the peak, bytes.
@@ -277,7 +288,7 @@ async fn send(conn: &mut Conn, request: Request<Empty<Bytes>>) -> Result<u16, St
 }
 
 /// Builds request `n` of `phase`; the request, whether its key is invalid,
-/// and the bytes of its head.
+/// and the bytes of the header value or the path.
 fn request(phase: Phase, n: u64) -> Result<(Request<Empty<Bytes>>, bool, usize), String> {
     let (request, invalid, head) = match phase {
         Phase::Header => {
@@ -299,8 +310,7 @@ fn request(phase: Phase, n: u64) -> Result<(Request<Empty<Bytes>>, bool, usize),
         }
     };
     let request = request.map_err(|e| format!("cannot build request {n}: {e}"))?;
-    // Request line, host and key header names, separators: under 100 bytes.
-    Ok((request, invalid, head + 100))
+    Ok((request, invalid, head))
 }
 
 /// Shared counters of one phase.
@@ -364,7 +374,7 @@ async fn run_phase(
         let addr = server.addr;
         tasks.push(tokio::spawn(async move {
             let mut tally = Tally::default();
-            let mut head_bytes = 0;
+            let mut key_bytes = 0;
             let mut errors = Vec::new();
             while Instant::now() < deadline {
                 let n = counters.sent.fetch_add(1, Ordering::Relaxed);
@@ -382,8 +392,8 @@ async fn run_phase(
                         break;
                     }
                 };
-                let (req, invalid, head) = built;
-                head_bytes = head_bytes.max(head);
+                let (req, invalid, bytes) = built;
+                key_bytes = key_bytes.max(bytes);
                 if invalid {
                     counters.invalid.fetch_add(1, Ordering::Relaxed);
                 }
@@ -407,12 +417,12 @@ async fn run_phase(
                     }
                 }
             }
-            (tally, head_bytes, errors)
+            (tally, key_bytes, errors)
         }));
     }
     let mut max_len = 0;
     let mut tally = Tally::default();
-    let mut head_bytes = 0;
+    let mut key_bytes = 0;
     let mut errors = Vec::new();
     let mut tasks = tasks;
     // Publish the table's length for the sampler while the clients run.
@@ -430,7 +440,7 @@ async fn run_phase(
             .await
             .map_err(|e| format!("a client task failed: {e}"))?;
         tally.merge(t);
-        head_bytes = head_bytes.max(h);
+        key_bytes = key_bytes.max(h);
         errors.extend(e);
     }
     max_len = max_len.max(len());
@@ -444,7 +454,7 @@ async fn run_phase(
         sent: counters.sent.load(Ordering::Relaxed),
         tally,
         invalid: counters.invalid.load(Ordering::Relaxed),
-        head_bytes,
+        key_bytes,
         max_len,
         epochs: counters.epochs.load(Ordering::Relaxed),
         errors,

@@ -364,28 +364,29 @@ impl Report {
         );
         let _ = writeln!(
             t,
-            "| phase | seconds | requests | per second | not UTF-8 / %FF | head bytes | \
-             200 / 429 / other / failed | most keys held | clock jumps |"
+            "| phase | seconds | requests | per second | not UTF-8 / %FF | key source bytes | \
+             200 / 429 / other / failed | most keys held | clock jumps | RSS peak |"
         );
-        let _ = writeln!(t, "|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+        let _ = writeln!(t, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
         for p in &result.phases {
             let secs = p.span.1 - p.span.0;
             let _ = writeln!(
                 t,
-                "| {} | {:.0}-{:.0} | {} | {:.0} | {} | {} | {} / {} / {} / {} | {} | {} |",
+                "| {} | {:.0}-{:.0} | {} | {:.0} | {} | {} | {} / {} / {} / {} | {} | {} | {:.1} MiB |",
                 p.phase.name(),
                 p.span.0,
                 p.span.1,
                 p.sent,
                 ratio(p.sent as f64, secs),
                 p.invalid,
-                p.head_bytes,
+                p.key_bytes,
                 p.tally.ok,
                 p.tally.limited,
                 p.tally.other,
                 p.tally.failed,
                 p.max_len,
-                p.epochs
+                p.epochs,
+                mib(result.phase_peak_kib(p))
             );
         }
         let bound = hostile::table_bound() + hostile::server_margin();
