@@ -76,6 +76,8 @@ pub struct Config {
     pub retry_time: Duration,
     /// Length of the soak.
     pub soak_time: Duration,
+    /// `soak --hostile`: a flood of distinct maximum-size keys instead.
+    pub hostile: bool,
     /// Distinct keys the soak cycles through.
     pub soak_keys: usize,
     /// The registry bound during the soak.
@@ -112,6 +114,7 @@ impl Config {
             open_connections: 256,
             retry_time: Duration::from_secs(15),
             soak_time: Duration::from_secs(600),
+            hostile: false,
             soak_keys: 100_000,
             soak_max_keys: 10_000,
             only: Vec::new(),
@@ -128,7 +131,10 @@ modes:
   overhead   in-process overhead rounds only
   accuracy   admission accuracy at 2x, 5x, 20x the limit, steady and bursty
   retry      Retry-After honesty in steady overload
-  soak       >= 10 minutes of key churn with memory sampling (not for CI)
+  soak       >= 10 minutes of key churn with memory sampling (not for CI);
+             with --hostile: distinct near-maximum-size header and path
+             keys (a share not UTF-8) through the default max_keys, for
+             --soak-secs (90 s unless given), failing on memory growth
   short      a few seconds of deterministic checks (CI)
   all        bench + accuracy + retry (the reference run)
 
@@ -146,7 +152,9 @@ options (defaults in brackets):
   --scenario-secs S       length of each accuracy/retry scenario [5]
   --open-connections N    open-loop generator connections [256]
   --retry-secs S          length of each retry setting [15]
-  --soak-secs S           soak length [600]
+  --soak-secs S           soak length [600; 90 with --hostile]
+  --seconds S             the same as --soak-secs
+  --hostile               soak with hostile keys (takes no value)
   --soak-keys N           distinct keys in the soak [100000]
   --soak-max-keys N       registry bound in the soak [10000]
   --only SLUG,SLUG        run only these contenders (bare, noop, ours-global,
@@ -164,14 +172,26 @@ pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Config, String> 
     let mode =
         Mode::parse(&mode_word).ok_or_else(|| format!("unknown mode `{mode_word}`\n\n{USAGE}"))?;
     let mut config = Config::defaults(mode);
+    let mut soak_time_set = false;
     while let Some(flag) = args.next() {
         if flag == "--help" || flag == "-h" {
             return Err(USAGE.to_owned());
         }
+        if flag == "--hostile" {
+            if mode != Mode::Soak {
+                return Err(format!("`--hostile` goes with `soak` only\n\n{USAGE}"));
+            }
+            config.hostile = true;
+            continue;
+        }
+        soak_time_set |= flag == "--soak-secs" || flag == "--seconds";
         let value = args
             .next()
             .ok_or_else(|| format!("`{flag}` needs a value\n\n{USAGE}"))?;
         apply(&mut config, &flag, &value)?;
+    }
+    if config.hostile && !soak_time_set {
+        config.soak_time = Duration::from_secs(90);
     }
     Ok(config)
 }
@@ -205,7 +225,7 @@ fn apply(config: &mut Config, flag: &str, value: &str) -> Result<(), String> {
         "--scenario-secs" => config.scenario_time = secs()?.max(Duration::from_secs(2)),
         "--open-connections" => config.open_connections = count()?,
         "--retry-secs" => config.retry_time = secs()?.max(Duration::from_secs(2)),
-        "--soak-secs" => config.soak_time = secs()?,
+        "--soak-secs" | "--seconds" => config.soak_time = secs()?,
         "--soak-keys" => config.soak_keys = count()?,
         "--soak-max-keys" => config.soak_max_keys = count()?,
         "--only" => config.only = value.split(',').map(|s| s.trim().to_owned()).collect(),

@@ -7,6 +7,7 @@
 //! cargo run --release -p perf --bin load -- accuracy
 //! cargo run --release -p perf --bin load -- retry
 //! cargo run --release -p perf --bin load -- soak
+//! cargo run --release -p perf --bin load -- soak --hostile --seconds 90
 //! cargo run --release -p perf --bin load -- short
 //! cargo run --release -p perf --bin load -- all --out docs/perf
 //! ```
@@ -21,6 +22,7 @@ mod analysis;
 mod bench;
 mod cli;
 mod client;
+mod hostile;
 mod ours;
 mod overhead;
 mod plots;
@@ -106,7 +108,21 @@ fn run(config: &Config) -> Result<bool, String> {
             let runs = retry::run(config).await?;
             report.retry(&runs, config.limit);
         }
-        if mode == Mode::Soak {
+        if mode == Mode::Soak && config.hostile {
+            let result = hostile::run(config).await?;
+            report.hostile(&result);
+            charts.push(plots::hostile(&config.out, &result)?);
+            let failures = result.failures();
+            if failures.is_empty() {
+                eprintln!("load soak --hostile: all checks passed");
+            } else {
+                eprintln!("load soak --hostile: {} check(s) FAILED:", failures.len());
+                for failure in &failures {
+                    eprintln!("  - {failure}");
+                }
+                passed = false;
+            }
+        } else if mode == Mode::Soak {
             let result = soak::run(config).await?;
             report.soak(&result);
             charts.push(plots::soak(&config.out, &result)?);
@@ -146,7 +162,13 @@ fn run(config: &Config) -> Result<bool, String> {
     runtime.shutdown_background();
     if mode != Mode::Short {
         report.charts(&charts);
-        let path = config.out.join("report.md");
+        // The hostile soak writes next to the soak's report, not over it.
+        let name = if config.hostile {
+            "report-hostile.md"
+        } else {
+            "report.md"
+        };
+        let path = config.out.join(name);
         std::fs::write(&path, report.text())
             .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
         println!("{}", report.text());

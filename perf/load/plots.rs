@@ -4,6 +4,8 @@
 //!   and in the trailing 1 s (line, sampled every 10 ms) against the limit.
 //! - `latency.svg`: latency against percentile for every bench contender.
 //! - `soak-rss.svg`: resident memory over the soak.
+//! - `soak-hostile-rss.svg`: resident memory and keys held over the hostile
+//!   soak, against the bound it asserts.
 
 use std::path::Path;
 
@@ -11,6 +13,7 @@ use plotters::prelude::*;
 
 use crate::accuracy::Run;
 use crate::bench::BenchRow;
+use crate::hostile::{self, HostileResult};
 use crate::soak::SoakResult;
 
 /// Turns any plotters error into a message naming the chart.
@@ -227,6 +230,123 @@ pub fn soak(dir: &Path, result: &SoakResult) -> Result<String, String> {
             .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 14, y)], BLACK));
         chart
             .configure_series_labels()
+            .position(SeriesLabelPosition::LowerRight)
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK.mix(0.3))
+            .draw()?;
+        root.present()?;
+        Ok(())
+    };
+    draw().map_err(fail(&path))?;
+    Ok(name)
+}
+
+/// Resident memory and keys held over the hostile soak; returns the file.
+pub fn hostile(dir: &Path, result: &HostileResult) -> Result<String, String> {
+    let name = "soak-hostile-rss.svg".to_owned();
+    let path = dir.join(&name);
+    let end = result
+        .samples
+        .last()
+        .map(|s| s.secs)
+        .unwrap_or(1.0)
+        .max(1.0);
+    let base = result.baseline_kib as f64 / 1024.0;
+    let bound = base + (hostile::table_bound() + hostile::server_margin()) as f64 / 1048576.0;
+    let top = (result.peak_kib() as f64 / 1024.0).max(bound) * 1.15;
+    let max_keys = hostile::MAX_KEYS as f64;
+    let draw = || -> Result<(), Box<dyn std::error::Error>> {
+        let root = SVGBackend::new(&path, (900, 620)).into_drawing_area();
+        root.fill(&WHITE)?;
+        let root = root.titled(
+            "Hostile soak: distinct maximum-size keys through axum::serve, default max_keys",
+            ("sans-serif", 18),
+        )?;
+        let (upper, lower) = root.split_vertically(400);
+        let mut chart = ChartBuilder::on(&upper)
+            .margin(10)
+            .x_label_area_size(30)
+            .y_label_area_size(60)
+            .build_cartesian_2d(0f64..end, 0f64..top.max(1.0))?;
+        chart
+            .configure_mesh()
+            .x_desc("seconds")
+            .y_desc("RSS (MiB)")
+            .draw()?;
+        chart
+            .draw_series(LineSeries::new(
+                result
+                    .samples
+                    .iter()
+                    .map(|s| (s.secs, s.rss_kib as f64 / 1024.0)),
+                BLUE.stroke_width(2),
+            ))?
+            .label("resident set (whole process: server and client)")
+            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 14, y)], BLUE.stroke_width(2)));
+        chart
+            .draw_series(DashedLineSeries::new(
+                vec![(0.0, bound), (end, bound)],
+                6,
+                4,
+                RED.stroke_width(1),
+            ))?
+            .label("bound asserted: baseline + table (21 MiB) + server margin")
+            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 14, y)], RED));
+        chart
+            .draw_series(DashedLineSeries::new(
+                vec![(0.0, base), (end, base)],
+                3,
+                3,
+                BLACK.stroke_width(1),
+            ))?
+            .label("baseline (after warm-up)")
+            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 14, y)], BLACK));
+        for p in result.phases.iter().skip(1) {
+            chart.draw_series(DashedLineSeries::new(
+                vec![(p.span.0, 0.0), (p.span.0, top)],
+                6,
+                4,
+                BLACK.mix(0.5).stroke_width(1),
+            ))?;
+        }
+        for p in &result.phases {
+            chart.draw_series(std::iter::once(Text::new(
+                p.phase.name(),
+                (p.span.0 + end * 0.01, top * 0.95),
+                ("sans-serif", 13),
+            )))?;
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::LowerRight)
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK.mix(0.3))
+            .draw()?;
+        let mut keys = ChartBuilder::on(&lower)
+            .margin(10)
+            .x_label_area_size(36)
+            .y_label_area_size(60)
+            .build_cartesian_2d(0f64..end, 0f64..max_keys * 1.2)?;
+        keys.configure_mesh()
+            .x_desc("seconds")
+            .y_desc("keys held")
+            .y_label_formatter(&|y| format!("{y:.0}"))
+            .draw()?;
+        keys.draw_series(LineSeries::new(
+            result.samples.iter().map(|s| (s.secs, s.keys as f64)),
+            GREEN.stroke_width(2),
+        ))?
+        .label("keys in the table (StatsHandle::len, overflow entry included)")
+        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 14, y)], GREEN.stroke_width(2)));
+        keys.draw_series(DashedLineSeries::new(
+            vec![(0.0, max_keys), (end, max_keys)],
+            6,
+            4,
+            BLACK.stroke_width(1),
+        ))?
+        .label("max_keys 4096")
+        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 14, y)], BLACK));
+        keys.configure_series_labels()
             .position(SeriesLabelPosition::LowerRight)
             .background_style(WHITE.mix(0.85))
             .border_style(BLACK.mix(0.3))

@@ -4,6 +4,7 @@ use std::fmt::Write as _;
 
 use crate::accuracy::Run;
 use crate::bench::{paired_ratio, BenchRow};
+use crate::hostile::{self, HostileResult};
 use crate::overhead::OverheadRow;
 use crate::retry::{Honesty, RetryRun};
 use crate::servers::Contender;
@@ -342,6 +343,103 @@ impl Report {
         }
         for m in result.mismatches.iter().take(5) {
             let _ = writeln!(t, "\n- {m}");
+        }
+        let _ = writeln!(t);
+    }
+
+    /// The hostile soak's summary.
+    pub fn hostile(&mut self, result: &HostileResult) {
+        let mib = |kib: u64| kib as f64 / 1024.0;
+        let t = &mut self.text;
+        let _ = writeln!(
+            t,
+            "### Hostile soak ({:.0} s, distinct maximum-size keys, default max_keys {})\n",
+            result.elapsed.as_secs_f64(),
+            hostile::MAX_KEYS
+        );
+        let _ = writeln!(
+            t,
+            "Load average (1/5/15 min) at the start: {}; at the end: {}.\n",
+            result.loadavg.0, result.loadavg.1
+        );
+        let _ = writeln!(
+            t,
+            "| phase | seconds | requests | per second | not UTF-8 / %FF | key source bytes | \
+             200 / 429 / other / failed | most keys held | clock jumps | RSS peak |"
+        );
+        let _ = writeln!(t, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+        for p in &result.phases {
+            let secs = p.span.1 - p.span.0;
+            let _ = writeln!(
+                t,
+                "| {} | {:.0}-{:.0} | {} | {:.0} | {} | {} | {} / {} / {} / {} | {} | {} | {:.1} MiB |",
+                p.phase.name(),
+                p.span.0,
+                p.span.1,
+                p.sent,
+                ratio(p.sent as f64, secs),
+                p.invalid,
+                p.key_bytes,
+                p.tally.ok,
+                p.tally.limited,
+                p.tally.other,
+                p.tally.failed,
+                p.max_len,
+                p.epochs,
+                mib(result.phase_peak_kib(p))
+            );
+        }
+        let bound = hostile::table_bound() + hostile::server_margin();
+        let _ = writeln!(t);
+        let _ = writeln!(t, "| memory (whole process) | value |");
+        let _ = writeln!(t, "|---|---:|");
+        let rows = [
+            (
+                "RSS after warm-up (baseline)",
+                format!("{:.1} MiB", mib(result.baseline_kib)),
+            ),
+            (
+                "RSS peak / end",
+                format!(
+                    "{:.1} / {:.1} MiB",
+                    mib(result.peak_kib()),
+                    mib(result.end_kib())
+                ),
+            ),
+            (
+                "growth to the peak",
+                format!("{:.1} MiB", result.growth_bytes() as f64 / 1048576.0),
+            ),
+            (
+                "bound asserted: table + server margin",
+                format!(
+                    "{:.1} + {:.1} = {:.1} MiB",
+                    hostile::table_bound() as f64 / 1048576.0,
+                    hostile::server_margin() as f64 / 1048576.0,
+                    bound as f64 / 1048576.0
+                ),
+            ),
+        ];
+        for (k, v) in rows {
+            let _ = writeln!(t, "| {k} | {v} |");
+        }
+        let failures = result.failures();
+        let _ = writeln!(
+            t,
+            "\nChecks: {}",
+            if failures.is_empty() {
+                "all passed".to_owned()
+            } else {
+                format!("{} FAILED", failures.len())
+            }
+        );
+        for f in failures {
+            let _ = writeln!(t, "\n- {f}");
+        }
+        for p in &result.phases {
+            for e in &p.errors {
+                let _ = writeln!(t, "\n- {}: {e}", p.phase.name());
+            }
         }
         let _ = writeln!(t);
     }

@@ -108,7 +108,7 @@ impl SoakResult {
 }
 
 /// The kernel's page size in KiB (from `/proc/self/smaps`; 4 if unknown).
-fn page_kib() -> u64 {
+pub fn page_kib() -> u64 {
     std::fs::read_to_string("/proc/self/smaps")
         .ok()
         .and_then(|text| {
