@@ -3,18 +3,32 @@
 //! sockets, no HTTP parsing), with and without each layer.
 //!
 //! Every contender serves the same app (`/` and `/items/{id}`, one handler
-//! answering `"ok"`) and is sent the same request, `GET /items/7`. Each
-//! request is built, sent with `ready().call()`, and its body read to the
-//! end, as a server would. The router is prepared with `with_state(())`, as
-//! `axum::serve` prepares it for each connection. Only the layer differs:
+//! answering `"ok"`) and is sent `GET /items/7` carrying the header
+//! `x-api-key: client-42`; the two huge-header contenders send a 64 KiB
+//! `x-api-key` value instead. Each request is built, sent with
+//! `ready().call()`, and its body read to the end, as a server would. The
+//! router is prepared with `with_state(())`, as `axum::serve` prepares it for
+//! each connection. Only the layer (and, for the last two, the header)
+//! differs:
 //!
-//! | id                  | layer                                                    |
-//! |---------------------|----------------------------------------------------------|
-//! | `bare_router`       | none                                                     |
-//! | `noop_layer`        | a `Router::layer` whose service only forwards            |
-//! | `ours_global`       | `SlidingWindowLayer::qps(u64::MAX / 4)`, the global key  |
-//! | `ours_matched_path` | the same with the matched route as the key (`"GET /items/{id}"`) |
-//! | `tower_governor`    | `GovernorLayer`, global key, one cell per ns, burst `u32::MAX` |
+//! | id                       | layer                                                    |
+//! |--------------------------|----------------------------------------------------------|
+//! | `bare_router`            | none                                                     |
+//! | `noop_layer`             | a `Router::layer` whose service only forwards            |
+//! | `ours_global`            | `SlidingWindowLayer::qps(u64::MAX / 4)`, the global key (default body: the inner service's) |
+//! | `ours_global_wrap_body`  | the same with `.wrap_body()` (`ResponseBody`, boxed again by axum) |
+//! | `ours_matched_path`      | the same with the matched route as the key (`"GET /items/{id}"`) |
+//! | `ours_header`            | the same keyed by `HeaderKey::new(x-api-key)`            |
+//! | `tower_governor`         | `GovernorLayer`, global key, one cell per ns, burst `u32::MAX` |
+//! | `tower_governor_header`  | the same keyed by the `x-api-key` value as a `String`    |
+//! | `bare_router_huge_header`| none; the request's `x-api-key` is 64 KiB                |
+//! | `ours_header_huge_header`| `ours_header`'s layer; the request's `x-api-key` is 64 KiB |
+//!
+//! The huge header value is built from its bytes on every request
+//! (`HeaderValue::from_bytes`: checked and copied), as a server builds it
+//! when it parses the request, so both huge-header contenders pay for
+//! receiving it and only ours pays for keying by it (a key longer than
+//! `MAX_KEY_BYTES` is replaced by a digest of all its bytes).
 //!
 //! No contender ever rejects: each is checked when it is built.
 //!
@@ -32,7 +46,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::http::{Request, StatusCode};
+use axum::http::{HeaderName, HeaderValue, Request, StatusCode};
 use axum::routing::get;
 use axum::Router;
 use governor::clock::QuantaInstant;
@@ -41,15 +55,24 @@ use http_body_util::BodyExt;
 use tokio::runtime::Runtime;
 use tower::{Layer, Service, ServiceExt};
 use tower_governor::governor::GovernorConfigBuilder;
-use tower_governor::key_extractor::GlobalKeyExtractor;
-use tower_governor::GovernorLayer;
-use tower_sliding_window::{KeyExtractor, SlidingWindowLayer};
+use tower_governor::key_extractor::{GlobalKeyExtractor, KeyExtractor as GovernorKeyExtractor};
+use tower_governor::{GovernorError, GovernorLayer};
+use tower_sliding_window::{HeaderKey, KeyExtractor, SlidingWindowLayer};
 
 /// Our limit: far above anything one thread can send in a window.
 const NEVER_REJECT: u64 = u64::MAX / 4;
 
 /// The request every contender is sent.
 const PATH: &str = "/items/7";
+
+/// The header the header-keyed contenders key by.
+const API_KEY: HeaderName = HeaderName::from_static("x-api-key");
+
+/// Its value on every request but the huge-header ones.
+const CLIENT: &str = "client-42";
+
+/// Length of the huge header value, in bytes.
+const HUGE_HEADER_BYTES: usize = 64 * 1024;
 
 /// Requests each contender must answer with 200 when it is built.
 const CHECK_REQUESTS: usize = 1_000;
@@ -62,19 +85,27 @@ pub(crate) enum Contender {
     OursGlobal,
     OursGlobalWrapBody,
     OursMatchedPath,
+    OursHeader,
     TowerGovernor,
+    TowerGovernorHeader,
+    BareHugeHeader,
+    OursHeaderHugeHeader,
 }
 
 impl Contender {
     /// Every contender, in the order of the reports. The no-op layer must
     /// stay in the list: the paired figures are taken against it.
-    pub(crate) const ALL: [Contender; 6] = [
+    pub(crate) const ALL: [Contender; 10] = [
         Contender::Bare,
         Contender::Noop,
         Contender::OursGlobal,
         Contender::OursGlobalWrapBody,
         Contender::OursMatchedPath,
+        Contender::OursHeader,
         Contender::TowerGovernor,
+        Contender::TowerGovernorHeader,
+        Contender::BareHugeHeader,
+        Contender::OursHeaderHugeHeader,
     ];
 
     /// The benchmark id within a group.
@@ -85,8 +116,34 @@ impl Contender {
             Contender::OursGlobal => "ours_global",
             Contender::OursGlobalWrapBody => "ours_global_wrap_body",
             Contender::OursMatchedPath => "ours_matched_path",
+            Contender::OursHeader => "ours_header",
             Contender::TowerGovernor => "tower_governor",
+            Contender::TowerGovernorHeader => "tower_governor_header",
+            Contender::BareHugeHeader => "bare_router_huge_header",
+            Contender::OursHeaderHugeHeader => "ours_header_huge_header",
         }
+    }
+
+    /// Whether this contender is sent the 64 KiB header value.
+    pub(crate) fn huge_header(self) -> bool {
+        matches!(
+            self,
+            Contender::BareHugeHeader | Contender::OursHeaderHugeHeader
+        )
+    }
+
+    /// The request this contender is sent, built anew for each request.
+    #[inline]
+    pub(crate) fn request(self) -> Request<Body> {
+        let value = if self.huge_header() {
+            HeaderValue::from_bytes(huge_header_value()).expect("a valid header value")
+        } else {
+            HeaderValue::from_static(CLIENT)
+        };
+        Request::get(PATH)
+            .header(API_KEY, value)
+            .body(Body::empty())
+            .expect("a valid request")
     }
 
     /// The app with this contender's layer, checked to answer 200 with the
@@ -94,7 +151,7 @@ impl Contender {
     pub(crate) fn app(self, runtime: &Runtime) -> Router {
         let app = base();
         let app = match self {
-            Contender::Bare => app,
+            Contender::Bare | Contender::BareHugeHeader => app,
             Contender::Noop => app.layer(NoopLayer),
             Contender::OursGlobal => app.layer(SlidingWindowLayer::qps(NEVER_REJECT)),
             // The body wrapped in `ResponseBody`, which axum then boxes.
@@ -104,7 +161,13 @@ impl Contender {
             Contender::OursMatchedPath => {
                 app.layer(SlidingWindowLayer::qps(NEVER_REJECT).key(matched_path_key()))
             }
-            Contender::TowerGovernor => app.layer(governor_never_rejecting()),
+            Contender::OursHeader | Contender::OursHeaderHugeHeader => {
+                app.layer(SlidingWindowLayer::qps(NEVER_REJECT).key(HeaderKey::new(API_KEY)))
+            }
+            Contender::TowerGovernor => app.layer(governor_never_rejecting(GlobalKeyExtractor)),
+            Contender::TowerGovernorHeader => {
+                app.layer(governor_never_rejecting(HeaderString(API_KEY)))
+            }
         };
         // What `axum::serve` does once per connection. Without it, a router
         // called as a service turns each handler into a route on every
@@ -150,15 +213,46 @@ fn matched_path_key() -> impl KeyExtractor<Key = String> {
     }
 }
 
-/// tower_governor on one global key with a quota no bench can exhaust: a
-/// new cell every nanosecond and a burst of `u32::MAX` cells (its
+/// The huge header value: `client-42` padded with `x` to
+/// [`HUGE_HEADER_BYTES`].
+fn huge_header_value() -> &'static [u8] {
+    static VALUE: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    VALUE.get_or_init(|| {
+        let mut value = CLIENT.as_bytes().to_vec();
+        value.resize(HUGE_HEADER_BYTES, b'x');
+        value
+    })
+}
+
+/// A tower_governor key extractor keying by one header's value, read into a
+/// `String` (what a user writes for an API-key limit); a request without it
+/// (or with a value that is not visible ASCII) is refused.
+#[derive(Debug, Clone)]
+struct HeaderString(HeaderName);
+
+impl GovernorKeyExtractor for HeaderString {
+    type Key = String;
+
+    fn extract<T>(&self, request: &Request<T>) -> Result<String, GovernorError> {
+        request
+            .headers()
+            .get(&self.0)
+            .and_then(|value| value.to_str().ok())
+            .map(str::to_owned)
+            .ok_or(GovernorError::UnableToExtractKey)
+    }
+}
+
+/// tower_governor keyed by `key` with a quota no bench can exhaust: a new
+/// cell every nanosecond and a burst of `u32::MAX` cells (its
 /// `per_second(n)` would mean one cell every `n` seconds, hence `period`).
-fn governor_never_rejecting(
-) -> GovernorLayer<GlobalKeyExtractor, NoOpMiddleware<QuantaInstant>, Body> {
+fn governor_never_rejecting<K: GovernorKeyExtractor>(
+    key: K,
+) -> GovernorLayer<K, NoOpMiddleware<QuantaInstant>, Body> {
     let config = GovernorConfigBuilder::default()
         .period(Duration::from_nanos(1))
         .burst_size(u32::MAX)
-        .key_extractor(GlobalKeyExtractor)
+        .key_extractor(key)
         .finish()
         .expect("a non-zero period and burst");
     GovernorLayer::new(config)
@@ -195,21 +289,15 @@ impl<S: Service<R>, R> Service<R> for Forward<S> {
     }
 }
 
-fn request() -> Request<Body> {
-    Request::get(PATH)
-        .body(Body::empty())
-        .expect("a valid request")
-}
-
-/// Sends one request through `app` and reads its body to the end; returns
-/// the status.
+/// Sends `contender`'s request through `app` and reads the response body
+/// to the end; returns the status.
 #[inline]
-pub(crate) async fn serve_one(app: &mut Router) -> StatusCode {
+pub(crate) async fn serve_one(contender: Contender, app: &mut Router) -> StatusCode {
     let ready = ServiceExt::<Request<Body>>::ready(app)
         .await
         .unwrap_or_else(|never: Infallible| match never {});
     let response = ready
-        .call(request())
+        .call(contender.request())
         .await
         .unwrap_or_else(|never| match never {});
     let status = response.status();
@@ -224,7 +312,7 @@ pub(crate) async fn serve_one(app: &mut Router) -> StatusCode {
 /// 200 and the handler's body.
 async fn check(contender: Contender, app: &mut Router) {
     for n in 0..CHECK_REQUESTS {
-        let response = ServiceExt::<Request<Body>>::oneshot(app.clone(), request())
+        let response = ServiceExt::<Request<Body>>::oneshot(app.clone(), contender.request())
             .await
             .unwrap_or_else(|never| match never {});
         let status = response.status();
@@ -240,7 +328,7 @@ async fn check(contender: Contender, app: &mut Router) {
             contender.id()
         );
     }
-    assert_eq!(serve_one(app).await, StatusCode::OK);
+    assert_eq!(serve_one(contender, app).await, StatusCode::OK);
 }
 
 /// The runtime every layer bench runs on: one thread, the caller's.

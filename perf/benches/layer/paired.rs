@@ -1,7 +1,8 @@
 //! The criterion group `layer_paired`: every contender in short interleaved
 //! rounds, and the per-round cost beyond the no-op layer.
 //!
-//! A round sends [`BATCH`] requests to each contender in turn, starting one
+//! A round sends [`BATCH`] requests to each contender in turn (one to each
+//! huge-header contender, see [`batch`]), starting one
 //! contender further along the list than the previous round, and notes each
 //! contender's nanoseconds per request. Slow phases of a shared machine
 //! (another process, frequency changes, a timer interrupt) then hit a whole
@@ -17,9 +18,13 @@
 //!   difference to the no-op layer in the same round, with the quartiles of
 //!   that difference (how much single rounds vary; the median of tens of
 //!   thousands of rounds varies far less within a run, more between runs);
-//! - for our two contenders, their cost beyond the no-op layer relative to
-//!   tower_governor's: the ratio of the two medians, and the median of the
-//!   per-round ratios.
+//! - for our contenders, their cost beyond the no-op layer relative to
+//!   tower_governor's with the same kind of key (global, or the header for
+//!   `ours_header`): the ratio of the two medians, and the median of the
+//!   per-round ratios;
+//! - for the huge header, our header-keyed layer's ns per request relative
+//!   to the bare router's with the same request (ratio of the medians,
+//!   median of the per-round ratios), and the median per-round difference.
 //!
 //! Nothing is printed when no benchmark of the group ran (another filter,
 //! `--list`).
@@ -36,6 +41,18 @@ use super::{runtime, serve_one, Contender};
 /// around it cost under a nanosecond per request, short enough (tens of
 /// microseconds) that most rounds see no interruption at all.
 const BATCH: u32 = 32;
+
+/// Requests to `contender` per round: [`BATCH`], or one for the
+/// huge-header contenders, whose requests take tens of microseconds each
+/// (32 of them would stretch a round, and the time between the contenders
+/// it compares, a hundredfold).
+fn batch(contender: Contender) -> u32 {
+    if contender.huge_header() {
+        1
+    } else {
+        BATCH
+    }
+}
 
 const N: usize = Contender::ALL.len();
 
@@ -58,13 +75,15 @@ impl Rounds {
             let mut ns = [0.0; N];
             for k in 0..N {
                 let i = (start + k) % N;
+                let contender = Contender::ALL[i];
+                let requests = batch(contender);
                 let app = &mut self.apps[i];
                 let begin = Instant::now();
-                for _ in 0..BATCH {
-                    serve_one(app).await;
+                for _ in 0..requests {
+                    serve_one(contender, app).await;
                 }
                 let elapsed = begin.elapsed();
-                ns[i] = elapsed.as_nanos() as f64 / f64::from(BATCH);
+                ns[i] = elapsed.as_nanos() as f64 / f64::from(requests);
                 if i == of {
                     spent += elapsed;
                 }
@@ -90,7 +109,8 @@ impl Rounds {
         }
         println!();
         println!(
-            "layer_paired: {} rounds of {BATCH} requests per contender, rotated order",
+            "layer_paired: {} rounds of {BATCH} requests per contender (1 per \
+             huge-header contender), rotated order",
             self.ns.len()
         );
         if let Some(load) = load_average() {
@@ -112,30 +132,46 @@ impl Rounds {
                 beyond.upper
             );
         }
-        let governor = index(Contender::TowerGovernor);
-        let governor_beyond = self.beyond_noop(governor);
-        let governor_median = Quartiles::of(governor_beyond.clone()).median;
-        for ours in [
-            Contender::OursGlobal,
-            Contender::OursGlobalWrapBody,
-            Contender::OursMatchedPath,
+        for (ours, governor) in [
+            (Contender::OursGlobal, Contender::TowerGovernor),
+            (Contender::OursGlobalWrapBody, Contender::TowerGovernor),
+            (Contender::OursMatchedPath, Contender::TowerGovernor),
+            (Contender::OursHeader, Contender::TowerGovernorHeader),
+            (Contender::OursHeader, Contender::TowerGovernor),
         ] {
-            let ours_beyond = self.beyond_noop(index(ours));
-            let ours_median = Quartiles::of(ours_beyond.clone()).median;
-            let per_round = ours_beyond
-                .iter()
-                .zip(&governor_beyond)
-                .map(|(o, g)| o / g)
-                .collect();
+            let (of_medians, per_round) = ratios(
+                &self.beyond_noop(index(ours)),
+                &self.beyond_noop(index(governor)),
+            );
             println!(
-                "{} / tower_governor beyond no-op: {:.2} (ratio of medians), \
-                 {:.2} (median per-round ratio)",
+                "{} / {} beyond no-op: {of_medians:.2} (ratio of medians), \
+                 {per_round:.2} (median per-round ratio)",
                 ours.id(),
-                ours_median / governor_median,
-                Quartiles::of(per_round).median
+                governor.id(),
             );
         }
+        let bare = self.column(index(Contender::BareHugeHeader));
+        let ours = self.column(index(Contender::OursHeaderHugeHeader));
+        let (of_medians, per_round) = ratios(&ours, &bare);
+        let difference = ours.iter().zip(&bare).map(|(o, b)| o - b).collect();
+        println!(
+            "{} / {}: {of_medians:.2} (ratio of medians), {per_round:.2} (median \
+             per-round ratio), {:.1} ns more (median per-round difference)",
+            Contender::OursHeaderHugeHeader.id(),
+            Contender::BareHugeHeader.id(),
+            Quartiles::of(difference).median
+        );
     }
+}
+
+/// The ratio of the medians of `a` and `b`, and the median of their
+/// per-round ratios.
+fn ratios(a: &[f64], b: &[f64]) -> (f64, f64) {
+    let per_round = a.iter().zip(b).map(|(a, b)| a / b).collect();
+    (
+        Quartiles::of(a.to_vec()).median / Quartiles::of(b.to_vec()).median,
+        Quartiles::of(per_round).median,
+    )
 }
 
 fn index(contender: Contender) -> usize {
@@ -195,11 +231,12 @@ pub(crate) fn bench(c: &mut Criterion) {
     for (i, contender) in Contender::ALL.iter().enumerate() {
         group.bench_function(contender.id(), |b| {
             b.iter_custom(|iters| {
-                let rounds_needed = iters.div_ceil(u64::from(BATCH));
+                let per_round = u64::from(batch(*contender));
+                let rounds_needed = iters.div_ceil(per_round);
                 let spent = runtime.block_on(rounds.borrow_mut().run(rounds_needed, i));
-                // `rounds_needed * BATCH` requests of this contender were
-                // timed; criterion wants the time of `iters`.
-                spent.mul_f64(iters as f64 / (rounds_needed * u64::from(BATCH)) as f64)
+                // `rounds_needed * per_round` requests of this contender
+                // were timed; criterion wants the time of `iters`.
+                spent.mul_f64(iters as f64 / (rounds_needed * per_round) as f64)
             })
         });
     }

@@ -22,7 +22,7 @@ pub(crate) fn bench(c: &mut Criterion) {
                 runtime.block_on(async {
                     let start = Instant::now();
                     for _ in 0..iters {
-                        serve_one(&mut app).await;
+                        serve_one(contender, &mut app).await;
                     }
                     start.elapsed()
                 })
