@@ -116,7 +116,8 @@ where
     }
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
-        let registry = Arc::clone(&self.registry);
+        let registry = &*self.registry;
+        let window = registry.window();
         // One clock reading: the window's time and the start of the
         // response time.
         let (now, started_us) = registry.clock().now_both();
@@ -125,10 +126,7 @@ where
         let (parts, body) = request.into_parts();
         let entry = self.extractor.visit(
             &parts,
-            Lookup {
-                registry: &registry,
-                now,
-            },
+            Lookup { registry, now },
         );
         let request = Request::from_parts(parts, body);
         let limit = entry.limit();
@@ -155,7 +153,7 @@ where
         // before the window is asked, so a request refused here records no
         // pass. From here on the guard's drop gives the place back on every
         // path.
-        let reserved = match registry.window().behaviours.max_concurrency {
+        let reserved = match window.behaviours.max_concurrency {
             None => None,
             Some(max) => match InFlight::try_start(Arc::clone(&entry), started_us, max) {
                 Some(in_flight) => Some(in_flight),
@@ -189,7 +187,7 @@ where
             Admission::Block { window_pass } => {
                 // Gives the concurrency place back, if one was taken.
                 drop(reserved);
-                let retry_after_ms = wait(1).unwrap_or(registry.window().interval_ms);
+                let retry_after_ms = wait(1).unwrap_or(window.interval_ms);
                 self.refuse(
                     &entry,
                     limit,
