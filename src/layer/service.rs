@@ -124,10 +124,7 @@ where
         // Split and reassemble: both move, nothing is cloned. The extractor
         // hands its key straight to the table (by reference where it can).
         let (parts, body) = request.into_parts();
-        let entry = self.extractor.visit(
-            &parts,
-            Lookup { registry, now },
-        );
+        let entry = self.extractor.visit(&parts, Lookup { registry, now });
         let request = Request::from_parts(parts, body);
         let limit = entry.limit();
 
