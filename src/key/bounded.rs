@@ -8,7 +8,9 @@
 //! the [module docs](super#long-keys)).
 
 use std::fmt::Write as _;
-use std::hash::{BuildHasher, Hasher, RandomState};
+use std::hash::{BuildHasher, RandomState};
+
+use highway::{HighwayHash, HighwayHasher, Key};
 use std::sync::OnceLock;
 
 /// Longest key, in bytes, that the built-in string extractors keep as it
@@ -31,30 +33,30 @@ pub const MAX_DIGEST_KEY_BYTES: usize = PREFIX_BYTES + DIGEST_TAIL_BYTES;
 /// never contains DEL, so no valid value's key can start with it.
 const NOT_UTF8: char = '\x7f';
 
-/// Bytes hashed per step: both hashers read one block while it is in cache.
-const HASH_BLOCK: usize = 4096;
-
-/// Two independently seeded SipHash keys, drawn once per process.
-fn seeds() -> &'static (RandomState, RandomState) {
-    static SEEDS: OnceLock<(RandomState, RandomState)> = OnceLock::new();
-    SEEDS.get_or_init(|| (RandomState::new(), RandomState::new()))
+/// The HighwayHash key of this process: 256 random bits, drawn once from
+/// std's randomly seeded `RandomState`.
+fn key() -> Key {
+    static KEY: OnceLock<Key> = OnceLock::new();
+    *KEY.get_or_init(|| {
+        let random = RandomState::new();
+        Key([0u64, 1, 2, 3].map(|lane| random.hash_one(lane)))
+    })
 }
 
-/// A 128-bit keyed hash of the concatenation of `parts`.
+/// A 128-bit keyed hash of the concatenation of `parts`: one pass of
+/// HighwayHash (a keyed pseudorandom function that uses the CPU's vector
+/// instructions where it has them, several times faster than SipHash over
+/// long inputs), then the length.
 fn digest(parts: &[&[u8]]) -> u128 {
-    let (a, b) = seeds();
-    let (mut high, mut low) = (a.build_hasher(), b.build_hasher());
-    let mut len = 0usize;
+    let mut hasher = HighwayHasher::new(key());
+    let mut len = 0u64;
     for part in parts {
-        for block in part.chunks(HASH_BLOCK) {
-            high.write(block);
-            low.write(block);
-        }
-        len = len.saturating_add(part.len());
+        hasher.append(part);
+        len = len.saturating_add(part.len() as u64);
     }
-    high.write_usize(len);
-    low.write_usize(len);
-    (u128::from(high.finish()) << 64) | u128::from(low.finish())
+    hasher.append(&len.to_le_bytes());
+    let [high, low] = hasher.finalize128();
+    (u128::from(high) << 64) | u128::from(low)
 }
 
 /// The digest form of the byte string made of `parts`: its first bytes

@@ -70,11 +70,13 @@
 //! aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa…#3f9c0a1e2b7d4c8f9e0a1b2c3d4e5f60
 //! ```
 //!
-//! The hash is two runs of std's `RandomState` hasher (SipHash-1-3 today)
-//! with independent random keys drawn once per process. Two distinct long
-//! keys share a digest form with probability about 2^-128, and a client who does not know the per-process keys cannot
-//! make them collide on purpose (nor make a short key equal to a long key's
-//! digest form). A rule names a long key only by its digest form, which
+//! The hash is HighwayHash with a 256-bit random key drawn once per
+//! process: a keyed pseudorandom function with a 128-bit output, computed in
+//! one pass with the CPU's vector instructions where it has them. Two
+//! distinct long keys share a digest form with probability about 2^-128,
+//! and a client who does not know the per-process key cannot make them
+//! collide on purpose (nor make a short key equal to a long key's digest
+//! form). A rule names a long key only by its digest form, which
 //! changes with every process: give rules to keys of at most 256 bytes.
 //! A request with a long key hashes it once (one pass over its bytes) and
 //! copies only the 64-byte prefix.
