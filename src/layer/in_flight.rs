@@ -26,26 +26,23 @@ impl InFlight {
     /// Marks a request in flight: one more in the concurrency gauge.
     pub(crate) fn start(entry: Arc<Entry>, started_us: u64) -> Self {
         entry.node.increase_concurrency();
+        Self::holding(entry, started_us)
+    }
+
+    /// Like [`start`](Self::start), if fewer than `max` requests of the key
+    /// are in flight; else `None`, having recorded nothing.
+    pub(crate) fn try_start(entry: Arc<Entry>, started_us: u64, max: NonZeroU64) -> Option<Self> {
+        flow::concurrency::try_enter(&entry.node, max).then(|| Self::holding(entry, started_us))
+    }
+
+    /// The guard of a place already taken in `entry`'s gauge.
+    fn holding(entry: Arc<Entry>, started_us: u64) -> Self {
         InFlight {
             entry,
             started_us,
             in_user_code: false,
             completed: false,
         }
-    }
-
-    /// Like [`start`](Self::start), if fewer than `max` requests of the key
-    /// are in flight; else `None`, having recorded nothing.
-    pub(crate) fn try_start(entry: Arc<Entry>, started_us: u64, max: NonZeroU64) -> Option<Self> {
-        if !flow::concurrency::try_enter(&entry.node, max) {
-            return None;
-        }
-        Some(InFlight {
-            entry,
-            started_us,
-            in_user_code: false,
-            completed: false,
-        })
     }
 
     #[inline]

@@ -115,21 +115,17 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> KeyVisitor<K> for Lookup<'_, 
     }
 }
 
-/// Start of `node`'s newest opened bucket of the second window, if any.
-///
-/// Admission moves a clock reading that lags behind it forward to it, so
+/// The time `entry` is read, decided and judged idle at: the later of the
+/// clock reading `now` and the start of the entry's newest bucket.
+/// Admission moves a reading that lags behind that bucket forward to it, so
 /// this is the earliest time the key's statistics can be read at without
 /// missing its newest events.
 #[inline]
-pub(crate) fn newest_start(node: &crate::stat::StatisticNode) -> Option<u64> {
-    node.newest_bucket_start()
-}
-
-/// The time `entry` is read, decided and judged idle at: the later of the
-/// clock reading `now` and the start of the entry's newest bucket.
-#[inline]
 pub(crate) fn effective_now(entry: &Entry, now: u64) -> u64 {
-    newest_start(&entry.node).map_or(now, |newest| now.max(newest))
+    entry
+        .node
+        .newest_bucket_start()
+        .map_or(now, |newest| now.max(newest))
 }
 
 pub(crate) struct Registry<K> {
