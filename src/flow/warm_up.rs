@@ -47,6 +47,9 @@ const COUNT_BITS: u32 = 64 - TAG_BITS;
 const COUNT_MASK: u64 = (1 << COUNT_BITS) - 1;
 /// `last_filled` before the first sync.
 const NEVER: u64 = u64::MAX;
+/// The pass word before the first sync: no window's word (counts stop one
+/// short of `COUNT_MASK`), so the first caller's swap is the only election.
+const UNSYNCED: u64 = u64::MAX;
 
 /// The constants of Sentinel's warm-up for one limit.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -140,7 +143,10 @@ pub(crate) struct WarmUp {
     /// that reads the tokens of the window before decides with a limit one
     /// window old, which is what Sentinel's unsynchronized fields give too.
     stored: AtomicU64,
-    /// The window start of the last sync, or `NEVER`.
+    /// The window start of the last sync, or `NEVER`. Stored with Release
+    /// after the syncer's swap of `passes`, loaded with Acquire: a caller
+    /// that sees a window as synced then sees that window's pass word, so
+    /// it counts its pass there instead of taking the word for stale.
     last_filled: AtomicU64,
     /// `window index (low TAG_BITS) << COUNT_BITS | passes in that window`.
     /// The swap to a new index is the election of the window's syncer.
@@ -153,7 +159,7 @@ impl WarmUp {
         WarmUp {
             stored: AtomicU64::new(0),
             last_filled: AtomicU64::new(NEVER),
-            passes: AtomicU64::new(0),
+            passes: AtomicU64::new(UNSYNCED),
         }
     }
 
@@ -170,17 +176,18 @@ impl WarmUp {
         // Relaxed: the word is its own state; no other memory hangs on it.
         let mut word = self.passes.load(Ordering::Relaxed);
         loop {
-            if word >> COUNT_BITS != tag {
+            if word == UNSYNCED || word >> COUNT_BITS != tag {
                 // A pass that opens a window: sync first, then count.
                 self.roll(now, interval_ms, curve);
                 word = self.passes.load(Ordering::Relaxed);
-                if word >> COUNT_BITS != tag {
+                if word == UNSYNCED || word >> COUNT_BITS != tag {
                     // The window moved on meanwhile; this pass belongs to
                     // one that is over, and its sync is done.
                     return;
                 }
             }
-            let next = (word & !COUNT_MASK) | ((word & COUNT_MASK) + 1).min(COUNT_MASK);
+            // Saturates one short of the mask, so no word is `UNSYNCED`.
+            let next = (word & !COUNT_MASK) | ((word & COUNT_MASK) + 1).min(COUNT_MASK - 1);
             match self.passes.compare_exchange_weak(
                 word,
                 next,
@@ -199,11 +206,14 @@ impl WarmUp {
         let start = now - now % interval_ms;
         let tag = tag_of(now, interval_ms);
         let word = self.passes.load(Ordering::Relaxed);
-        let last = self.last_filled.load(Ordering::Relaxed);
+        let last = self.last_filled.load(Ordering::Acquire);
         if last != NEVER && start <= last {
             return;
         }
-        if word >> COUNT_BITS == tag && last != NEVER {
+        if word != UNSYNCED && word >> COUNT_BITS == tag {
+            // Swapped already: its syncer is at work (or the key was idle
+            // for a multiple of 2^24 windows, when the tag repeats; the
+            // tokens then stay as they were).
             return;
         }
         let fresh = tag << COUNT_BITS;
@@ -217,12 +227,13 @@ impl WarmUp {
         }
         // The previous window's passes, if the word held exactly that one.
         let previous_tag = tag_of(start.saturating_sub(interval_ms), interval_ms);
-        let previous_pass = if start >= interval_ms && word >> COUNT_BITS == previous_tag {
-            word & COUNT_MASK
-        } else {
-            0
-        };
-        let elapsed = if last == NEVER {
+        let previous_pass =
+            if word != UNSYNCED && start >= interval_ms && word >> COUNT_BITS == previous_tag {
+                word & COUNT_MASK
+            } else {
+                0
+            };
+        let elapsed = if word == UNSYNCED || last == NEVER {
             // Never filled: Sentinel's `lastFilledTime` starts at 0, so the
             // first sync refills to the cap. A key starts cold.
             u64::MAX
@@ -234,7 +245,7 @@ impl WarmUp {
             curve.synced(stored, elapsed, previous_pass),
             Ordering::Relaxed,
         );
-        self.last_filled.store(start, Ordering::Relaxed);
+        self.last_filled.store(start, Ordering::Release);
     }
 
     /// The stored tokens (for tests and debugging).
@@ -252,6 +263,45 @@ impl fmt::Debug for WarmUp {
         f.debug_struct("WarmUp")
             .field("stored_tokens", &self.stored())
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(all(test, loom))]
+mod loom_models {
+    use super::*;
+    use loom::sync::Arc;
+    use loom::thread;
+
+    /// Two callers open a new window at once, each then recording a pass:
+    /// exactly one syncs the tokens (the previous window's 4 passes are
+    /// spent once), and both passes are counted in the new window.
+    #[test]
+    fn one_sync_per_window_and_no_pass_lost() {
+        loom::model(|| {
+            let curve = Curve::new(10, 10.0, 3);
+            let warm = Arc::new(WarmUp::new());
+            // Window 1: synced (cold: 100 tokens), four passes.
+            warm.limit_at(1_000, 1_000, &curve);
+            for _ in 0..4 {
+                warm.record_pass(1_000, 1_000, &curve);
+            }
+            let threads: Vec<_> = (0..2)
+                .map(|_| {
+                    let warm = Arc::clone(&warm);
+                    thread::spawn(move || {
+                        warm.limit_at(2_000, 1_000, &curve);
+                        warm.record_pass(2_000, 1_000, &curve);
+                    })
+                })
+                .collect();
+            for t in threads {
+                t.join().unwrap();
+            }
+            // 100 - 4: above the warning line and the previous window ran
+            // above the cold rate (4 >= 10 / 3), so no refill.
+            assert_eq!(warm.stored(), 96);
+            assert_eq!(warm.passes.load(Ordering::Relaxed) & COUNT_MASK, 2);
+        });
     }
 }
 
