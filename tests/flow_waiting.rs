@@ -478,3 +478,29 @@ async fn counters_stay_consistent_under_a_flood_of_waiting_and_refused_requests(
     assert_eq!(snapshot.pass + snapshot.block, 500);
     assert_eq!((snapshot.waiting, snapshot.concurrency), (0, 0));
 }
+
+#[test]
+fn a_runtime_without_timers_refuses_instead_of_panicking() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let layer = SlidingWindowLayer::qps(10).throttle(ms(500)).clock(clock());
+        let stats = layer.handle();
+        let app = app(layer);
+        let mut statuses = Vec::new();
+        for _ in 0..3 {
+            statuses.push(app.clone().oneshot(req("/")).await.unwrap().status());
+        }
+        assert_eq!(
+            statuses,
+            [
+                StatusCode::OK,
+                StatusCode::TOO_MANY_REQUESTS,
+                StatusCode::TOO_MANY_REQUESTS
+            ]
+        );
+        let snapshot = stats.snapshot(&()).unwrap();
+        assert_eq!((snapshot.pass, snapshot.block, snapshot.waiting), (1, 2, 0));
+    });
+}

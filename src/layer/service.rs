@@ -299,8 +299,19 @@ impl<S: Clone + Send + 'static, X: KeyExtractor, M: MakeClassifier, R> SlidingWi
             }
             Turn::Wait { wait, at_ns } => {
                 let waiter = Waiter::new(Arc::clone(&entry), Some((at_ns, cost_ns)));
+                let Some(timer) = wait::timer(wait) else {
+                    // Gives the turn back, then refuses.
+                    drop(waiter);
+                    drop(reserved);
+                    return refused(
+                        self,
+                        &entry,
+                        u64::try_from(wait.as_millis()).unwrap_or(u64::MAX).max(1),
+                        "request rejected: its turn is later and this runtime cannot wait",
+                    );
+                };
                 let interval_ms = window.interval_ms;
-                let gate = wait::after(wait, waiter, move |entry| {
+                let gate = wait::after(timer, waiter, move |entry| {
                     let now = effective_now(entry, entry.node.clock().now_millis());
                     record_paced_pass(entry, now, warm_up.as_ref(), interval_ms);
                 });
@@ -351,13 +362,16 @@ impl<S: Clone + Send + 'static, X: KeyExtractor, M: MakeClassifier, R> SlidingWi
         let Some(wait_ms) = entry.node.try_occupy_next(at, 1, per_second) else {
             return (request, None);
         };
+        let Some(timer) = wait::timer(Duration::from_millis(wait_ms)) else {
+            return (request, None);
+        };
         entry
             .node
             .add_waiting_request(at.saturating_add(wait_ms), 1);
         entry.node.add_occupied_pass(1);
         let waiter = Waiter::new(Arc::clone(entry), None);
         // The pass is already in the bucket it borrowed from.
-        let gate = wait::after(Duration::from_millis(wait_ms), waiter, |_| {});
+        let gate = wait::after(timer, waiter, |_| {});
         (request, Some(gate))
     }
 

@@ -37,12 +37,42 @@ pub(crate) enum Verdict {
 /// `Send` whatever it waits for.
 pub(crate) type Gate = Pin<Box<dyn Future<Output = Verdict> + Send + 'static>>;
 
-/// Whether this thread can wait: a tokio runtime with a timer is running.
-/// Outside one (another executor, a bare thread) a request that would have
-/// to wait is refused instead of panicking in the timer.
+#[cfg(feature = "tokio")]
+std::thread_local! {
+    /// Set once a timer could not be made on this thread (a tokio runtime
+    /// built without `enable_time`), so that the attempt is not repeated.
+    static NO_TIMER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether this thread may be able to wait: inside a tokio runtime whose
+/// timer has not failed here. Outside one (another executor, a bare thread)
+/// a request that would have to wait is refused instead.
 #[cfg(feature = "tokio")]
 pub(crate) fn can_wait() -> bool {
-    tokio::runtime::Handle::try_current().is_ok()
+    !NO_TIMER.get() && tokio::runtime::Handle::try_current().is_ok()
+}
+
+/// A timer for `wait`, made now (in `call`, on the caller's runtime), or
+/// `None` if this runtime has no timer. tokio panics when asked for a timer
+/// on a runtime built without one; that panic is caught here, logged once
+/// per thread, and the request is refused instead of failing.
+#[cfg(feature = "tokio")]
+pub(crate) fn timer(wait: Duration) -> Option<Pin<Box<tokio::time::Sleep>>> {
+    if !can_wait() {
+        return None;
+    }
+    let made = std::panic::catch_unwind(|| Box::pin(tokio::time::sleep(wait)));
+    match made {
+        Ok(sleep) => Some(sleep),
+        Err(_) => {
+            NO_TIMER.set(true);
+            tracing::warn!(
+                "the tokio runtime has no timer (build it with `enable_time`): requests that \
+                 would wait under `throttle` or `prioritized` are refused on this thread"
+            );
+            None
+        }
+    }
 }
 
 /// A request's place in its key's waiting gauge, with what to undo if the
@@ -88,16 +118,16 @@ impl Drop for Waiter {
     }
 }
 
-/// A gate that waits `wait`, then passes, recording the pass with `record`
-/// (called with the entry when the wait is over).
+/// A gate that waits for `timer`, then passes, recording the pass with
+/// `record` (called with the entry when the wait is over).
 #[cfg(feature = "tokio")]
 pub(crate) fn after(
-    wait: Duration,
+    timer: Pin<Box<tokio::time::Sleep>>,
     waiter: Waiter,
     record: impl FnOnce(&Entry) + Send + 'static,
 ) -> Gate {
     Box::pin(async move {
-        tokio::time::sleep(wait).await;
+        timer.await;
         let entry = waiter.finish();
         record(&entry);
         Verdict::Pass
