@@ -31,7 +31,7 @@ use crate::flow::{Pacer, Turn};
 use crate::handle::StatsHandle;
 use crate::key::{GlobalKey, KeyExtractor};
 use crate::response::{rejection_response, Quota, ResponseConfig};
-use crate::store::{effective_now, Entry, Lookup, Registry, Store};
+use crate::store::{effective_now, Entry, Lookup, Registry, Store, Window};
 
 /// Limits requests per key with a sliding window; made by
 /// [`SlidingWindowLayer`](crate::SlidingWindowLayer).
@@ -130,7 +130,7 @@ where
         let (parts, body) = request.into_parts();
         let entry = self.extractor.visit(&parts, Lookup { registry, now });
         let request = Request::from_parts(parts, body);
-        let mut limit = entry.limit();
+        let limit = entry.limit();
 
         // A reading behind the key's newest bucket (a clock that stepped
         // back, a thread that read it before another opened that bucket) is
@@ -140,61 +140,36 @@ where
         let at = effective_now(&entry, now);
         let behind = at - now;
 
-        // Concurrency first, when limited (a plain limiter pays one
-        // predictable check of a configuration value): a place is reserved
-        // before the window is asked, so a request refused here records no
-        // pass. From here on the guard's drop gives the place back on every
-        // path.
-        let behaviours = window.behaviours;
-        let reserved = match behaviours.max_concurrency {
-            None => None,
-            Some(max) => match InFlight::try_start(Arc::clone(&entry), started_us, max) {
-                Some(in_flight) => Some(in_flight),
-                None => {
-                    entry.node.record_block_at(at, 1);
-                    let window_pass = entry.node.window_counts(at).pass;
-                    return self.refuse(
-                        &entry,
-                        limit,
-                        window_pass,
-                        flow::concurrency::RETRY_AFTER_MS,
-                        "request rejected: too many in flight for its key",
-                    );
+        // Concurrency and warm-up first, when configured (a plain limiter
+        // pays one predictable check of two configuration values): a place
+        // is reserved before the window is asked, so a request refused here
+        // records no pass, and from here on the guard's drop gives the place
+        // back on every path; warm-up moves the limit, never the admission
+        // step.
+        let behaviours = &window.behaviours;
+        let (reserved, limit) =
+            if behaviours.max_concurrency.is_none() && behaviours.warm_up.is_none() {
+                (None, limit)
+            } else {
+                match self.prelude(&entry, at, started_us, limit) {
+                    Ok(go) => go,
+                    Err(refused) => return refused,
                 }
-            },
-        };
-
-        // Warm-up moves the limit, never the admission step.
-        let warm_up = behaviours.warm_up.map(|w| {
-            let curve = warm_up_curve(w, limit, window.interval_ms);
-            if let Some(state) = entry.warm_up() {
-                limit = state.limit_at(at, window.interval_ms, &curve);
-            }
-            curve
-        });
+            };
 
         #[cfg(feature = "tokio")]
         if let Some(max_wait) = behaviours.throttle {
             return self.throttled(request, entry, reserved, (at, started_us), limit, max_wait);
         }
 
-        let wait = |n: u64| {
-            flow::retry_after_ms(&entry.node, at, n, limit).map(|ms| {
-                if ms == 0 {
-                    0
-                } else {
-                    ms.saturating_add(behind)
-                }
-            })
-        };
         match flow::try_admit(&entry.node, at, 1, limit) {
             Admission::Pass { window_pass } => {
-                if let (Some(curve), Some(state)) = (&warm_up, entry.warm_up()) {
-                    state.record_pass(at, window.interval_ms, curve);
+                if behaviours.warm_up.is_some() {
+                    record_warm_up_pass(&entry, window, at);
                 }
                 let quota = self.response.headers_on_pass.then(|| {
-                    let reset =
-                        wait(limit.saturating_sub(window_pass).saturating_add(1)).unwrap_or(0);
+                    let more = limit.saturating_sub(window_pass).saturating_add(1);
+                    let reset = retry_after(&entry, at, behind, more, limit).unwrap_or(0);
                     Box::new(quota(&entry, &self.response, limit, window_pass, reset))
                 });
                 let in_flight = match reserved {
@@ -204,27 +179,114 @@ where
                 self.forward(request, in_flight, quota)
             }
             Admission::Block { window_pass } => {
-                // A prioritized request may wait for quota borrowed from a
-                // later bucket instead.
-                #[cfg(feature = "tokio")]
-                let request = match self.borrow_for_priority(request, &entry, at, limit) {
-                    (request, Some(gate)) => return self.defer(request, entry, reserved, gate),
-                    (request, None) => request,
-                };
-                drop(request);
-                entry.node.record_block_at(at, 1);
-                // Gives the concurrency place back, if one was taken.
-                drop(reserved);
-                let retry_after_ms = wait(1).unwrap_or(window.interval_ms);
-                self.refuse(
-                    &entry,
-                    limit,
-                    window_pass,
-                    retry_after_ms,
-                    "request rejected by the sliding-window limit",
-                )
+                self.blocked(request, entry, reserved, (at, behind), limit, window_pass)
             }
         }
+    }
+}
+
+/// Milliseconds until `n` more passes fit under `limit` on `entry` at `at`,
+/// on the clock: a wait computed at a reading moved forward by `behind` is
+/// that much longer (see `effective_now`).
+fn retry_after(entry: &Entry, at: u64, behind: u64, n: u64, limit: u64) -> Option<u64> {
+    flow::retry_after_ms(&entry.node, at, n, limit).map(|ms| {
+        if ms == 0 {
+            0
+        } else {
+            ms.saturating_add(behind)
+        }
+    })
+}
+
+/// Counts a pass towards `entry`'s warm-up.
+#[inline(never)]
+fn record_warm_up_pass(entry: &Entry, window: &Window, at: u64) {
+    if let (Some(settings), Some(state)) = (window.behaviours.warm_up, entry.warm_up()) {
+        let curve = warm_up_curve(settings, entry.limit(), window.interval_ms);
+        state.record_pass(at, window.interval_ms, &curve);
+    }
+}
+
+/// A request that may go on to the window: its concurrency place, if one
+/// was taken, and the limit to admit it against.
+type Go = (Option<InFlight>, u64);
+
+/// # The paths a plain limiter does not take
+impl<S, X: KeyExtractor, M: MakeClassifier, R> SlidingWindow<S, X, M, R> {
+    /// Takes a concurrency place (when limited) and computes the warmed
+    /// limit (under warm-up): `Ok((place, limit))`, or the refusal of a
+    /// request that found no place.
+    #[inline(never)]
+    fn prelude<F>(
+        &self,
+        entry: &Arc<Entry>,
+        at: u64,
+        started_us: u64,
+        limit: u64,
+    ) -> Result<Go, ResponseFuture<F, M::Classifier, R>> {
+        let window = self.registry.window();
+        let reserved = match window.behaviours.max_concurrency {
+            None => None,
+            Some(max) => match InFlight::try_start(Arc::clone(entry), started_us, max) {
+                Some(in_flight) => Some(in_flight),
+                None => {
+                    entry.node.record_block_at(at, 1);
+                    let window_pass = entry.node.window_counts(at).pass;
+                    return Err(self.refuse(
+                        entry,
+                        limit,
+                        window_pass,
+                        flow::concurrency::RETRY_AFTER_MS,
+                        "request rejected: too many in flight for its key",
+                    ));
+                }
+            },
+        };
+        let limit = match (window.behaviours.warm_up, entry.warm_up()) {
+            (Some(settings), Some(state)) => {
+                let curve = warm_up_curve(settings, limit, window.interval_ms);
+                state.limit_at(at, window.interval_ms, &curve)
+            }
+            _ => limit,
+        };
+        Ok((reserved, limit))
+    }
+
+    /// A request the window refused: a prioritized one may wait for quota
+    /// borrowed from a later bucket; any other is answered with the
+    /// rejection.
+    #[inline(never)]
+    fn blocked<ReqBody>(
+        &mut self,
+        request: Request<ReqBody>,
+        entry: Arc<Entry>,
+        reserved: Option<InFlight>,
+        (at, behind): (u64, u64),
+        limit: u64,
+        window_pass: u64,
+    ) -> ResponseFuture<S::Future, M::Classifier, R>
+    where
+        S: Service<Request<ReqBody>> + Clone + Send + 'static,
+        ReqBody: Send + 'static,
+    {
+        #[cfg(feature = "tokio")]
+        let request = match self.borrow_for_priority(request, &entry, at, limit) {
+            (request, Some(gate)) => return self.defer(request, entry, reserved, gate),
+            (request, None) => request,
+        };
+        drop(request);
+        entry.node.record_block_at(at, 1);
+        // Gives the concurrency place back, if one was taken.
+        drop(reserved);
+        let retry_after_ms =
+            retry_after(&entry, at, behind, 1, limit).unwrap_or(self.registry.window().interval_ms);
+        self.refuse(
+            &entry,
+            limit,
+            window_pass,
+            retry_after_ms,
+            "request rejected by the sliding-window limit",
+        )
     }
 }
 
@@ -271,16 +333,12 @@ impl<S: Clone + Send + 'static, X: KeyExtractor, M: MakeClassifier, R> SlidingWi
         } else {
             Duration::ZERO
         };
-        let warm_up = window
-            .behaviours
-            .warm_up
-            .map(|w| warm_up_curve(w, entry.limit(), window.interval_ms));
         match entry
             .pacer
             .reserve(now_us.saturating_mul(1_000), cost_ns, max_wait)
         {
             Turn::Wait { wait, .. } if wait.is_zero() => {
-                record_paced_pass(&entry, at, warm_up.as_ref(), window.interval_ms);
+                record_paced_pass(&entry, at, window);
                 let quota = self.response.headers_on_pass.then(|| {
                     let window_pass = entry.node.window_counts(at).pass;
                     Box::new(quota(
@@ -310,10 +368,10 @@ impl<S: Clone + Send + 'static, X: KeyExtractor, M: MakeClassifier, R> SlidingWi
                         "request rejected: its turn is later and this runtime cannot wait",
                     );
                 };
-                let interval_ms = window.interval_ms;
+                let window = *window;
                 let gate = wait::after(timer, waiter, move |entry| {
                     let now = effective_now(entry, entry.node.clock().now_millis());
-                    record_paced_pass(entry, now, warm_up.as_ref(), interval_ms);
+                    record_paced_pass(entry, now, &window);
                 });
                 self.defer(request, entry, reserved, gate)
             }
@@ -408,10 +466,10 @@ impl<S: Clone + Send + 'static, X: KeyExtractor, M: MakeClassifier, R> SlidingWi
 /// Records a pass that pacing let through at `now`: the window counts it
 /// without a limit check (the pacer is the limit), and warm-up sees it.
 #[cfg(feature = "tokio")]
-fn record_paced_pass(entry: &Entry, now: u64, warm_up: Option<&Curve>, interval_ms: u64) {
+fn record_paced_pass(entry: &Entry, now: u64, window: &Window) {
     let _ = entry.node.try_add_pass_at(now, 1, |_| true);
-    if let (Some(curve), Some(state)) = (warm_up, entry.warm_up()) {
-        state.record_pass(now, interval_ms, curve);
+    if window.behaviours.warm_up.is_some() {
+        record_warm_up_pass(entry, window, now);
     }
 }
 

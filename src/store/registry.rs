@@ -185,8 +185,9 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
     }
 
     /// The shape of every key's window.
-    pub(crate) fn window(&self) -> Window {
-        self.window
+    #[inline]
+    pub(crate) fn window(&self) -> &Window {
+        &self.window
     }
 
     #[inline]
