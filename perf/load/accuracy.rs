@@ -14,9 +14,10 @@ use crate::scenario::Scenario;
 use crate::servers::{Contender, Server, Settings};
 
 /// The contenders that limit (bare axum has nothing to measure here).
-pub const CONTENDERS: [Contender; 5] = [
+pub const CONTENDERS: [Contender; 6] = [
     Contender::OursGlobal,
     Contender::OursPath,
+    Contender::OursStrict,
     Contender::GovernorUsual,
     Contender::GovernorBurst1,
     Contender::TowerRateLimit,
@@ -162,6 +163,11 @@ pub fn to_json(runs: &[Run]) -> serde_json::Value {
                     "bucket_peak": r.accuracy.bucket_peak,
                     "blocked_with_room": r.accuracy.blocked_with_room,
                     "sliding_at_us": r.accuracy.sliding_at_us,
+                    "rate": r.accuracy.rate,
+                    "rate_after_first": r.accuracy.rate_after_first,
+                    "wait_us_p50_p99_p100": r.accuracy.wait_us,
+                    "saturated_100ms_min_max": r.accuracy.saturated,
+                    "saturated_buckets": r.accuracy.saturated_buckets,
                     "per_100ms": r.per_bucket,
                 })
             })

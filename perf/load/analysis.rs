@@ -65,7 +65,8 @@ pub struct Accuracy {
     /// bucket-aligned window plus part of the bucket before it, so the
     /// sliding maximum is at most `bucket_max` plus this.
     pub bucket_peak: u64,
-    /// Largest count in any true sliding window (exact, from microseconds).
+    /// Largest count in any true sliding window (exact, over the
+    /// microsecond pass timestamps, every start point).
     pub sliding_max: u64,
     /// Where that window starts, microseconds after the span's start.
     pub sliding_at_us: u64,
@@ -73,6 +74,15 @@ pub struct Accuracy {
     pub rate: f64,
     /// Admissions per second after the first second of the offered interval.
     pub rate_after_first: f64,
+    /// The wait between the reading before the limiter and the pass, over
+    /// every admission: median, 99th percentile and largest, microseconds.
+    pub wait_us: [u64; 3],
+    /// Passes per 100 ms (by pass timestamp) in the buckets during which
+    /// some admitted request was waiting all the time (the limiter was
+    /// saturated): smallest and largest.
+    pub saturated: Option<(u64, u64)>,
+    /// How many buckets were saturated in that sense.
+    pub saturated_buckets: u64,
 }
 
 /// Bucket index of `ms` relative to the bucket holding `origin_ms`.
@@ -188,9 +198,17 @@ pub fn analyse(admits: &[Admit], blocks: &[Block], span: Span, grid: Grid, limit
             window_at(early) < limit && window_at(late) < limit
         })
         .count() as u64;
-    let mut micros: Vec<u64> = admits.iter().map(|a| a.after_us).collect();
+    let mut micros: Vec<u64> = admits.iter().map(|a| a.pass_us).collect();
     micros.sort_unstable();
     let (max, at) = sliding_max(&micros, grid.window_ms() * 1000);
+    result.wait_us = wait_quantiles(admits);
+    let counts = saturated_counts(admits, span, grid);
+    result.saturated_buckets = counts.len() as u64;
+    result.saturated = counts
+        .iter()
+        .min()
+        .copied()
+        .zip(counts.iter().max().copied());
     result.sliding_max = max;
     result.sliding_at_us = at.saturating_sub(span.start_ms * 1000);
     let seconds = (span.end_ms.saturating_sub(span.start_ms)) as f64 / 1000.0;
@@ -234,6 +252,58 @@ pub fn sliding_max(sorted: &[u64], window: u64) -> (u64, u64) {
     best
 }
 
+/// The median, 99th percentile and largest of [`Admit::wait_us`] (the
+/// nearest rank; zeros when nothing was admitted).
+pub fn wait_quantiles(admits: &[Admit]) -> [u64; 3] {
+    let mut waits: Vec<u64> = admits.iter().map(Admit::wait_us).collect();
+    if waits.is_empty() {
+        return [0; 3];
+    }
+    waits.sort_unstable();
+    let rank = |q: f64| {
+        let i = (q * waits.len() as f64).ceil() as usize;
+        waits[i.clamp(1, waits.len()) - 1]
+    };
+    [rank(0.5), rank(0.99), rank(1.0)]
+}
+
+/// Passes per bucket (by pass timestamp) in every bucket of the span that
+/// lies wholly inside the union of the admitted requests' waits
+/// `[before_us, pass_us]`: the buckets during which the limiter always had
+/// a request waiting for its turn.
+pub fn saturated_counts(admits: &[Admit], span: Span, grid: Grid) -> Vec<u64> {
+    let mut waits: Vec<(u64, u64)> = admits
+        .iter()
+        .filter(|a| a.pass_us > a.before_us)
+        .map(|a| (a.before_us, a.pass_us))
+        .collect();
+    waits.sort_unstable();
+    // Merge overlapping (or touching) waits into disjoint busy intervals.
+    let mut busy: Vec<(u64, u64)> = Vec::new();
+    for (from, to) in waits {
+        match busy.last_mut() {
+            Some(last) if from <= last.1 => last.1 = last.1.max(to),
+            _ => busy.push((from, to)),
+        }
+    }
+    let mut passes: Vec<u64> = admits.iter().map(|a| a.pass_us).collect();
+    passes.sort_unstable();
+    let bucket_us = grid.bucket_ms * 1000;
+    let mut counts = Vec::new();
+    let mut start = span.start_ms * 1000;
+    while start + bucket_us <= span.end_ms * 1000 {
+        let end = start + bucket_us;
+        // The busy interval starting at or before `start`, if any.
+        let i = busy.partition_point(|b| b.0 <= start);
+        if i > 0 && busy[i - 1].1 >= end {
+            let n = passes.partition_point(|&p| p < end) - passes.partition_point(|&p| p < start);
+            counts.push(n as u64);
+        }
+        start = end;
+    }
+    counts
+}
+
 /// Admissions per bucket from `span.start_ms` on, by handler reading.
 pub fn per_bucket(admits: &[Admit], span: Span, grid: Grid) -> Vec<u64> {
     let len = span
@@ -255,7 +325,7 @@ pub fn per_bucket(admits: &[Admit], span: Span, grid: Grid) -> Vec<u64> {
 /// The count in the trailing window `(t - window, t]` at every `step_ms`
 /// from the span's start to its end, by handler reading in microseconds.
 pub fn trailing(admits: &[Admit], span: Span, grid: Grid, step_ms: u64) -> Vec<(f64, u64)> {
-    let mut micros: Vec<u64> = admits.iter().map(|a| a.after_us).collect();
+    let mut micros: Vec<u64> = admits.iter().map(|a| a.pass_us).collect();
     micros.sort_unstable();
     let window = grid.window_ms() * 1000;
     let mut points = Vec::new();
@@ -281,8 +351,9 @@ pub fn self_check() -> Vec<String> {
     };
     let at = |ms: u64| Admit {
         before_ms: ms,
+        before_us: ms * 1000,
+        pass_us: ms * 1000,
         after_ms: ms,
-        after_us: ms * 1000,
     };
     // 1 000 ms apart is outside a half-open 1 s window; 999 ms is inside.
     expect(
@@ -342,6 +413,42 @@ pub fn self_check() -> Vec<String> {
         "steady, per-bucket total",
         per_bucket(&steady, span, Grid::DEFAULT).iter().sum(),
         15,
+    );
+    // Paced passes, one every 10 ms from 10 000 to 10 500 ms, each having
+    // waited 15 ms: the buckets wholly inside the waits are the five from
+    // 10 000 to 10 500, each with ten passes.
+    let paced: Vec<Admit> = (0..=50)
+        .map(|i| {
+            let mut a = at(10_000 + i * 10);
+            a.before_us = a.pass_us.saturating_sub(15_000);
+            a
+        })
+        .collect();
+    let counts = saturated_counts(&paced, span, Grid::DEFAULT);
+    expect("paced, saturated buckets", counts.len() as u64, 5);
+    expect(
+        "paced, fewest passes in a saturated bucket",
+        counts.iter().copied().min().unwrap_or(0),
+        10,
+    );
+    expect(
+        "paced, most passes in a saturated bucket",
+        counts.iter().copied().max().unwrap_or(0),
+        10,
+    );
+    let [p50, p99, p100] = wait_quantiles(&paced);
+    expect("paced, median wait", p50, 15_000);
+    expect("paced, p99 wait", p99, 15_000);
+    expect("paced, largest wait", p100, 15_000);
+    let mut slow = paced.clone();
+    slow[7].before_us -= 5_000;
+    expect("one slower wait, largest", wait_quantiles(&slow)[2], 20_000);
+    expect("one slower wait, median", wait_quantiles(&slow)[0], 15_000);
+    // Admissions that never waited leave no bucket saturated.
+    expect(
+        "steady, saturated buckets",
+        saturated_counts(&steady, span, Grid::DEFAULT).len() as u64,
+        0,
     );
     failures
 }

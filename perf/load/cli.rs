@@ -158,8 +158,8 @@ options (defaults in brackets):
   --soak-keys N           distinct keys in the soak [100000]
   --soak-max-keys N       registry bound in the soak [10000]
   --only SLUG,SLUG        run only these contenders (bare, noop, ours-global,
-                          ours-path, governor-usual, governor-burst1,
-                          tower-ratelimit) [all]
+                          ours-path, ours-strict, governor-usual,
+                          governor-burst1, tower-ratelimit) [all]
 ";
 
 /// Parses the process arguments (without the program name).

@@ -58,6 +58,18 @@ pub fn global(app: Router, limit: u64, clock: Option<ManualClock>) -> (Router, O
     (app.layer(layer), OurStats::Global(handle))
 }
 
+/// `SlidingWindowLayer::qps(limit).strict()` around `app`, on `clock` when
+/// given.
+pub fn strict(app: Router, limit: u64, clock: Option<ManualClock>) -> (Router, OurStats) {
+    let layer = SlidingWindowLayer::qps(limit).strict();
+    let layer = match clock {
+        Some(clock) => layer.clock(clock),
+        None => layer,
+    };
+    let handle = layer.handle();
+    (app.layer(layer), OurStats::Global(handle))
+}
+
 /// `SlidingWindowLayer::qps(limit).key(MatchedPathKey)` around
 /// `app`.
 pub fn matched_path(app: Router, limit: u64, clock: Option<ManualClock>) -> (Router, OurStats) {

@@ -50,6 +50,7 @@ impl Report {
             (Contender::Noop, "a layer whose service only forwards `poll_ready` and `call`.".to_owned()),
             (Contender::OursGlobal, "`SlidingWindowLayer::qps(limit)` (one global key, 10 x 100 ms buckets; responses keep axum's body type, the default).".to_owned()),
             (Contender::OursPath, "`SlidingWindowLayer::qps(limit).key(MatchedPathKey)` (a key per route).".to_owned()),
+            (Contender::OursStrict, "`SlidingWindowLayer::qps(limit).strict()` (one global key; admission counts the window and the bucket that has just left it, 11 x 100 ms).".to_owned()),
             (
                 Contender::GovernorUsual,
                 "`GovernorConfigBuilder::default().period(1 s / limit).burst_size(limit)` with \
@@ -220,6 +221,96 @@ impl Report {
              Target for our layer: bucket-aligned = limit, sliding <= {}.\n",
             limit + limit / 10
         );
+    }
+
+    /// The flow behaviours beside the default window and tower_governor: the
+    /// true sliding maximum, the long-run rate, the wait, and the verdicts
+    /// on the targets of strict mode and pacing.
+    pub fn flow(&mut self, runs: &[Run]) {
+        let t = &mut self.text;
+        let Some(first) = runs.first() else { return };
+        let limit = first.limit;
+        let buckets = crate::analysis::Grid::DEFAULT.buckets;
+        let strict_rate = limit as f64 * buckets as f64 / (buckets + 1) as f64;
+        let shown = [
+            Contender::OursGlobal,
+            Contender::OursStrict,
+            Contender::GovernorUsual,
+            Contender::GovernorBurst1,
+        ];
+        let _ = writeln!(t, "### Flow behaviours (limit {limit} per 1 s)\n");
+        let _ = writeln!(
+            t,
+            "| scenario | contender | sliding 1 s max | long-run rate /s | wait p50 / p99 / p100 ms | passes per 100 ms while saturated (buckets) |"
+        );
+        let _ = writeln!(t, "|---|---|---:|---:|---:|---:|");
+        for run in runs.iter().filter(|r| shown.contains(&r.contender)) {
+            let a = &run.accuracy;
+            let [p50, p99, p100] = a.wait_us.map(|us| us as f64 / 1000.0);
+            let saturated = match a.saturated {
+                Some((min, max)) => format!("{min}-{max} ({})", a.saturated_buckets),
+                None => "none".to_owned(),
+            };
+            let _ = writeln!(
+                t,
+                "| {} | {} | {} | {:.1} | {p50:.2} / {p99:.2} / {p100:.2} | {saturated} |",
+                run.scenario,
+                run.contender.name(),
+                a.sliding_max,
+                a.rate_after_first,
+            );
+        }
+        let _ = writeln!(
+            t,
+            "\n\"sliding 1 s max\": the most passes in any half-open 1 s interval, every start \
+             point, over the pass timestamps (read in a service just inside the limiter, in the \
+             same synchronous step as its decision or at the end of its wait). \"long-run \
+             rate\": passes per second from the end of the first second to the end of the \
+             offered load. \"wait\": from the reading before the limiter to the pass, over \
+             every admitted request (a limiter that does not pace shows its own few \
+             microseconds). \"while saturated\": passes per 100 ms bucket, by pass timestamp, \
+             in the buckets during which some admitted request was waiting all the time.\n"
+        );
+        let strict: Vec<&Run> = runs
+            .iter()
+            .filter(|r| r.contender == Contender::OursStrict)
+            .collect();
+        if !strict.is_empty() {
+            let within = strict
+                .iter()
+                .filter(|r| r.accuracy.sliding_max <= limit)
+                .count();
+            let worst = strict
+                .iter()
+                .map(|r| r.accuracy.sliding_max)
+                .max()
+                .unwrap_or(0);
+            let steady: Vec<&&Run> = strict
+                .iter()
+                .filter(|r| r.scenario.shape == crate::scenario::Shape::Steady)
+                .collect();
+            let rate_ok = strict
+                .iter()
+                .filter(|r| r.accuracy.rate_after_first >= strict_rate)
+                .count();
+            let steady_ok = steady
+                .iter()
+                .filter(|r| r.accuracy.rate_after_first >= strict_rate)
+                .count();
+            let lowest = |rs: &mut dyn Iterator<Item = f64>| rs.fold(f64::INFINITY, f64::min);
+            let _ = writeln!(
+                t,
+                "Strict: sliding 1 s max <= {limit} in {within} of {} scenarios (largest {worst}); \
+                 long-run rate >= {strict_rate:.1} (limit x {buckets}/{}) in {rate_ok} of {} \
+                 scenarios, {steady_ok} of {} steady ones (lowest {:.1} overall, {:.1} steady).\n",
+                strict.len(),
+                buckets + 1,
+                strict.len(),
+                steady.len(),
+                lowest(&mut strict.iter().map(|r| r.accuracy.rate_after_first)),
+                lowest(&mut steady.iter().map(|r| r.accuracy.rate_after_first)),
+            );
+        }
     }
 
     /// The Retry-After table.

@@ -198,6 +198,7 @@ async fn smoke(config: &Config) -> Result<Vec<String>, String> {
         Contender::Noop,
         Contender::OursGlobal,
         Contender::OursPath,
+        Contender::OursStrict,
         Contender::GovernorUsual,
         Contender::GovernorBurst1,
         Contender::TowerRateLimit,
