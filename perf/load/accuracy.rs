@@ -165,6 +165,7 @@ pub fn to_json(runs: &[Run]) -> serde_json::Value {
                     "sliding_at_us": r.accuracy.sliding_at_us,
                     "rate": r.accuracy.rate,
                     "rate_after_first": r.accuracy.rate_after_first,
+                    "exact_log_rate": r.accuracy.exact_log_rate,
                     "wait_us_p50_p99_p100": r.accuracy.wait_us,
                     "saturated_100ms_min_max": r.accuracy.saturated,
                     "saturated_buckets": r.accuracy.saturated_buckets,

@@ -83,6 +83,12 @@ pub struct Accuracy {
     pub saturated: Option<(u64, u64)>,
     /// How many buckets were saturated in that sense.
     pub saturated_buckets: u64,
+    /// The long-run rate (as `rate_after_first`) an exact limiter would
+    /// have given the same arrivals: one that keeps a log of pass times and
+    /// admits a request when fewer than the limit passed in the 1 s before
+    /// its arrival at the limiter. The most any limiter that holds the limit
+    /// in every 1 s interval can admit of them.
+    pub exact_log_rate: f64,
 }
 
 /// Bucket index of `ms` relative to the bucket holding `origin_ms`.
@@ -202,6 +208,21 @@ pub fn analyse(admits: &[Admit], blocks: &[Block], span: Span, grid: Grid, limit
     micros.sort_unstable();
     let (max, at) = sliding_max(&micros, grid.window_ms() * 1000);
     result.wait_us = wait_quantiles(admits);
+    let mut arrivals: Vec<u64> = admits
+        .iter()
+        .map(|a| a.before_us)
+        .chain(blocks.iter().map(|b| b.before_us))
+        .collect();
+    arrivals.sort_unstable();
+    let exact = exact_log(&arrivals, grid.window_ms() * 1000, limit);
+    if seconds_of(span) > 1.0 {
+        let from = (span.start_ms + 1000) * 1000;
+        let later = exact
+            .iter()
+            .filter(|&&t| t >= from && t < span.end_ms * 1000)
+            .count();
+        result.exact_log_rate = later as f64 / (seconds_of(span) - 1.0);
+    }
     let counts = saturated_counts(admits, span, grid);
     result.saturated_buckets = counts.len() as u64;
     result.saturated = counts
@@ -211,7 +232,7 @@ pub fn analyse(admits: &[Admit], blocks: &[Block], span: Span, grid: Grid, limit
         .zip(counts.iter().max().copied());
     result.sliding_max = max;
     result.sliding_at_us = at.saturating_sub(span.start_ms * 1000);
-    let seconds = (span.end_ms.saturating_sub(span.start_ms)) as f64 / 1000.0;
+    let seconds = seconds_of(span);
     // Requests queued in the client or server can still be admitted after
     // the offered load ends; the rate counts only admissions inside it.
     let inside = admits
@@ -229,6 +250,29 @@ pub fn analyse(admits: &[Admit], blocks: &[Block], span: Span, grid: Grid, limit
         result.rate_after_first = later as f64 / (seconds - 1.0);
     }
     result
+}
+
+/// The length of `span` in seconds.
+fn seconds_of(span: Span) -> f64 {
+    span.end_ms.saturating_sub(span.start_ms) as f64 / 1000.0
+}
+
+/// The arrivals (sorted) an exact sliding-log limiter admits: each one
+/// when fewer than `limit` admitted ones lie in the `window` before it
+/// (`(t - window, t]`). Admitting whenever there is room is the most any
+/// limiter that holds the limit in every window can admit.
+pub fn exact_log(sorted: &[u64], window: u64, limit: u64) -> Vec<u64> {
+    let mut admitted: Vec<u64> = Vec::new();
+    let mut oldest = 0;
+    for &t in sorted {
+        while oldest < admitted.len() && admitted[oldest] + window <= t {
+            oldest += 1;
+        }
+        if ((admitted.len() - oldest) as u64) < limit {
+            admitted.push(t);
+        }
+    }
+    admitted
 }
 
 /// The largest number of `sorted` values inside any half-open window
@@ -393,12 +437,14 @@ pub fn self_check() -> Vec<String> {
     expect("steady, min full", r.bucket_min_full, 5);
     // A 429 while the window is full is justified; one with room is not.
     let full = [Block {
+        before_us: 10_900_000,
         before_ms: 10_900,
         after_ms: 10_900,
     }];
     let r = analyse(&steady, &full, span, Grid::DEFAULT, 5);
     expect("steady, 429 in a full window", r.blocked_with_room, 0);
     let early = [Block {
+        before_us: 10_000_000,
         before_ms: 10_000,
         after_ms: 10_000,
     }];
@@ -444,6 +490,17 @@ pub fn self_check() -> Vec<String> {
     slow[7].before_us -= 5_000;
     expect("one slower wait, largest", wait_quantiles(&slow)[2], 20_000);
     expect("one slower wait, median", wait_quantiles(&slow)[0], 15_000);
+    // The exact log, limit 2: of three at 0, 1 and 2 ms it admits two;
+    // one at 1 s goes in (the first is a window old by then), one at
+    // 1.0005 s does not; no window of what it admits holds more than 2.
+    let log = exact_log(&[0, 1_000, 2_000, 1_000_000, 1_000_500], 1_000_000, 2);
+    expect("exact log, admitted", log.len() as u64, 3);
+    expect(
+        "exact log, last admitted",
+        log.last().copied().unwrap_or(0),
+        1_000_000,
+    );
+    expect("exact log, sliding max", sliding_max(&log, 1_000_000).0, 2);
     // Admissions that never waited leave no bucket saturated.
     expect(
         "steady, saturated buckets",

@@ -141,6 +141,8 @@ impl Admit {
 pub struct Block {
     /// Milliseconds before the limiter saw the request.
     pub before_ms: u64,
+    /// Microseconds before the limiter saw the request.
+    pub before_us: u64,
     /// Milliseconds when the 429 came back out of the limiter.
     pub after_ms: u64,
 }
@@ -175,14 +177,15 @@ impl Recorder {
             .push(admit);
     }
 
-    /// Notes one 429 answered between `before_ms` and now.
-    fn block(&self, before_ms: u64) {
+    /// Notes one 429 answered between `before` and now.
+    fn block(&self, before: Stamp) {
         let after_ms = SystemClock::new().now_millis();
         self.blocks
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .push(Block {
-                before_ms,
+                before_ms: before.ms,
+                before_us: before.us,
                 after_ms,
             });
     }
@@ -285,7 +288,7 @@ async fn observe(
     request.extensions_mut().insert(stamp);
     let response = next.run(request).await;
     if response.status() == StatusCode::TOO_MANY_REQUESTS {
-        recorder.block(stamp.ms);
+        recorder.block(stamp);
     }
     response
 }
