@@ -300,13 +300,19 @@ pub fn sliding_max(sorted: &[u64], window: u64) -> (u64, u64) {
 /// nearest rank; zeros when nothing was admitted).
 pub fn wait_quantiles(admits: &[Admit]) -> [u64; 3] {
     let mut waits: Vec<u64> = admits.iter().map(Admit::wait_us).collect();
-    if waits.is_empty() {
+    waits.sort_unstable();
+    nearest_ranks(&waits)
+}
+
+/// The median, 99th percentile and largest of `sorted` by nearest rank
+/// (zeros when it is empty).
+pub fn nearest_ranks(sorted: &[u64]) -> [u64; 3] {
+    if sorted.is_empty() {
         return [0; 3];
     }
-    waits.sort_unstable();
     let rank = |q: f64| {
-        let i = (q * waits.len() as f64).ceil() as usize;
-        waits[i.clamp(1, waits.len()) - 1]
+        let i = (q * sorted.len() as f64).ceil() as usize;
+        sorted[i.clamp(1, sorted.len()) - 1]
     };
     [rank(0.5), rank(0.99), rank(1.0)]
 }

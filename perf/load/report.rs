@@ -50,6 +50,7 @@ impl Report {
             (Contender::Noop, "a layer whose service only forwards `poll_ready` and `call`.".to_owned()),
             (Contender::OursGlobal, "`SlidingWindowLayer::qps(limit)` (one global key, 10 x 100 ms buckets; responses keep axum's body type, the default).".to_owned()),
             (Contender::OursPath, "`SlidingWindowLayer::qps(limit).key(MatchedPathKey)` (a key per route).".to_owned()),
+            (Contender::OursThrottle, "`SlidingWindowLayer::qps(limit).throttle(max_wait)` (one global key; passes paced 1 s / limit apart, a request whose turn is at most `max_wait` away waits for it inside the response future, one further away is answered 429).".to_owned()),
             (Contender::OursStrict, "`SlidingWindowLayer::qps(limit).strict()` (one global key; admission counts the window and the bucket that has just left it, 11 x 100 ms).".to_owned()),
             (
                 Contender::GovernorUsual,
@@ -235,25 +236,27 @@ impl Report {
         let shown = [
             Contender::OursGlobal,
             Contender::OursStrict,
+            Contender::OursThrottle,
             Contender::GovernorUsual,
             Contender::GovernorBurst1,
         ];
         let _ = writeln!(t, "### Flow behaviours (limit {limit} per 1 s)\n");
         let _ = writeln!(
             t,
-            "| scenario | contender | sliding 1 s max | long-run rate /s | an exact log, same arrivals /s | wait p50 / p99 / p100 ms | passes per 100 ms while saturated (buckets) |"
+            "| scenario | contender | sliding 1 s max | long-run rate /s | an exact log, same arrivals /s | wait p50 / p99 / p100 ms | timer lateness p50 / p99 / p100 ms | passes per 100 ms while saturated (buckets) |"
         );
-        let _ = writeln!(t, "|---|---|---:|---:|---:|---:|---:|");
+        let _ = writeln!(t, "|---|---|---:|---:|---:|---:|---:|---:|");
         for run in runs.iter().filter(|r| shown.contains(&r.contender)) {
             let a = &run.accuracy;
             let [p50, p99, p100] = a.wait_us.map(|us| us as f64 / 1000.0);
+            let [l50, l99, l100] = run.timer_late_us.map(|us| us as f64 / 1000.0);
             let saturated = match a.saturated {
                 Some((min, max)) => format!("{min}-{max} ({})", a.saturated_buckets),
                 None => "none".to_owned(),
             };
             let _ = writeln!(
                 t,
-                "| {} | {} | {} | {:.1} | {:.1} | {p50:.2} / {p99:.2} / {p100:.2} | {saturated} |",
+                "| {} | {} | {} | {:.1} | {:.1} | {p50:.2} / {p99:.2} / {p100:.2} | {l50:.2} / {l99:.2} / {l100:.2} | {saturated} |",
                 run.scenario,
                 run.contender.name(),
                 a.sliding_max,
@@ -272,7 +275,9 @@ impl Report {
              limit passed in the 1 s before it reached the limiter), the most any limiter \
              that holds the limit in every 1 s interval can admit of them. \"wait\": from the reading before the limiter to the pass, over \
              every admitted request (a limiter that does not pace shows its own few \
-             microseconds). \"while saturated\": passes per 100 ms bucket, by pass timestamp, \
+             microseconds). \"timer lateness\": how late a task sleeping until a fixed \
+             instant every 10 ms on the server's runtime woke during the run, the delay any \
+             waiting request meets on top of its turn. \"while saturated\": passes per 100 ms bucket, by pass timestamp, \
              in the buckets during which some admitted request was waiting all the time.\n"
         );
         let strict: Vec<&Run> = runs
@@ -315,6 +320,67 @@ impl Report {
                 lowest(&mut steady.iter().map(|r| r.accuracy.rate_after_first)),
             );
         }
+    }
+
+    /// The verdicts on the throttle's targets, against `max_wait`.
+    pub fn throttle(&mut self, runs: &[Run], max_wait: std::time::Duration) {
+        let t = &mut self.text;
+        let paced: Vec<&Run> = runs
+            .iter()
+            .filter(|r| r.contender == Contender::OursThrottle)
+            .collect();
+        let Some(first) = paced.first() else { return };
+        let limit = first.limit;
+        let per_bucket = limit / crate::analysis::Grid::DEFAULT.buckets;
+        let max_wait_us = u64::try_from(max_wait.as_micros()).unwrap_or(u64::MAX);
+        let waits_ok = paced
+            .iter()
+            .filter(|r| r.accuracy.wait_us[2] <= max_wait_us)
+            .count();
+        let longest = paced
+            .iter()
+            .map(|r| r.accuracy.wait_us[2])
+            .max()
+            .unwrap_or(0);
+        let with_saturated: Vec<&&Run> = paced
+            .iter()
+            .filter(|r| r.accuracy.saturated.is_some())
+            .collect();
+        let paced_ok = with_saturated
+            .iter()
+            .filter(|r| {
+                r.accuracy
+                    .saturated
+                    .is_some_and(|(min, max)| min + 1 >= per_bucket && max <= per_bucket + 1)
+            })
+            .count();
+        let buckets: u64 = paced.iter().map(|r| r.accuracy.saturated_buckets).sum();
+        let (low, high) = with_saturated
+            .iter()
+            .filter_map(|r| r.accuracy.saturated)
+            .fold((u64::MAX, 0), |(lo, hi), (min, max)| {
+                (lo.min(min), hi.max(max))
+            });
+        let within = paced
+            .iter()
+            .filter(|r| r.accuracy.sliding_max <= limit)
+            .count();
+        let late = paced.iter().map(|r| r.timer_late_us[2]).max().unwrap_or(0);
+        let _ = writeln!(
+            t,
+            "Throttle (max_wait {} ms): largest wait {:.2} ms, <= max_wait in {waits_ok} of {} \
+             scenarios (the timer probe on the same runtimes woke up to {:.2} ms late); passes per 100 ms while saturated within {per_bucket} +- 1 in {paced_ok} \
+             of the {} scenarios with saturated buckets ({buckets} buckets, {}-{} passes); \
+             sliding 1 s max <= {limit} in {within} of {}.\n",
+            max_wait.as_millis(),
+            longest as f64 / 1000.0,
+            paced.len(),
+            late as f64 / 1000.0,
+            with_saturated.len(),
+            if low == u64::MAX { 0 } else { low },
+            high,
+            paced.len(),
+        );
     }
 
     /// The Retry-After table.

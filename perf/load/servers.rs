@@ -52,6 +52,10 @@ pub enum Contender {
     /// `SlidingWindowLayer::qps(limit).strict()`: one global key, the limit
     /// held in every interval of 1 s, not only in bucket-aligned windows.
     OursStrict,
+    /// `SlidingWindowLayer::qps(limit).throttle(max_wait)`: one global key,
+    /// passes paced `1 s / limit` apart, a request waiting up to `max_wait`
+    /// for its turn.
+    OursThrottle,
     /// tower_governor as it is usually configured for "`limit` per second":
     /// one cell every `1 s / limit`, burst `limit`, one global key.
     GovernorUsual,
@@ -73,6 +77,7 @@ impl Contender {
             Contender::OursGlobal => "sliding window (global)",
             Contender::OursPath => "sliding window (matched path)",
             Contender::OursStrict => "sliding window, strict",
+            Contender::OursThrottle => "sliding window, throttle",
             Contender::GovernorUsual => "tower_governor (burst = limit)",
             Contender::GovernorBurst1 => "tower_governor (burst 1)",
             Contender::TowerRateLimit => "tower RateLimit + Buffer + LoadShed",
@@ -87,6 +92,7 @@ impl Contender {
             Contender::OursGlobal => "ours-global",
             Contender::OursPath => "ours-path",
             Contender::OursStrict => "ours-strict",
+            Contender::OursThrottle => "ours-throttle",
             Contender::GovernorUsual => "governor-usual",
             Contender::GovernorBurst1 => "governor-burst1",
             Contender::TowerRateLimit => "tower-ratelimit",
@@ -103,6 +109,8 @@ pub struct Settings {
     pub record: bool,
     /// Drive our layer from this clock instead of the system clock.
     pub manual_clock: Option<ManualClock>,
+    /// The longest wait for a turn, for [`Contender::OursThrottle`].
+    pub max_wait: Duration,
 }
 
 /// One admitted request, as seen around the limiter.
@@ -351,6 +359,11 @@ pub fn build(contender: Contender, settings: &Settings) -> Result<Built, String>
             stats = Some(handle);
             app
         }
+        Contender::OursThrottle => {
+            let (app, handle) = ours::throttle(app, limit, settings.max_wait);
+            stats = Some(handle);
+            app
+        }
         Contender::GovernorUsual => app.layer(governor(limit, limit)?),
         Contender::GovernorBurst1 => app.layer(governor(limit, 1)?),
         Contender::TowerRateLimit => app.layer(
@@ -516,6 +529,35 @@ impl Server {
         })
     }
 }
+
+impl Server {
+    /// Starts a task on the server's runtime that sleeps until a fixed
+    /// instant every [`PROBE_PERIOD`] and notes how late it woke, in
+    /// microseconds: the timer lateness any waiting request on this runtime
+    /// also meets. It stops with the runtime.
+    pub fn timer_probe(&self) -> Arc<Mutex<Vec<u64>>> {
+        let lateness = Arc::new(Mutex::new(Vec::new()));
+        if let Some(runtime) = &self.runtime {
+            let notes = Arc::clone(&lateness);
+            runtime.spawn(async move {
+                let mut due = tokio::time::Instant::now();
+                loop {
+                    due += PROBE_PERIOD;
+                    tokio::time::sleep_until(due).await;
+                    let late = u64::try_from(due.elapsed().as_micros()).unwrap_or(u64::MAX);
+                    notes
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .push(late);
+                }
+            });
+        }
+        lateness
+    }
+}
+
+/// How often [`Server::timer_probe`] wakes.
+pub const PROBE_PERIOD: Duration = Duration::from_millis(10);
 
 impl Drop for Server {
     fn drop(&mut self) {
