@@ -1,7 +1,7 @@
 //! The accuracy run: every scenario against every limiting contender, with
 //! the contenders alternated from one scenario to the next.
 
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -14,9 +14,11 @@ use crate::scenario::Scenario;
 use crate::servers::{Contender, Server, Settings};
 
 /// The contenders that limit (bare axum has nothing to measure here).
-pub const CONTENDERS: [Contender; 5] = [
+pub const CONTENDERS: [Contender; 7] = [
     Contender::OursGlobal,
     Contender::OursPath,
+    Contender::OursStrict,
+    Contender::OursThrottle,
     Contender::GovernorUsual,
     Contender::GovernorBurst1,
     Contender::TowerRateLimit,
@@ -50,6 +52,9 @@ pub struct Run {
     pub p50_us: u64,
     /// 99th percentile of the same.
     pub p99_us: u64,
+    /// How late a task sleeping on the server's runtime woke during the
+    /// run (median, 99th percentile, largest), microseconds.
+    pub timer_late_us: [u64; 3],
 }
 
 /// The paths of the open-loop schedule.
@@ -78,8 +83,10 @@ pub async fn run_one(
         limit: config.limit,
         record: true,
         manual_clock: None,
+        max_wait: config.max_wait,
     };
     let server = Server::start(contender, &settings, config.server_threads)?;
+    let probe = server.timer_probe();
     let seconds = config.scenario_time.as_secs();
     let (start_ms, start) = aligned_start(1500);
     let schedule: Vec<Due> = scenario
@@ -105,6 +112,11 @@ pub async fn run_one(
         .map(|r| (r.take(), r.take_blocks()))
         .unwrap_or_default();
     drop(server);
+    let timer_late_us = {
+        let mut late = probe.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        late.sort_unstable();
+        analysis::nearest_ranks(&late)
+    };
     let span = Span {
         start_ms,
         end_ms: start_ms + scenario.length_ms(seconds),
@@ -122,6 +134,7 @@ pub async fn run_one(
         trailing: analysis::trailing(&admits, span, grid, 10),
         p50_us: result.latency.value_at_quantile(0.5),
         p99_us: result.latency.value_at_quantile(0.99),
+        timer_late_us,
     })
 }
 
@@ -162,6 +175,13 @@ pub fn to_json(runs: &[Run]) -> serde_json::Value {
                     "bucket_peak": r.accuracy.bucket_peak,
                     "blocked_with_room": r.accuracy.blocked_with_room,
                     "sliding_at_us": r.accuracy.sliding_at_us,
+                    "rate": r.accuracy.rate,
+                    "rate_after_first": r.accuracy.rate_after_first,
+                    "exact_log_rate": r.accuracy.exact_log_rate,
+                    "wait_us_p50_p99_p100": r.accuracy.wait_us,
+                    "saturated_100ms_min_max": r.accuracy.saturated,
+                    "saturated_buckets": r.accuracy.saturated_buckets,
+                    "timer_late_us_p50_p99_p100": r.timer_late_us,
                     "per_100ms": r.per_bucket,
                 })
             })

@@ -65,7 +65,8 @@ pub struct Accuracy {
     /// bucket-aligned window plus part of the bucket before it, so the
     /// sliding maximum is at most `bucket_max` plus this.
     pub bucket_peak: u64,
-    /// Largest count in any true sliding window (exact, from microseconds).
+    /// Largest count in any true sliding window (exact, over the
+    /// microsecond pass timestamps, every start point).
     pub sliding_max: u64,
     /// Where that window starts, microseconds after the span's start.
     pub sliding_at_us: u64,
@@ -73,6 +74,21 @@ pub struct Accuracy {
     pub rate: f64,
     /// Admissions per second after the first second of the offered interval.
     pub rate_after_first: f64,
+    /// The wait between the reading before the limiter and the pass, over
+    /// every admission: median, 99th percentile and largest, microseconds.
+    pub wait_us: [u64; 3],
+    /// Passes per 100 ms (by pass timestamp) in the buckets during which
+    /// some admitted request was waiting all the time (the limiter was
+    /// saturated): smallest and largest.
+    pub saturated: Option<(u64, u64)>,
+    /// How many buckets were saturated in that sense.
+    pub saturated_buckets: u64,
+    /// The long-run rate (as `rate_after_first`) an exact limiter would
+    /// have given the same arrivals: one that keeps a log of pass times and
+    /// admits a request when fewer than the limit passed in the 1 s before
+    /// its arrival at the limiter. The most any limiter that holds the limit
+    /// in every 1 s interval can admit of them.
+    pub exact_log_rate: f64,
 }
 
 /// Bucket index of `ms` relative to the bucket holding `origin_ms`.
@@ -188,12 +204,35 @@ pub fn analyse(admits: &[Admit], blocks: &[Block], span: Span, grid: Grid, limit
             window_at(early) < limit && window_at(late) < limit
         })
         .count() as u64;
-    let mut micros: Vec<u64> = admits.iter().map(|a| a.after_us).collect();
+    let mut micros: Vec<u64> = admits.iter().map(|a| a.pass_us).collect();
     micros.sort_unstable();
     let (max, at) = sliding_max(&micros, grid.window_ms() * 1000);
+    result.wait_us = wait_quantiles(admits);
+    let mut arrivals: Vec<u64> = admits
+        .iter()
+        .map(|a| a.before_us)
+        .chain(blocks.iter().map(|b| b.before_us))
+        .collect();
+    arrivals.sort_unstable();
+    let exact = exact_log(&arrivals, grid.window_ms() * 1000, limit);
+    if seconds_of(span) > 1.0 {
+        let from = (span.start_ms + 1000) * 1000;
+        let later = exact
+            .iter()
+            .filter(|&&t| t >= from && t < span.end_ms * 1000)
+            .count();
+        result.exact_log_rate = later as f64 / (seconds_of(span) - 1.0);
+    }
+    let counts = saturated_counts(admits, span, grid);
+    result.saturated_buckets = counts.len() as u64;
+    result.saturated = counts
+        .iter()
+        .min()
+        .copied()
+        .zip(counts.iter().max().copied());
     result.sliding_max = max;
     result.sliding_at_us = at.saturating_sub(span.start_ms * 1000);
-    let seconds = (span.end_ms.saturating_sub(span.start_ms)) as f64 / 1000.0;
+    let seconds = seconds_of(span);
     // Requests queued in the client or server can still be admitted after
     // the offered load ends; the rate counts only admissions inside it.
     let inside = admits
@@ -211,6 +250,29 @@ pub fn analyse(admits: &[Admit], blocks: &[Block], span: Span, grid: Grid, limit
         result.rate_after_first = later as f64 / (seconds - 1.0);
     }
     result
+}
+
+/// The length of `span` in seconds.
+fn seconds_of(span: Span) -> f64 {
+    span.end_ms.saturating_sub(span.start_ms) as f64 / 1000.0
+}
+
+/// The arrivals (sorted) an exact sliding-log limiter admits: each one
+/// when fewer than `limit` admitted ones lie in the `window` before it
+/// (`(t - window, t]`). Admitting whenever there is room is the most any
+/// limiter that holds the limit in every window can admit.
+pub fn exact_log(sorted: &[u64], window: u64, limit: u64) -> Vec<u64> {
+    let mut admitted: Vec<u64> = Vec::new();
+    let mut oldest = 0;
+    for &t in sorted {
+        while oldest < admitted.len() && admitted[oldest] + window <= t {
+            oldest += 1;
+        }
+        if ((admitted.len() - oldest) as u64) < limit {
+            admitted.push(t);
+        }
+    }
+    admitted
 }
 
 /// The largest number of `sorted` values inside any half-open window
@@ -234,6 +296,64 @@ pub fn sliding_max(sorted: &[u64], window: u64) -> (u64, u64) {
     best
 }
 
+/// The median, 99th percentile and largest of [`Admit::wait_us`] (the
+/// nearest rank; zeros when nothing was admitted).
+pub fn wait_quantiles(admits: &[Admit]) -> [u64; 3] {
+    let mut waits: Vec<u64> = admits.iter().map(Admit::wait_us).collect();
+    waits.sort_unstable();
+    nearest_ranks(&waits)
+}
+
+/// The median, 99th percentile and largest of `sorted` by nearest rank
+/// (zeros when it is empty).
+pub fn nearest_ranks(sorted: &[u64]) -> [u64; 3] {
+    if sorted.is_empty() {
+        return [0; 3];
+    }
+    let rank = |q: f64| {
+        let i = (q * sorted.len() as f64).ceil() as usize;
+        sorted[i.clamp(1, sorted.len()) - 1]
+    };
+    [rank(0.5), rank(0.99), rank(1.0)]
+}
+
+/// Passes per bucket (by pass timestamp) in every bucket of the span that
+/// lies wholly inside the union of the admitted requests' waits
+/// `[before_us, pass_us]`: the buckets during which the limiter always had
+/// a request waiting for its turn.
+pub fn saturated_counts(admits: &[Admit], span: Span, grid: Grid) -> Vec<u64> {
+    let mut waits: Vec<(u64, u64)> = admits
+        .iter()
+        .filter(|a| a.pass_us > a.before_us)
+        .map(|a| (a.before_us, a.pass_us))
+        .collect();
+    waits.sort_unstable();
+    // Merge overlapping (or touching) waits into disjoint busy intervals.
+    let mut busy: Vec<(u64, u64)> = Vec::new();
+    for (from, to) in waits {
+        match busy.last_mut() {
+            Some(last) if from <= last.1 => last.1 = last.1.max(to),
+            _ => busy.push((from, to)),
+        }
+    }
+    let mut passes: Vec<u64> = admits.iter().map(|a| a.pass_us).collect();
+    passes.sort_unstable();
+    let bucket_us = grid.bucket_ms * 1000;
+    let mut counts = Vec::new();
+    let mut start = span.start_ms * 1000;
+    while start + bucket_us <= span.end_ms * 1000 {
+        let end = start + bucket_us;
+        // The busy interval starting at or before `start`, if any.
+        let i = busy.partition_point(|b| b.0 <= start);
+        if i > 0 && busy[i - 1].1 >= end {
+            let n = passes.partition_point(|&p| p < end) - passes.partition_point(|&p| p < start);
+            counts.push(n as u64);
+        }
+        start = end;
+    }
+    counts
+}
+
 /// Admissions per bucket from `span.start_ms` on, by handler reading.
 pub fn per_bucket(admits: &[Admit], span: Span, grid: Grid) -> Vec<u64> {
     let len = span
@@ -255,7 +375,7 @@ pub fn per_bucket(admits: &[Admit], span: Span, grid: Grid) -> Vec<u64> {
 /// The count in the trailing window `(t - window, t]` at every `step_ms`
 /// from the span's start to its end, by handler reading in microseconds.
 pub fn trailing(admits: &[Admit], span: Span, grid: Grid, step_ms: u64) -> Vec<(f64, u64)> {
-    let mut micros: Vec<u64> = admits.iter().map(|a| a.after_us).collect();
+    let mut micros: Vec<u64> = admits.iter().map(|a| a.pass_us).collect();
     micros.sort_unstable();
     let window = grid.window_ms() * 1000;
     let mut points = Vec::new();
@@ -281,8 +401,9 @@ pub fn self_check() -> Vec<String> {
     };
     let at = |ms: u64| Admit {
         before_ms: ms,
+        before_us: ms * 1000,
+        pass_us: ms * 1000,
         after_ms: ms,
-        after_us: ms * 1000,
     };
     // 1 000 ms apart is outside a half-open 1 s window; 999 ms is inside.
     expect(
@@ -322,12 +443,14 @@ pub fn self_check() -> Vec<String> {
     expect("steady, min full", r.bucket_min_full, 5);
     // A 429 while the window is full is justified; one with room is not.
     let full = [Block {
+        before_us: 10_900_000,
         before_ms: 10_900,
         after_ms: 10_900,
     }];
     let r = analyse(&steady, &full, span, Grid::DEFAULT, 5);
     expect("steady, 429 in a full window", r.blocked_with_room, 0);
     let early = [Block {
+        before_us: 10_000_000,
         before_ms: 10_000,
         after_ms: 10_000,
     }];
@@ -342,6 +465,53 @@ pub fn self_check() -> Vec<String> {
         "steady, per-bucket total",
         per_bucket(&steady, span, Grid::DEFAULT).iter().sum(),
         15,
+    );
+    // Paced passes, one every 10 ms from 10 000 to 10 500 ms, each having
+    // waited 15 ms: the buckets wholly inside the waits are the five from
+    // 10 000 to 10 500, each with ten passes.
+    let paced: Vec<Admit> = (0..=50)
+        .map(|i| {
+            let mut a = at(10_000 + i * 10);
+            a.before_us = a.pass_us.saturating_sub(15_000);
+            a
+        })
+        .collect();
+    let counts = saturated_counts(&paced, span, Grid::DEFAULT);
+    expect("paced, saturated buckets", counts.len() as u64, 5);
+    expect(
+        "paced, fewest passes in a saturated bucket",
+        counts.iter().copied().min().unwrap_or(0),
+        10,
+    );
+    expect(
+        "paced, most passes in a saturated bucket",
+        counts.iter().copied().max().unwrap_or(0),
+        10,
+    );
+    let [p50, p99, p100] = wait_quantiles(&paced);
+    expect("paced, median wait", p50, 15_000);
+    expect("paced, p99 wait", p99, 15_000);
+    expect("paced, largest wait", p100, 15_000);
+    let mut slow = paced.clone();
+    slow[7].before_us -= 5_000;
+    expect("one slower wait, largest", wait_quantiles(&slow)[2], 20_000);
+    expect("one slower wait, median", wait_quantiles(&slow)[0], 15_000);
+    // The exact log, limit 2: of three at 0, 1 and 2 ms it admits two;
+    // one at 1 s goes in (the first is a window old by then), one at
+    // 1.0005 s does not; no window of what it admits holds more than 2.
+    let log = exact_log(&[0, 1_000, 2_000, 1_000_000, 1_000_500], 1_000_000, 2);
+    expect("exact log, admitted", log.len() as u64, 3);
+    expect(
+        "exact log, last admitted",
+        log.last().copied().unwrap_or(0),
+        1_000_000,
+    );
+    expect("exact log, sliding max", sliding_max(&log, 1_000_000).0, 2);
+    // Admissions that never waited leave no bucket saturated.
+    expect(
+        "steady, saturated buckets",
+        saturated_counts(&steady, span, Grid::DEFAULT).len() as u64,
+        0,
     );
     failures
 }

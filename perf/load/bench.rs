@@ -49,6 +49,7 @@ pub async fn run(config: &Config) -> Result<Vec<BenchRow>, String> {
         limit: NEVER_REJECT,
         record: false,
         manual_clock: None,
+        max_wait: config.max_wait,
     };
     let mut rows: Vec<BenchRow> = contenders
         .iter()

@@ -68,6 +68,8 @@ pub struct Config {
     pub overhead_requests: u64,
     /// The limit (passes per 1 s window) in `accuracy` and `retry`.
     pub limit: u64,
+    /// The longest wait for a turn of the throttle contender in `accuracy`.
+    pub max_wait: Duration,
     /// Length of each `accuracy` and `retry` scenario.
     pub scenario_time: Duration,
     /// Connections of the open-loop generator.
@@ -110,6 +112,7 @@ impl Config {
             overhead_rounds: 60,
             overhead_requests: 20_000,
             limit: 100,
+            max_wait: Duration::from_millis(500),
             scenario_time: Duration::from_secs(5),
             open_connections: 256,
             retry_time: Duration::from_secs(15),
@@ -149,6 +152,7 @@ options (defaults in brackets):
   --overhead-rounds N     in-process paired rounds [60]
   --overhead-requests N   requests per contender per round [20000]
   --limit N               passes per second in accuracy/retry [100]
+  --max-wait-ms MS        the throttle contender's max_wait [500]
   --scenario-secs S       length of each accuracy/retry scenario [5]
   --open-connections N    open-loop generator connections [256]
   --retry-secs S          length of each retry setting [15]
@@ -158,7 +162,8 @@ options (defaults in brackets):
   --soak-keys N           distinct keys in the soak [100000]
   --soak-max-keys N       registry bound in the soak [10000]
   --only SLUG,SLUG        run only these contenders (bare, noop, ours-global,
-                          ours-path, governor-usual, governor-burst1,
+                          ours-path, ours-strict, ours-throttle,
+                          governor-usual, governor-burst1,
                           tower-ratelimit) [all]
 ";
 
@@ -222,6 +227,7 @@ fn apply(config: &mut Config, flag: &str, value: &str) -> Result<(), String> {
         "--overhead-rounds" => config.overhead_rounds = count()?,
         "--overhead-requests" => config.overhead_requests = number()?.max(1),
         "--limit" => config.limit = number()?.max(10),
+        "--max-wait-ms" => config.max_wait = Duration::from_millis(number()?),
         "--scenario-secs" => config.scenario_time = secs()?.max(Duration::from_secs(2)),
         "--open-connections" => config.open_connections = count()?,
         "--retry-secs" => config.retry_time = secs()?.max(Duration::from_secs(2)),

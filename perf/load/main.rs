@@ -97,6 +97,8 @@ fn run(config: &Config) -> Result<bool, String> {
         if matches!(mode, Mode::Accuracy | Mode::All) {
             let runs = accuracy::run(config).await?;
             report.accuracy(&runs);
+            report.flow(&runs);
+            report.throttle(&runs, config.max_wait);
             let path = config.out.join("accuracy.json");
             let json = serde_json::to_string_pretty(&accuracy::to_json(&runs))
                 .map_err(|e| format!("cannot encode the accuracy runs: {e}"))?;

@@ -1,5 +1,7 @@
 //! Our layer, set up the way the harness needs it.
 
+use std::time::Duration;
+
 use axum::Router;
 use tower_sliding_window::clock::ManualClock;
 use tower_sliding_window::{MatchedPathKey, PathKey, SlidingWindowLayer, Snapshot, StatsHandle};
@@ -54,6 +56,25 @@ pub fn global(app: Router, limit: u64, clock: Option<ManualClock>) -> (Router, O
         Some(clock) => layer.clock(clock),
         None => layer,
     };
+    let handle = layer.handle();
+    (app.layer(layer), OurStats::Global(handle))
+}
+
+/// `SlidingWindowLayer::qps(limit).strict()` around `app`, on `clock` when
+/// given.
+pub fn strict(app: Router, limit: u64, clock: Option<ManualClock>) -> (Router, OurStats) {
+    let layer = SlidingWindowLayer::qps(limit).strict();
+    let layer = match clock {
+        Some(clock) => layer.clock(clock),
+        None => layer,
+    };
+    let handle = layer.handle();
+    (app.layer(layer), OurStats::Global(handle))
+}
+
+/// `SlidingWindowLayer::qps(limit).throttle(max_wait)` around `app`.
+pub fn throttle(app: Router, limit: u64, max_wait: Duration) -> (Router, OurStats) {
+    let layer = SlidingWindowLayer::qps(limit).throttle(max_wait);
     let handle = layer.handle();
     (app.layer(layer), OurStats::Global(handle))
 }

@@ -74,6 +74,7 @@ pub fn run(config: &Config) -> Result<Vec<OverheadRow>, String> {
         limit: NEVER_REJECT,
         record: false,
         manual_clock: None,
+        max_wait: config.max_wait,
     };
     runtime.block_on(async {
         let mut apps = Vec::new();

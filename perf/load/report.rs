@@ -50,6 +50,8 @@ impl Report {
             (Contender::Noop, "a layer whose service only forwards `poll_ready` and `call`.".to_owned()),
             (Contender::OursGlobal, "`SlidingWindowLayer::qps(limit)` (one global key, 10 x 100 ms buckets; responses keep axum's body type, the default).".to_owned()),
             (Contender::OursPath, "`SlidingWindowLayer::qps(limit).key(MatchedPathKey)` (a key per route).".to_owned()),
+            (Contender::OursThrottle, "`SlidingWindowLayer::qps(limit).throttle(max_wait)` (one global key; passes paced 1 s / limit apart, a request whose turn is at most `max_wait` away waits for it inside the response future, one further away is answered 429).".to_owned()),
+            (Contender::OursStrict, "`SlidingWindowLayer::qps(limit).strict()` (one global key; admission counts the window and the bucket that has just left it, 11 x 100 ms).".to_owned()),
             (
                 Contender::GovernorUsual,
                 "`GovernorConfigBuilder::default().period(1 s / limit).burst_size(limit)` with \
@@ -219,6 +221,165 @@ impl Report {
              window plus part of the bucket before it. \
              Target for our layer: bucket-aligned = limit, sliding <= {}.\n",
             limit + limit / 10
+        );
+    }
+
+    /// The flow behaviours beside the default window and tower_governor: the
+    /// true sliding maximum, the long-run rate, the wait, and the verdicts
+    /// on the targets of strict mode and pacing.
+    pub fn flow(&mut self, runs: &[Run]) {
+        let t = &mut self.text;
+        let Some(first) = runs.first() else { return };
+        let limit = first.limit;
+        let buckets = crate::analysis::Grid::DEFAULT.buckets;
+        let strict_rate = limit as f64 * buckets as f64 / (buckets + 1) as f64;
+        let shown = [
+            Contender::OursGlobal,
+            Contender::OursStrict,
+            Contender::OursThrottle,
+            Contender::GovernorUsual,
+            Contender::GovernorBurst1,
+        ];
+        let _ = writeln!(t, "### Flow behaviours (limit {limit} per 1 s)\n");
+        let _ = writeln!(
+            t,
+            "| scenario | contender | sliding 1 s max | long-run rate /s | an exact log, same arrivals /s | wait p50 / p99 / p100 ms | timer lateness p50 / p99 / p100 ms | passes per 100 ms while saturated (buckets) |"
+        );
+        let _ = writeln!(t, "|---|---|---:|---:|---:|---:|---:|---:|");
+        for run in runs.iter().filter(|r| shown.contains(&r.contender)) {
+            let a = &run.accuracy;
+            let [p50, p99, p100] = a.wait_us.map(|us| us as f64 / 1000.0);
+            let [l50, l99, l100] = run.timer_late_us.map(|us| us as f64 / 1000.0);
+            let saturated = match a.saturated {
+                Some((min, max)) => format!("{min}-{max} ({})", a.saturated_buckets),
+                None => "none".to_owned(),
+            };
+            let _ = writeln!(
+                t,
+                "| {} | {} | {} | {:.1} | {:.1} | {p50:.2} / {p99:.2} / {p100:.2} | {l50:.2} / {l99:.2} / {l100:.2} | {saturated} |",
+                run.scenario,
+                run.contender.name(),
+                a.sliding_max,
+                a.rate_after_first,
+                a.exact_log_rate,
+            );
+        }
+        let _ = writeln!(
+            t,
+            "\n\"sliding 1 s max\": the most passes in any half-open 1 s interval, every start \
+             point, over the pass timestamps (read in a service just inside the limiter, in the \
+             same synchronous step as its decision or at the end of its wait). \"long-run \
+             rate\": passes per second from the end of the first second to the end of the \
+             offered load. \"an exact log\": the long-run rate a limiter keeping every \
+             pass time would have given the same arrivals (each admitted when fewer than the \
+             limit passed in the 1 s before it reached the limiter), the most any limiter \
+             that holds the limit in every 1 s interval can admit of them. \"wait\": from the reading before the limiter to the pass, over \
+             every admitted request (a limiter that does not pace shows its own few \
+             microseconds). \"timer lateness\": how late a task sleeping until a fixed \
+             instant every 10 ms on the server's runtime woke during the run, the delay any \
+             waiting request meets on top of its turn. \"while saturated\": passes per 100 ms bucket, by pass timestamp, \
+             in the buckets during which some admitted request was waiting all the time.\n"
+        );
+        let strict: Vec<&Run> = runs
+            .iter()
+            .filter(|r| r.contender == Contender::OursStrict)
+            .collect();
+        if !strict.is_empty() {
+            let within = strict
+                .iter()
+                .filter(|r| r.accuracy.sliding_max <= limit)
+                .count();
+            let worst = strict
+                .iter()
+                .map(|r| r.accuracy.sliding_max)
+                .max()
+                .unwrap_or(0);
+            let steady: Vec<&&Run> = strict
+                .iter()
+                .filter(|r| r.scenario.shape == crate::scenario::Shape::Steady)
+                .collect();
+            let rate_ok = strict
+                .iter()
+                .filter(|r| r.accuracy.rate_after_first >= strict_rate)
+                .count();
+            let steady_ok = steady
+                .iter()
+                .filter(|r| r.accuracy.rate_after_first >= strict_rate)
+                .count();
+            let lowest = |rs: &mut dyn Iterator<Item = f64>| rs.fold(f64::INFINITY, f64::min);
+            let _ = writeln!(
+                t,
+                "Strict: sliding 1 s max <= {limit} in {within} of {} scenarios (largest {worst}); \
+                 long-run rate >= {strict_rate:.1} (limit x {buckets}/{}) in {rate_ok} of {} \
+                 scenarios, {steady_ok} of {} steady ones (lowest {:.1} overall, {:.1} steady).\n",
+                strict.len(),
+                buckets + 1,
+                strict.len(),
+                steady.len(),
+                lowest(&mut strict.iter().map(|r| r.accuracy.rate_after_first)),
+                lowest(&mut steady.iter().map(|r| r.accuracy.rate_after_first)),
+            );
+        }
+    }
+
+    /// The verdicts on the throttle's targets, against `max_wait`.
+    pub fn throttle(&mut self, runs: &[Run], max_wait: std::time::Duration) {
+        let t = &mut self.text;
+        let paced: Vec<&Run> = runs
+            .iter()
+            .filter(|r| r.contender == Contender::OursThrottle)
+            .collect();
+        let Some(first) = paced.first() else { return };
+        let limit = first.limit;
+        let per_bucket = limit / crate::analysis::Grid::DEFAULT.buckets;
+        let max_wait_us = u64::try_from(max_wait.as_micros()).unwrap_or(u64::MAX);
+        let waits_ok = paced
+            .iter()
+            .filter(|r| r.accuracy.wait_us[2] <= max_wait_us)
+            .count();
+        let longest = paced
+            .iter()
+            .map(|r| r.accuracy.wait_us[2])
+            .max()
+            .unwrap_or(0);
+        let with_saturated: Vec<&&Run> = paced
+            .iter()
+            .filter(|r| r.accuracy.saturated.is_some())
+            .collect();
+        let paced_ok = with_saturated
+            .iter()
+            .filter(|r| {
+                r.accuracy
+                    .saturated
+                    .is_some_and(|(min, max)| min + 1 >= per_bucket && max <= per_bucket + 1)
+            })
+            .count();
+        let buckets: u64 = paced.iter().map(|r| r.accuracy.saturated_buckets).sum();
+        let (low, high) = with_saturated
+            .iter()
+            .filter_map(|r| r.accuracy.saturated)
+            .fold((u64::MAX, 0), |(lo, hi), (min, max)| {
+                (lo.min(min), hi.max(max))
+            });
+        let within = paced
+            .iter()
+            .filter(|r| r.accuracy.sliding_max <= limit)
+            .count();
+        let late = paced.iter().map(|r| r.timer_late_us[2]).max().unwrap_or(0);
+        let _ = writeln!(
+            t,
+            "Throttle (max_wait {} ms): largest wait {:.2} ms, <= max_wait in {waits_ok} of {} \
+             scenarios (the timer probe on the same runtimes woke up to {:.2} ms late); passes per 100 ms while saturated within {per_bucket} +- 1 in {paced_ok} \
+             of the {} scenarios with saturated buckets ({buckets} buckets, {}-{} passes); \
+             sliding 1 s max <= {limit} in {within} of {}.\n",
+            max_wait.as_millis(),
+            longest as f64 / 1000.0,
+            paced.len(),
+            late as f64 / 1000.0,
+            with_saturated.len(),
+            if low == u64::MAX { 0 } else { low },
+            high,
+            paced.len(),
         );
     }
 

@@ -123,6 +123,7 @@ async fn run_one(contender: Contender, config: &Config) -> Result<RetryRun, Stri
         limit,
         record: false,
         manual_clock: None,
+        max_wait: config.max_wait,
     };
     let length = config.retry_time;
 

@@ -49,6 +49,13 @@ pub enum Contender {
     /// `SlidingWindowLayer::qps(limit).key(MatchedPathKey)`: a key
     /// per route.
     OursPath,
+    /// `SlidingWindowLayer::qps(limit).strict()`: one global key, the limit
+    /// held in every interval of 1 s, not only in bucket-aligned windows.
+    OursStrict,
+    /// `SlidingWindowLayer::qps(limit).throttle(max_wait)`: one global key,
+    /// passes paced `1 s / limit` apart, a request waiting up to `max_wait`
+    /// for its turn.
+    OursThrottle,
     /// tower_governor as it is usually configured for "`limit` per second":
     /// one cell every `1 s / limit`, burst `limit`, one global key.
     GovernorUsual,
@@ -69,6 +76,8 @@ impl Contender {
             Contender::Noop => "no-op layer",
             Contender::OursGlobal => "sliding window (global)",
             Contender::OursPath => "sliding window (matched path)",
+            Contender::OursStrict => "sliding window, strict",
+            Contender::OursThrottle => "sliding window, throttle",
             Contender::GovernorUsual => "tower_governor (burst = limit)",
             Contender::GovernorBurst1 => "tower_governor (burst 1)",
             Contender::TowerRateLimit => "tower RateLimit + Buffer + LoadShed",
@@ -82,6 +91,8 @@ impl Contender {
             Contender::Noop => "noop",
             Contender::OursGlobal => "ours-global",
             Contender::OursPath => "ours-path",
+            Contender::OursStrict => "ours-strict",
+            Contender::OursThrottle => "ours-throttle",
             Contender::GovernorUsual => "governor-usual",
             Contender::GovernorBurst1 => "governor-burst1",
             Contender::TowerRateLimit => "tower-ratelimit",
@@ -98,21 +109,38 @@ pub struct Settings {
     pub record: bool,
     /// Drive our layer from this clock instead of the system clock.
     pub manual_clock: Option<ManualClock>,
+    /// The longest wait for a turn, for [`Contender::OursThrottle`].
+    pub max_wait: Duration,
 }
 
-/// One admitted request, as seen by the handler.
+/// One admitted request, as seen around the limiter.
 ///
-/// `before_ms` is read before the request enters the limiter, `after_ms` and
-/// `after_us` in the handler, all from the same [`SystemClock`] our layer
-/// reads; the limiter decided somewhere in `[before_ms, after_ms]`.
+/// `before_ms` and `before_us` are read before the request enters the
+/// limiter, `pass_us` when the limiter hands the request on (in the `call`
+/// of a service just inside it, in the same synchronous step as its
+/// decision, or at the end of its wait for one that paces), `after_ms` in
+/// the handler, all from the same [`SystemClock`] our layer reads; the
+/// limiter decided somewhere in `[before_ms, after_ms]`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Admit {
     /// Milliseconds before the limiter saw the request.
     pub before_ms: u64,
+    /// Microseconds before the limiter saw the request.
+    pub before_us: u64,
+    /// Microseconds when the limiter let the request through (the exact
+    /// pass timestamp: the sliding window and the wait are taken from it).
+    pub pass_us: u64,
     /// Milliseconds when the handler ran.
     pub after_ms: u64,
-    /// Microseconds when the handler ran (for the exact sliding window).
-    pub after_us: u64,
+}
+
+impl Admit {
+    /// How long the request spent between the reading before the limiter
+    /// and its pass, microseconds: the wait a pacing limiter added, plus
+    /// the few microseconds any limiter takes to decide.
+    pub fn wait_us(&self) -> u64 {
+        self.pass_us.saturating_sub(self.before_us)
+    }
 }
 
 /// One 429, as seen around the limiter: it decided somewhere in
@@ -121,6 +149,8 @@ pub struct Admit {
 pub struct Block {
     /// Milliseconds before the limiter saw the request.
     pub before_ms: u64,
+    /// Microseconds before the limiter saw the request.
+    pub before_us: u64,
     /// Milliseconds when the 429 came back out of the limiter.
     pub after_ms: u64,
 }
@@ -135,15 +165,17 @@ pub struct Recorder {
 }
 
 impl Recorder {
-    /// Notes one admission.
-    fn record(&self, before_ms: Option<u64>) {
+    /// Notes one admission, with the stamps the request carries.
+    fn record(&self, before: Option<Stamp>, pass: Option<PassStamp>) {
         let clock = SystemClock::new();
         let after_ms = clock.now_millis();
         let after_us = clock.now_micros();
+        let pass_us = pass.map_or(after_us, |p| p.0);
         let admit = Admit {
-            before_ms: before_ms.unwrap_or(after_ms),
+            before_ms: before.map_or(after_ms, |s| s.ms),
+            before_us: before.map_or(pass_us, |s| s.us),
+            pass_us,
             after_ms,
-            after_us,
         };
         // A poisoned lock only means a handler panicked mid-push; the data
         // pushed so far is still sound.
@@ -153,14 +185,15 @@ impl Recorder {
             .push(admit);
     }
 
-    /// Notes one 429 answered between `before_ms` and now.
-    fn block(&self, before_ms: u64) {
+    /// Notes one 429 answered between `before` and now.
+    fn block(&self, before: Stamp) {
         let after_ms = SystemClock::new().now_millis();
         self.blocks
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .push(Block {
-                before_ms,
+                before_ms: before.ms,
+                before_us: before.us,
                 after_ms,
             });
     }
@@ -178,7 +211,56 @@ impl Recorder {
 
 /// The time a request reached the outermost layer, as a request extension.
 #[derive(Debug, Clone, Copy)]
-struct Stamp(u64);
+struct Stamp {
+    /// Milliseconds.
+    ms: u64,
+    /// Microseconds.
+    us: u64,
+}
+
+/// The time the limiter handed a request on, as a request extension.
+#[derive(Debug, Clone, Copy)]
+struct PassStamp(u64);
+
+/// The layer just inside the limiter of a recording server: stamps each
+/// request with the time it is handed on, in `call`, with no await between
+/// the limiter's decision and the reading.
+#[derive(Debug, Clone, Copy)]
+struct PassStampLayer;
+
+impl<S> Layer<S> for PassStampLayer {
+    type Service = PassStamped<S>;
+
+    fn layer(&self, inner: S) -> PassStamped<S> {
+        PassStamped { inner }
+    }
+}
+
+/// The service of [`PassStampLayer`].
+#[derive(Debug, Clone)]
+struct PassStamped<S> {
+    /// The wrapped service.
+    inner: S,
+}
+
+impl<S, B> Service<http::Request<B>> for PassStamped<S>
+where
+    S: Service<http::Request<B>>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut request: http::Request<B>) -> Self::Future {
+        let us = SystemClock::new().now_micros();
+        request.extensions_mut().insert(PassStamp(us));
+        self.inner.call(request)
+    }
+}
 
 /// State shared by the handlers.
 #[derive(Debug, Clone, Default)]
@@ -190,7 +272,11 @@ struct AppState {
 /// The one handler: records the admission when asked to and answers "ok".
 async fn handler(State(state): State<AppState>, request: Request) -> &'static str {
     if let Some(recorder) = &state.recorder {
-        recorder.record(request.extensions().get::<Stamp>().map(|s| s.0));
+        let extensions = request.extensions();
+        recorder.record(
+            extensions.get::<Stamp>().copied(),
+            extensions.get::<PassStamp>().copied(),
+        );
     }
     "ok"
 }
@@ -202,11 +288,15 @@ async fn observe(
     mut request: Request,
     next: Next,
 ) -> Response {
-    let before = SystemClock::new().now_millis();
-    request.extensions_mut().insert(Stamp(before));
+    let clock = SystemClock::new();
+    let stamp = Stamp {
+        ms: clock.now_millis(),
+        us: clock.now_micros(),
+    };
+    request.extensions_mut().insert(stamp);
     let response = next.run(request).await;
     if response.status() == StatusCode::TOO_MANY_REQUESTS {
-        recorder.block(before);
+        recorder.block(stamp);
     }
     response
 }
@@ -243,6 +333,12 @@ pub struct Built {
 pub fn build(contender: Contender, settings: &Settings) -> Result<Built, String> {
     let recorder = settings.record.then(|| Arc::new(Recorder::default()));
     let app = base(recorder.clone());
+    // Innermost around the routes, so the limiter added below wraps it.
+    let app = if recorder.is_some() {
+        app.layer(PassStampLayer)
+    } else {
+        app
+    };
     let limit = settings.limit;
     let mut stats = None;
     let app = match contender {
@@ -255,6 +351,16 @@ pub fn build(contender: Contender, settings: &Settings) -> Result<Built, String>
         }
         Contender::OursPath => {
             let (app, handle) = ours::matched_path(app, limit, settings.manual_clock.clone());
+            stats = Some(handle);
+            app
+        }
+        Contender::OursStrict => {
+            let (app, handle) = ours::strict(app, limit, settings.manual_clock.clone());
+            stats = Some(handle);
+            app
+        }
+        Contender::OursThrottle => {
+            let (app, handle) = ours::throttle(app, limit, settings.max_wait);
             stats = Some(handle);
             app
         }
@@ -423,6 +529,35 @@ impl Server {
         })
     }
 }
+
+impl Server {
+    /// Starts a task on the server's runtime that sleeps until a fixed
+    /// instant every [`PROBE_PERIOD`] and notes how late it woke, in
+    /// microseconds: the timer lateness any waiting request on this runtime
+    /// also meets. It stops with the runtime.
+    pub fn timer_probe(&self) -> Arc<Mutex<Vec<u64>>> {
+        let lateness = Arc::new(Mutex::new(Vec::new()));
+        if let Some(runtime) = &self.runtime {
+            let notes = Arc::clone(&lateness);
+            runtime.spawn(async move {
+                let mut due = tokio::time::Instant::now();
+                loop {
+                    due += PROBE_PERIOD;
+                    tokio::time::sleep_until(due).await;
+                    let late = u64::try_from(due.elapsed().as_micros()).unwrap_or(u64::MAX);
+                    notes
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .push(late);
+                }
+            });
+        }
+        lateness
+    }
+}
+
+/// How often [`Server::timer_probe`] wakes.
+pub const PROBE_PERIOD: Duration = Duration::from_millis(10);
 
 impl Drop for Server {
     fn drop(&mut self) {

@@ -192,12 +192,15 @@ async fn smoke(config: &Config) -> Result<Vec<String>, String> {
         limit: 50,
         record: false,
         manual_clock: None,
+        max_wait: config.max_wait,
     };
     for contender in [
         Contender::Bare,
         Contender::Noop,
         Contender::OursGlobal,
         Contender::OursPath,
+        Contender::OursStrict,
+        Contender::OursThrottle,
         Contender::GovernorUsual,
         Contender::GovernorBurst1,
         Contender::TowerRateLimit,
