@@ -145,6 +145,15 @@ where
             })
         };
 
+        // Circuit breakers before every flow rule: no request bypasses
+        // them. A probe slot taken here is freed at once if a flow rule
+        // below refuses the request (the guard is dropped), or when the
+        // request is cancelled.
+        let probe = match entry.enter_breakers(at) {
+            Ok(probe) => probe,
+            Err(half_open_in_ms) => return self.cut_off(&entry, at, half_open_in_ms),
+        };
+
         // Concurrency first, when limited (a plain limiter pays one
         // predictable check of a configuration value): a place is reserved
         // before the window is asked, so a request refused here records no
@@ -175,10 +184,11 @@ where
                         wait(limit.saturating_sub(window_pass).saturating_add(1)).unwrap_or(0);
                     Box::new(self.quota(&entry, limit, window_pass, reset))
                 });
-                let in_flight = match reserved {
+                let mut in_flight = match reserved {
                     Some(in_flight) => in_flight,
                     None => InFlight::start(entry, started_us),
                 };
+                in_flight.hold_probe(probe);
                 self.forward(request, in_flight, quota)
             }
             Admission::Block { window_pass } => {
