@@ -568,3 +568,42 @@ fn invalid_settings_panic_naming_the_setting() {
     });
     assert!(msg.contains("`breaker`") && msg.contains("64"), "{msg}");
 }
+
+#[tokio::test]
+async fn a_probe_that_panics_failed_and_opens_the_breaker_again() {
+    let clock = clock();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let handler = {
+        let calls = Arc::clone(&calls);
+        move || {
+            let calls = Arc::clone(&calls);
+            async move {
+                // The first call fails and opens the breaker; the second,
+                // the probe, panics.
+                if calls.fetch_add(1, Ordering::SeqCst) == 0 {
+                    return StatusCode::INTERNAL_SERVER_ERROR;
+                }
+                panic!("the probe panics on purpose");
+            }
+        }
+    };
+    let layer = layer(
+        &clock,
+        Breaker::error_count(0).min_requests(1).open_for(ms(100)),
+    );
+    let stats = layer.handle();
+    let app = Router::new().route("/p", get(handler)).layer(layer);
+    assert_eq!(send(&app, req("/p")).await.status, 500);
+    clock.advance(ms(100));
+    let joined = tokio::spawn(app.clone().oneshot(req("/p"))).await;
+    assert!(joined.expect_err("the probe's task panicked").is_panic());
+    assert_eq!(
+        state(&stats, "/p"),
+        BreakerState::Open {
+            half_open_in: ms(100)
+        },
+        "{}",
+        at(&clock)
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+}
