@@ -143,7 +143,10 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
     /// as blocks. The breakers come before every flow rule; a failure is
     /// what the layer's [classifier](Self::classify) says it is (by default
     /// a 5xx or an inner error, not a 4xx). Read the state with
-    /// [`StatsHandle::breakers`](crate::StatsHandle::breakers).
+    /// [`StatsHandle::breakers`](crate::StatsHandle::breakers). Keys that
+    /// share the overflow entry (see [`max_keys`](Self::max_keys)) share its
+    /// breakers too, as they share its limit; a key whose breaker is not
+    /// closed is never evicted.
     ///
     /// ```
     /// use std::time::Duration;
