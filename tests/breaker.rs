@@ -363,10 +363,11 @@ async fn a_cancelled_probe_frees_the_probe_slot() {
     while stats.snapshot("/gated").expect("seen").concurrency == 0 {
         tokio::task::yield_now().await;
     }
-    assert_eq!(
-        send(&app, req("/gated")).await.status,
-        StatusCode::SERVICE_UNAVAILABLE
-    );
+    // Bounded: a second probe would wait in the handler for good.
+    let other = tokio::time::timeout(Duration::from_secs(30), send(&app, req("/gated")))
+        .await
+        .expect("refused at once, not let through as a second probe");
+    assert_eq!(other.status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(state(&stats, "/gated"), BreakerState::HalfOpen);
     // ...and is dropped: the client went away.
     probe.abort();
@@ -606,4 +607,48 @@ async fn a_probe_that_panics_failed_and_opens_the_breaker_again() {
         at(&clock)
     );
     assert_eq!(calls.load(Ordering::SeqCst), 2);
+}
+
+/// A probe that waits for its paced turn (`throttle`) keeps the probe slot
+/// through the wait: every other request is refused meanwhile, and the
+/// probe's completion closes the breaker.
+#[cfg(feature = "tokio")]
+#[tokio::test]
+async fn a_probe_waiting_for_its_paced_turn_keeps_the_probe_slot() {
+    let clock = clock();
+    let flaky = Flaky::new(StatusCode::INTERNAL_SERVER_ERROR);
+    // 10 per second: turns 100 ms apart.
+    let layer = SlidingWindowLayer::qps(10)
+        .key(PathKey)
+        .clock(clock.clone())
+        .throttle(ms(500))
+        .breaker(Breaker::error_count(0).min_requests(1).open_for(ms(10)));
+    let stats = layer.handle();
+    let app = flaky.router(layer);
+    assert_eq!(send(&app, req("/flaky")).await.status, 500);
+    clock.advance(ms(10));
+    flaky.set(StatusCode::OK);
+
+    // The probe's turn is 90 ms away: it waits (on tokio's timer).
+    let probe = tokio::spawn(app.clone().oneshot(req("/flaky")));
+    let waiting = async {
+        while stats.snapshot("/flaky").expect("seen").waiting == 0 {
+            tokio::task::yield_now().await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(30), waiting)
+        .await
+        .expect("the probe waits for its turn");
+    for _ in 0..5 {
+        assert_eq!(
+            send(&app, req("/flaky")).await.status,
+            StatusCode::SERVICE_UNAVAILABLE,
+            "{}",
+            at(&clock)
+        );
+    }
+    let answer = probe.await.expect("no panic").expect("infallible");
+    assert_eq!(answer.status(), StatusCode::OK);
+    assert_eq!(state(&stats, "/flaky"), BreakerState::Closed);
+    assert_eq!(flaky.calls(), 2);
 }

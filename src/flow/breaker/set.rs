@@ -23,20 +23,35 @@ impl ProbeSet {
     }
 }
 
-/// The breakers of one key, one per [`Breaker`] of the layer. Empty (no
-/// allocation, one length check per request) when the layer has none.
+/// The breakers of one key, one per [`Breaker`] of the layer. `None` (no
+/// allocation, one check per request) when the layer has none; one thin
+/// pointer in every key's entry either way, so a layer without breakers
+/// keeps its per-key memory.
 #[derive(Debug, Default)]
-pub(crate) struct Breakers(Box<[CircuitBreaker]>);
+pub(crate) struct Breakers(Option<Box<List>>);
+
+#[derive(Debug)]
+struct List(Box<[CircuitBreaker]>);
 
 impl Breakers {
     pub(crate) fn new(rules: &[Breaker]) -> Self {
         debug_assert!(rules.len() <= MAX_BREAKERS, "checked by the layer");
-        Breakers(rules.iter().copied().map(CircuitBreaker::new).collect())
+        if rules.is_empty() {
+            return Breakers(None);
+        }
+        let list = rules.iter().copied().map(CircuitBreaker::new).collect();
+        Breakers(Some(Box::new(List(list))))
     }
 
     #[inline]
     pub(crate) fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.0.is_none()
+    }
+
+    /// Every breaker, in the order they were given.
+    #[inline]
+    fn all(&self) -> &[CircuitBreaker] {
+        self.0.as_ref().map_or(&[], |list| &list.0)
     }
 
     /// Lets a request through every breaker at `now`: `Ok` with the probe
@@ -46,7 +61,7 @@ impl Breakers {
     /// no probe of another.
     pub(crate) fn enter(&self, now: u64) -> Result<ProbeSet, u64> {
         let mut probes = ProbeSet::default();
-        for (index, breaker) in self.0.iter().enumerate() {
+        for (index, breaker) in self.all().iter().enumerate() {
             match breaker.enter(now) {
                 Ok(true) => probes.0 |= 1 << index,
                 Ok(false) => {}
@@ -54,7 +69,7 @@ impl Breakers {
                     self.release(probes);
                     // The request waits for every open breaker: the longest
                     // wait of the rest, read without taking their slots.
-                    let rest = self.0[index + 1..].iter().map(|b| match b.state(now) {
+                    let rest = self.all()[index + 1..].iter().map(|b| match b.state(now) {
                         BreakerState::Open { half_open_in } => {
                             u64::try_from(half_open_in.as_millis()).unwrap_or(u64::MAX)
                         }
@@ -71,14 +86,14 @@ impl Breakers {
     /// the request held, whose breakers it decides.
     #[inline]
     pub(crate) fn complete(&self, now: u64, rt_us: u64, failed: bool, probes: ProbeSet) {
-        for (index, breaker) in self.0.iter().enumerate() {
+        for (index, breaker) in self.all().iter().enumerate() {
             breaker.complete(now, rt_us, failed, probes.holds(index));
         }
     }
 
     /// Frees the probe slots in `probes` (a dropped or refused probe).
     pub(crate) fn release(&self, probes: ProbeSet) {
-        for (index, breaker) in self.0.iter().enumerate() {
+        for (index, breaker) in self.all().iter().enumerate() {
             if probes.holds(index) {
                 breaker.release_probe();
             }
@@ -87,13 +102,13 @@ impl Breakers {
 
     /// Every breaker's state at `now`, in the order they were given.
     pub(crate) fn states(&self, now: u64) -> Vec<BreakerState> {
-        self.0.iter().map(|b| b.state(now)).collect()
+        self.all().iter().map(|b| b.state(now)).collect()
     }
 
     /// Whether every breaker is closed: nothing to lose if the key's entry
     /// goes.
     pub(crate) fn all_closed(&self) -> bool {
-        self.0.iter().all(CircuitBreaker::is_closed)
+        self.all().iter().all(CircuitBreaker::is_closed)
     }
 }
 
