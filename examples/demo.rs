@@ -11,9 +11,12 @@
 //! route, what the limiter's statistics say about the last second: requests
 //! passed and blocked, requests per second reaching the route, and the
 //! average response time of the passed ones. At the end a verdict checks the
-//! numbers against the limits. Needs no crate feature.
+//! numbers against the limits. A fourth route, `/flaky`, fails from the 2nd
+//! to the 4th second: its circuit breaker opens (503 instead of calling it),
+//! probes once the route has healed, and closes again; the table's last
+//! column shows the breaker's state. Needs no crate feature.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -29,6 +32,7 @@ use hyper_util::rt::TokioExecutor;
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 use tokio::time::{interval, sleep, sleep_until, Instant, MissedTickBehavior};
+use tower_sliding_window::breaker::{Breaker, BreakerState};
 use tower_sliding_window::clock::{Clock, SystemClock};
 use tower_sliding_window::{MethodPathKey, SlidingWindowLayer, StatsHandle};
 
@@ -57,7 +61,7 @@ const DEFAULT_LIMIT: u64 = 100;
 /// Bucket length of the default window (1 s in 10 buckets).
 const BUCKET_MS: u64 = 100;
 
-const ROUTES: [Route; 3] = [
+const ROUTES: [Route; 4] = [
     Route {
         method: Method::GET,
         path: "/",
@@ -76,7 +80,18 @@ const ROUTES: [Route; 3] = [
         limit: 5,
         offered: 12,
     },
+    Route {
+        method: Method::GET,
+        path: "/flaky",
+        limit: DEFAULT_LIMIT,
+        offered: 20,
+    },
 ];
+
+/// `/flaky` fails (500) from this second of the load...
+const FLAKY_FROM: u64 = 2;
+/// ...until this one.
+const FLAKY_UNTIL: u64 = 4;
 
 /// What the clients saw on one route.
 #[derive(Default)]
@@ -84,8 +99,23 @@ struct Seen {
     ok: AtomicU64,
     /// 429 with a `Retry-After`.
     too_many: AtomicU64,
+    /// 500 from the route itself (only `/flaky` fails).
+    failed: AtomicU64,
+    /// 503 with a `Retry-After`: cut off by the route's circuit breaker.
+    cut_off: AtomicU64,
     /// Anything else, a 429 without `Retry-After` included, or no response.
     other: AtomicU64,
+}
+
+/// Set while `/flaky` fails.
+static FLAKY: AtomicBool = AtomicBool::new(false);
+
+async fn flaky() -> StatusCode {
+    if FLAKY.load(Ordering::Relaxed) {
+        StatusCode::INTERNAL_SERVER_ERROR
+    } else {
+        StatusCode::OK
+    }
 }
 
 async fn home() -> &'static str {
@@ -138,6 +168,8 @@ async fn drive(
                     match status {
                         StatusCode::OK => &seen.ok,
                         StatusCode::TOO_MANY_REQUESTS if retry_after => &seen.too_many,
+                        StatusCode::INTERNAL_SERVER_ERROR => &seen.failed,
+                        StatusCode::SERVICE_UNAVAILABLE if retry_after => &seen.cut_off,
                         _ => &seen.other,
                     }
                 }
@@ -169,8 +201,12 @@ fn print_second(second: u64, stats: &StatsHandle<String>) -> Vec<u64> {
         } else {
             String::new()
         };
+        let breaker = stats
+            .breakers(&route.key())
+            .first()
+            .map_or("closed", |b| b.name());
         println!(
-            "{t:>4}  {:<13} {:>5} {:>6} {:>6} {:>6} {:>9}",
+            "{t:>4}  {:<13} {:>5} {:>6} {:>6} {:>6} {:>9}  {breaker}",
             route.key(),
             snapshot.limit,
             snapshot.pass,
@@ -189,7 +225,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // One layer, keyed by method and path: the default limit for `GET /`,
     // stricter rules for the other two routes.
-    let mut layer = SlidingWindowLayer::qps(DEFAULT_LIMIT).key(MethodPathKey);
+    // Every route also has its own circuit breaker: open for 1 s when more
+    // than half of at least 5 requests in a second fail.
+    let mut layer = SlidingWindowLayer::qps(DEFAULT_LIMIT)
+        .key(MethodPathKey)
+        .breaker(Breaker::error_ratio(0.5).open_for(Duration::from_secs(1)));
     for route in ROUTES.iter().filter(|r| r.limit != DEFAULT_LIMIT) {
         layer = layer.rule(route.key(), route.limit);
     }
@@ -198,6 +238,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .route("/", get(home))
         .route("/search", get(search))
         .route("/login", post(login))
+        .route("/flaky", get(flaky))
         // Only matched routes are limited; anything else is a plain 404.
         .route_layer(layer);
 
@@ -215,7 +256,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         );
     }
     println!();
-    println!("   t  route         limit   pass  block    qps    avg rt");
+    println!("   t  route         limit   pass  block    qps    avg rt  breaker");
 
     let client = Client::builder(TokioExecutor::new()).build_http();
     let load_start = Instant::now();
@@ -232,6 +273,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut max_pass = vec![0u64; ROUTES.len()];
     for second in 1..=LOAD_SECONDS {
         sleep_until(load_start + Duration::from_secs(second)).await;
+        FLAKY.store(
+            (FLAKY_FROM..FLAKY_UNTIL).contains(&second),
+            Ordering::Relaxed,
+        );
         // The window is the current 100 ms bucket and the nine before it.
         // Read it near the end of a bucket, when it spans almost a full
         // second, not just after a bucket opened (then it spans 0.9 s).
@@ -254,10 +299,24 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let ok = seen.ok.load(Ordering::Relaxed);
         let too_many = seen.too_many.load(Ordering::Relaxed);
         let other = seen.other.load(Ordering::Relaxed);
+        let (failed, cut_off) = (
+            seen.failed.load(Ordering::Relaxed),
+            seen.cut_off.load(Ordering::Relaxed),
+        );
         println!(
-            "  {:<13} {ok:>5} x 200, {too_many:>5} x 429, {other} other",
+            "  {:<13} {ok:>5} x 200, {too_many:>5} x 429, {failed:>3} x 500, {cut_off:>3} x 503, {other} other",
             route.key()
         );
+        if route.path == "/flaky" {
+            if cut_off == 0 {
+                problems.push("/flaky was never cut off by its breaker".to_owned());
+            }
+            if stats.breakers(&route.key()).first() != Some(&BreakerState::Closed) {
+                problems.push("/flaky's breaker did not close again".to_owned());
+            }
+        } else if failed + cut_off > 0 {
+            problems.push(format!("{} failed or was cut off", route.key()));
+        }
         rejected += too_many;
         errors += other;
         if *max > route.limit {

@@ -15,6 +15,7 @@ mod store;
 mod sync;
 
 pub use error::ConfigError;
+pub use flow::breaker;
 pub use handle::{Snapshot, StatsHandle};
 pub use layer::body;
 pub use layer::future;

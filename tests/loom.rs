@@ -569,3 +569,118 @@ fn pacer_give_back_racing_a_reservation() {
         }
     });
 }
+
+/// A breaker opened at 0 ms for 10 ms, so half-open at 10 ms.
+fn half_open_breaker() -> Arc<tower_sliding_window::breaker::CircuitBreaker> {
+    use std::time::Duration;
+    use tower_sliding_window::breaker::{Breaker, CircuitBreaker};
+
+    let rule = Breaker::error_count(0)
+        .min_requests(1)
+        .open_for(Duration::from_millis(10));
+    let breaker = Arc::new(CircuitBreaker::new(rule));
+    breaker
+        .try_pass(0)
+        .expect("closed")
+        .complete(0, Duration::ZERO, true);
+    breaker
+}
+
+/// The probe slot: two requests reach a half-open breaker at once; exactly
+/// one is the probe, the other is refused.
+#[test]
+fn breaker_probe_slot_has_one_winner() {
+    loom::model(|| {
+        let breaker = half_open_breaker();
+        let threads: Vec<_> = (0..2)
+            .map(|_| {
+                let breaker = Arc::clone(&breaker);
+                thread::spawn(move || match breaker.try_pass(10) {
+                    Ok(permit) => {
+                        assert!(permit.is_probe(), "a half-open breaker only probes");
+                        // Keep the slot taken until the model ends.
+                        std::mem::forget(permit);
+                        true
+                    }
+                    Err(_) => false,
+                })
+            })
+            .collect();
+        let probes = threads
+            .into_iter()
+            .map(|t| t.join().unwrap())
+            .filter(|&won| won)
+            .count();
+        assert_eq!(probes, 1);
+    });
+}
+
+/// Two requests reach a half-open breaker; one of them is cancelled right
+/// after it was let through (its permit dropped), the other is kept. If the
+/// kept one is the probe, no other request probes; otherwise the cancelled
+/// one took the slot and must have freed it, so the next request probes.
+/// Never two probes, never a breaker stuck half-open.
+#[test]
+fn breaker_dropped_probe_frees_the_slot() {
+    loom::model(|| {
+        let breaker = half_open_breaker();
+        let cancelled = {
+            let breaker = Arc::clone(&breaker);
+            thread::spawn(move || {
+                if let Ok(permit) = breaker.try_pass(10) {
+                    assert!(permit.is_probe());
+                    drop(permit);
+                }
+            })
+        };
+        let kept = {
+            let breaker = Arc::clone(&breaker);
+            thread::spawn(move || match breaker.try_pass(11) {
+                Ok(permit) => {
+                    assert!(permit.is_probe());
+                    std::mem::forget(permit);
+                    true
+                }
+                Err(_) => false,
+            })
+        };
+        cancelled.join().unwrap();
+        let kept_probe = kept.join().unwrap();
+        let next = breaker.try_pass(12);
+        if kept_probe {
+            assert!(next.is_err(), "two probes out at once");
+        } else {
+            let permit = next.expect("the cancelled probe freed the slot");
+            assert!(permit.is_probe());
+            std::mem::forget(permit);
+        }
+    });
+}
+
+/// The probe completes successfully while another request arrives: that
+/// request is refused (probe still out) or passes a closed breaker, never
+/// becomes a second probe; the breaker ends closed.
+#[test]
+fn breaker_probe_completion_races_a_request() {
+    use std::time::Duration;
+    use tower_sliding_window::breaker::BreakerState;
+
+    loom::model(|| {
+        let breaker = half_open_breaker();
+        let probe = breaker.try_pass(10).expect("the probe");
+        assert!(probe.is_probe());
+        let other = {
+            let breaker = Arc::clone(&breaker);
+            thread::spawn(move || match breaker.try_pass(10) {
+                Ok(permit) => {
+                    assert!(!permit.is_probe(), "a second probe");
+                    std::mem::forget(permit);
+                }
+                Err(wait) => assert_eq!(wait, Duration::ZERO, "half-open, probe out"),
+            })
+        };
+        probe.complete(11, Duration::ZERO, false);
+        other.join().unwrap();
+        assert_eq!(breaker.state(11), BreakerState::Closed);
+    });
+}

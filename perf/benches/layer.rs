@@ -16,6 +16,7 @@
 //! | `bare_router`            | none                                                     |
 //! | `noop_layer`             | a `Router::layer` whose service only forwards            |
 //! | `ours_global`            | `SlidingWindowLayer::qps(u64::MAX / 4)`, the global key (default body: the inner service's) |
+//! | `ours_global_breaker`    | `ours_global`'s layer with one `Breaker::error_ratio(0.5)` (closed throughout) |
 //! | `ours_global_wrap_body`  | the same with `.wrap_body()` (`ResponseBody`, boxed again by axum) |
 //! | `ours_matched_path`      | the same with the matched route as the key (`"GET /items/{id}"`) |
 //! | `ours_header`            | the same keyed by `HeaderKey::new(x-api-key)`            |
@@ -57,6 +58,7 @@ use tower::{Layer, Service, ServiceExt};
 use tower_governor::governor::GovernorConfigBuilder;
 use tower_governor::key_extractor::{GlobalKeyExtractor, KeyExtractor as GovernorKeyExtractor};
 use tower_governor::{GovernorError, GovernorLayer};
+use tower_sliding_window::breaker::Breaker;
 use tower_sliding_window::{HeaderKey, KeyExtractor, SlidingWindowLayer};
 
 /// Our limit: far above anything one thread can send in a window.
@@ -83,6 +85,7 @@ pub(crate) enum Contender {
     Bare,
     Noop,
     OursGlobal,
+    OursGlobalBreaker,
     OursGlobalWrapBody,
     OursMatchedPath,
     OursHeader,
@@ -95,10 +98,11 @@ pub(crate) enum Contender {
 impl Contender {
     /// Every contender, in the order of the reports. The no-op layer must
     /// stay in the list: the paired figures are taken against it.
-    pub(crate) const ALL: [Contender; 10] = [
+    pub(crate) const ALL: [Contender; 11] = [
         Contender::Bare,
         Contender::Noop,
         Contender::OursGlobal,
+        Contender::OursGlobalBreaker,
         Contender::OursGlobalWrapBody,
         Contender::OursMatchedPath,
         Contender::OursHeader,
@@ -114,6 +118,7 @@ impl Contender {
             Contender::Bare => "bare_router",
             Contender::Noop => "noop_layer",
             Contender::OursGlobal => "ours_global",
+            Contender::OursGlobalBreaker => "ours_global_breaker",
             Contender::OursGlobalWrapBody => "ours_global_wrap_body",
             Contender::OursMatchedPath => "ours_matched_path",
             Contender::OursHeader => "ours_header",
@@ -154,6 +159,11 @@ impl Contender {
             Contender::Bare | Contender::BareHugeHeader => app,
             Contender::Noop => app.layer(NoopLayer),
             Contender::OursGlobal => app.layer(SlidingWindowLayer::qps(NEVER_REJECT)),
+            // The handler always succeeds, so the breaker stays closed: what
+            // a healthy route pays for being protected.
+            Contender::OursGlobalBreaker => {
+                app.layer(SlidingWindowLayer::qps(NEVER_REJECT).breaker(Breaker::error_ratio(0.5)))
+            }
             // The body wrapped in `ResponseBody`, which axum then boxes.
             Contender::OursGlobalWrapBody => {
                 app.layer(SlidingWindowLayer::qps(NEVER_REJECT).wrap_body())

@@ -13,6 +13,10 @@
 //! to twice the limit under bursts (the end of one window and the start of
 //! the next).
 //!
+//! The circuit breakers ([`breaker`], also at `tower_sliding_window::breaker`)
+//! are decisions of the same kind: they read statistics the layer feeds and
+//! know nothing of HTTP.
+//!
 //! ```
 //! use tower_sliding_window::clock::ManualClock;
 //! use tower_sliding_window::flow::{Admission, TryPass};
@@ -28,6 +32,7 @@
 
 mod admission;
 mod behaviours;
+pub mod breaker;
 pub(crate) mod concurrency;
 mod quota;
 mod throttle;

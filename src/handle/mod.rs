@@ -9,6 +9,7 @@ use std::fmt;
 use std::hash::Hash;
 use std::sync::Arc;
 
+use crate::breaker::BreakerState;
 use crate::key::IntoKey;
 use crate::stat::{Counts, MetricNode};
 use crate::store::{effective_now, Entry, Registry, Store};
@@ -135,6 +136,38 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
     {
         match self.registry().get(key) {
             Some(entry) => entry.node.history(self.now()),
+            None => Vec::new(),
+        }
+    }
+
+    /// The state of `key`'s circuit breakers, one per
+    /// [`breaker`](crate::SlidingWindowLayer::breaker) of the layer, in the
+    /// order they were given. Empty when the layer has none, or when the key
+    /// has no entry (never seen, evicted, or sharing the overflow entry):
+    /// such a key's breakers are closed. An entry whose breaker is not
+    /// closed is never evicted.
+    ///
+    /// ```
+    /// use tower_sliding_window::breaker::{Breaker, BreakerState};
+    /// use tower_sliding_window::{PathKey, SlidingWindowLayer};
+    ///
+    /// let layer = SlidingWindowLayer::qps(100)
+    ///     .key(PathKey)
+    ///     .breaker(Breaker::error_ratio(0.5));
+    /// let stats = layer.handle();
+    /// let open = stats
+    ///     .breakers("/search")
+    ///     .iter()
+    ///     .any(|state| matches!(state, BreakerState::Open { .. }));
+    /// assert!(!open);
+    /// ```
+    pub fn breakers<Q>(&self, key: &Q) -> Vec<BreakerState>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        match self.registry().get(key) {
+            Some(entry) => entry.breakers.states(effective_now(&entry, self.now())),
             None => Vec::new(),
         }
     }

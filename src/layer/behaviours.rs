@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use http::request::Parts;
 
+use crate::flow::breaker::{Breaker, MAX_BREAKERS};
 use crate::flow::WarmUpSettings;
 use crate::key::KeyExtractor;
 
@@ -322,5 +323,46 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
     {
         self.priority = Some(Arc::new(pred));
         self
+    }
+
+    /// Adds a circuit breaker: every key gets its own, built from `breaker`
+    /// (Sentinel's degrade rules; see [`breaker`](crate::breaker) for the
+    /// state machine and an example of each kind). Several may be given;
+    /// a request passes only if every breaker of its key lets it through.
+    ///
+    /// While a key's breaker is open, its requests are answered
+    /// `503 Service Unavailable` with `Retry-After` (whole seconds until
+    /// half-open, at least 1) without calling the inner service, and count
+    /// as blocks. The breakers come before every flow rule; a failure is
+    /// what the layer's [classifier](Self::classify) says it is (by default
+    /// a 5xx or an inner error, not a 4xx). Read the state with
+    /// [`StatsHandle::breakers`](crate::StatsHandle::breakers). Keys that
+    /// share the overflow entry (see [`max_keys`](Self::max_keys)) share its
+    /// breakers too, as they share its limit; a key whose breaker is not
+    /// closed is never evicted.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_sliding_window::breaker::Breaker;
+    /// use tower_sliding_window::{MethodPathKey, SlidingWindowLayer};
+    ///
+    /// let layer = SlidingWindowLayer::qps(100)
+    ///     .key(MethodPathKey)
+    ///     .breaker(Breaker::error_ratio(0.5))
+    ///     .breaker(Breaker::slow_ratio(Duration::from_millis(500), 0.8).min_requests(20));
+    /// ```
+    ///
+    /// # Panics
+    ///
+    /// When the layer would have more than 64 breakers.
+    pub fn breaker(self, breaker: Breaker) -> Self {
+        self.configure(|s| {
+            assert!(
+                s.breakers.len() < MAX_BREAKERS,
+                "SlidingWindowLayer::breaker: invalid `breaker`: at most {MAX_BREAKERS} per \
+                 layer"
+            );
+            s.breakers.push(breaker);
+        })
     }
 }

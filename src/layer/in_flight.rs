@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::flow;
-use crate::store::Entry;
+use crate::store::{Entry, Probe};
 
 /// Holds a passed request's place in its key's concurrency gauge.
 ///
@@ -20,6 +20,10 @@ pub(crate) struct InFlight {
     /// future or of its body); still set at drop only if that code unwound.
     in_user_code: bool,
     completed: bool,
+    /// The probe slots the request holds in its key's circuit breakers, if
+    /// any: its completion decides them; dropped uncompleted, they are
+    /// freed.
+    probe: Option<Probe>,
 }
 
 impl InFlight {
@@ -42,7 +46,14 @@ impl InFlight {
             started_us,
             in_user_code: false,
             completed: false,
+            probe: None,
         }
+    }
+
+    /// Makes this request its key's breakers' probe (see `Probe`).
+    #[inline]
+    pub(crate) fn hold_probe(&mut self, probe: Option<Probe>) {
+        self.probe = probe;
     }
 
     /// The key this request belongs to.
@@ -74,6 +85,8 @@ impl InFlight {
         let (now_ms, now_us) = node.clock().now_both();
         let rt = Duration::from_micros(now_us.saturating_sub(self.started_us));
         node.record_completion_at(now_ms, rt, failed);
+        self.entry
+            .complete_breakers(now_ms, rt, failed, self.probe.take());
         self.completed = true;
     }
 }
@@ -82,8 +95,13 @@ impl Drop for InFlight {
     fn drop(&mut self) {
         let node = &self.entry.node;
         if !self.completed && self.in_user_code {
-            // The inner service panicked: a failure, not a success.
+            // The inner service panicked: a failure, not a success, for
+            // the breakers too (a probe that panics failed).
             node.increase_exception_qps(1);
+            let (now_ms, now_us) = node.clock().now_both();
+            let rt = Duration::from_micros(now_us.saturating_sub(self.started_us));
+            self.entry
+                .complete_breakers(now_ms, rt, true, self.probe.take());
         }
         // Matched by the increase in `InFlight::start`.
         node.release_concurrency();

@@ -4,6 +4,7 @@
 
 mod behaviours;
 pub mod body;
+mod breaker;
 mod builder;
 pub mod future;
 mod in_flight;

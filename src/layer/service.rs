@@ -140,6 +140,15 @@ where
         let at = effective_now(&entry, now);
         let behind = at - now;
 
+        // Circuit breakers before every flow rule: no request bypasses
+        // them. A probe slot taken here is freed at once if a flow rule
+        // below refuses the request (the guard is dropped), or when the
+        // request is cancelled.
+        let probe = match entry.enter_breakers(at) {
+            Ok(probe) => probe,
+            Err(half_open_in_ms) => return self.cut_off(&entry, at, half_open_in_ms),
+        };
+
         // Concurrency and warm-up first, when configured (a plain limiter
         // pays one predictable check of two configuration values): a place
         // is reserved before the window is asked, so a request refused here
@@ -156,6 +165,20 @@ where
                     Err(refused) => return refused,
                 }
             };
+
+        // A probe keeps its slot through everything below, a wait
+        // included: it rides on the in-flight guard (taken now if no
+        // concurrency place was), whose drop frees the slot if the request
+        // is refused or dropped before it completes.
+        let reserved = match probe {
+            None => reserved,
+            Some(probe) => {
+                let mut in_flight =
+                    reserved.unwrap_or_else(|| InFlight::start(Arc::clone(&entry), started_us));
+                in_flight.hold_probe(Some(probe));
+                Some(in_flight)
+            }
+        };
 
         #[cfg(feature = "tokio")]
         if let Some(max_wait) = behaviours.throttle {

@@ -9,6 +9,7 @@ use std::sync::{Arc, OnceLock};
 
 use super::Registry;
 use crate::clock::SharedClock;
+use crate::flow::breaker::Breaker;
 use crate::flow::Behaviours;
 use crate::sync::{read, write, RwLock};
 
@@ -57,6 +58,9 @@ pub(crate) struct Settings<K> {
     pub(crate) clock: SharedClock,
     pub(crate) max_keys: usize,
     pub(crate) rules: HashMap<K, u64>,
+    /// Every key's circuit breakers are built from these, in this order
+    /// (`SlidingWindowLayer::breaker`).
+    pub(crate) breakers: Vec<Breaker>,
 }
 
 impl<K> Settings<K> {
@@ -68,6 +72,7 @@ impl<K> Settings<K> {
             clock: SharedClock::system(),
             max_keys: DEFAULT_MAX_KEYS,
             rules: HashMap::new(),
+            breakers: Vec::new(),
         }
     }
 
@@ -93,6 +98,7 @@ impl<K> Settings<K> {
             clock: self.clock,
             max_keys: self.max_keys,
             rules,
+            breakers: self.breakers,
         }
     }
 }
@@ -169,6 +175,7 @@ impl<K> fmt::Debug for Store<K> {
                     .field("window", &settings.window)
                     .field("max_keys", &settings.max_keys)
                     .field("rules", &settings.rules.len())
+                    .field("breakers", &settings.breakers)
                     .field("built", &false)
             }
         };

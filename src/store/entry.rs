@@ -1,4 +1,8 @@
+use std::sync::Arc;
+use std::time::Duration;
+
 use crate::clock::SharedClock;
+use crate::flow::breaker::{Breaker, Breakers, ProbeSet};
 use crate::flow::warm_up::WarmUp;
 use crate::flow::Pacer;
 use crate::stat::StatisticNode;
@@ -6,10 +10,13 @@ use crate::sync::{AtomicU64, Ordering};
 
 use super::Window;
 
-/// One key's statistics and limit.
+/// One key's statistics, limit and circuit breakers.
 #[derive(Debug)]
 pub(crate) struct Entry {
     pub(crate) node: StatisticNode,
+    /// The key's circuit breakers, one per `Breaker` of the layer (none:
+    /// empty, nothing allocated).
+    pub(crate) breakers: Breakers,
     /// The limit admissions are checked against. Relaxed: read once per
     /// request on its own; a change applies from the next request.
     limit: AtomicU64,
@@ -42,6 +49,7 @@ impl Entry {
         limit: u64,
         policy_tag: Option<u64>,
         pinned: bool,
+        breakers: &[Breaker],
     ) -> Self {
         Entry {
             node: StatisticNode::build(
@@ -51,6 +59,7 @@ impl Entry {
                 window.strict,
             )
             .expect("the window was validated when the layer was built"),
+            breakers: Breakers::new(breakers),
             limit: AtomicU64::new(limit),
             policy_tag: AtomicU64::new(policy_tag.map_or(DEFAULT_POLICY, |t| t & 0xFFFF_FFFF)),
             pinned,
@@ -100,6 +109,65 @@ impl Entry {
         match self.policy_tag.load(Ordering::Relaxed) {
             DEFAULT_POLICY => None,
             tag => Some(tag as u32),
+        }
+    }
+
+    /// Lets a request through the key's breakers at `now`: `Ok` with the
+    /// probe slots it took (`None`: it holds none, the usual case, which
+    /// clones nothing), or `Err` with the milliseconds until they turn
+    /// half-open (0 while a probe is out).
+    #[inline]
+    pub(crate) fn enter_breakers(self: &Arc<Self>, now: u64) -> Result<Option<Probe>, u64> {
+        if self.breakers.is_empty() {
+            return Ok(None);
+        }
+        let held = self.breakers.enter(now)?;
+        Ok((!held.is_empty()).then(|| Probe {
+            entry: Arc::clone(self),
+            held,
+        }))
+    }
+
+    /// Feeds a completion at `now` that took `rt` and `failed` or not to
+    /// the key's breakers; `probe`: the slots the request held, which it
+    /// decides.
+    #[inline]
+    pub(crate) fn complete_breakers(
+        &self,
+        now: u64,
+        rt: Duration,
+        failed: bool,
+        probe: Option<Probe>,
+    ) {
+        if self.breakers.is_empty() {
+            return;
+        }
+        let held = probe.map_or(ProbeSet::default(), Probe::into_held);
+        let rt_us = u64::try_from(rt.as_micros()).unwrap_or(u64::MAX);
+        self.breakers.complete(now, rt_us, failed, held);
+    }
+}
+
+/// The probe slots a request holds in its key's breakers. Dropped before
+/// the request completes (refused by a flow rule, cancelled), it frees
+/// them at once.
+#[derive(Debug)]
+pub(crate) struct Probe {
+    entry: Arc<Entry>,
+    held: ProbeSet,
+}
+
+impl Probe {
+    /// The slots, for a completion that decides them; nothing is freed.
+    fn into_held(mut self) -> ProbeSet {
+        std::mem::take(&mut self.held)
+    }
+}
+
+impl Drop for Probe {
+    fn drop(&mut self) {
+        if !self.held.is_empty() {
+            self.entry.breakers.release(self.held);
         }
     }
 }

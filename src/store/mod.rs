@@ -8,12 +8,12 @@
 //!   layer, its clones, its services and its handles.
 //! - [`Registry`]: the table itself: sharded, bounded by `max_keys`,
 //!   evicting idle keys, with one overflow entry when every slot is busy.
-//! - [`Entry`]: one key's statistics and limit.
+//! - [`Entry`]: one key's statistics, limit and circuit breakers.
 
 mod cell;
 mod entry;
 mod registry;
 
 pub(crate) use cell::{Settings, Store, Window};
-pub(crate) use entry::Entry;
+pub(crate) use entry::{Entry, Probe};
 pub(crate) use registry::{effective_now, Lookup, Registry};

@@ -43,6 +43,7 @@ use hashbrown::HashTable;
 
 use super::{Entry, Settings, Window};
 use crate::clock::SharedClock;
+use crate::flow::breaker::Breaker;
 use crate::key::KeyVisitor;
 use crate::sync::{fence, read, write, AtomicU64, AtomicUsize, Ordering, RwLock};
 
@@ -145,6 +146,8 @@ pub(crate) struct Registry<K> {
     clock: SharedClock,
     /// Clock time (ms) of the last sweep; sweeps are at most one per bucket.
     last_sweep: AtomicU64,
+    /// Every entry's circuit breakers are built from these.
+    breakers: Arc<[Breaker]>,
 }
 
 impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
@@ -156,7 +159,9 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
             ref clock,
             max_keys,
             ref rules,
+            ref breakers,
         } = *settings;
+        let breakers: Arc<[Breaker]> = Arc::from(breakers.as_slice());
         let hasher = RandomState::new();
         let overflow = Arc::new(Entry::new(
             window,
@@ -164,6 +169,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
             overflow_limit.unwrap_or(default_limit),
             None,
             false,
+            &breakers,
         ));
         Registry {
             shards: (0..SHARDS).map(|_| RwLock::new(HashTable::new())).collect(),
@@ -177,6 +183,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
             window,
             clock: clock.clone(),
             last_sweep: AtomicU64::new(0),
+            breakers,
         }
     }
 
@@ -257,6 +264,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
             rule.unwrap_or(self.default_limit),
             rule.map(|_| hash),
             pinned,
+            &self.breakers,
         );
         (Arc::new(key), Arc::new(entry))
     }
@@ -361,7 +369,10 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
                 let paced_recently = entry.pacer.latest_ns().is_some_and(|ns| {
                     (ns / 1_000_000).saturating_add(self.window().interval_ms) > at
                 });
-                let evict = !paced_recently && entry.node.is_idle_at(at);
+                // An entry whose breaker is not closed keeps it too: eviction
+                // must not close a breaker.
+                let evict =
+                    !paced_recently && entry.node.is_idle_at(at) && entry.breakers.all_closed();
                 if evict {
                     removed += 1;
                     if !entry.pinned {

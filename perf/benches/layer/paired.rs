@@ -22,6 +22,8 @@
 //!   tower_governor's with the same kind of key (global, or the header for
 //!   `ours_header`): the ratio of the two medians, and the median of the
 //!   per-round ratios;
+//! - for `ours_global_breaker`, the median per-round difference to
+//!   `ours_global` (the cost of one closed breaker) with its quartiles;
 //! - for the huge header, our header-keyed layer's ns per request relative
 //!   to the bare router's with the same request (ratio of the medians,
 //!   median of the per-round ratios), and the median per-round difference.
@@ -150,6 +152,19 @@ impl Rounds {
                 governor.id(),
             );
         }
+        // What one closed breaker adds to the same layer, round by round.
+        let with = self.column(index(Contender::OursGlobalBreaker));
+        let without = self.column(index(Contender::OursGlobal));
+        let difference = with.iter().zip(&without).map(|(w, o)| w - o).collect();
+        let difference = Quartiles::of(difference);
+        println!(
+            "{} - {}: {:.1} ns (median per-round difference) [{:.1}, {:.1}]",
+            Contender::OursGlobalBreaker.id(),
+            Contender::OursGlobal.id(),
+            difference.median,
+            difference.lower,
+            difference.upper
+        );
         let bare = self.column(index(Contender::BareHugeHeader));
         let ours = self.column(index(Contender::OursHeaderHugeHeader));
         let (of_medians, per_round) = ratios(&ours, &bare);
