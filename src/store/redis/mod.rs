@@ -249,6 +249,9 @@ impl RedisStore {
             .map_err(|err| StoreError::redis(StoreErrorKind::InvalidUrl, err))?;
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(CONNECT_TIMEOUT))
+            // Each round trip is bounded by the store's own timeout; the
+            // client's (500 ms by default) would only drop the connection.
+            .set_response_timeout(None)
             // Reconnection: a few quick tries with backoff; once they are
             // spent, the next command starts another round.
             .set_min_delay(Duration::from_millis(20))
@@ -484,7 +487,10 @@ impl RedisStore {
         let reply = match reply.and_then(parse_reply) {
             Ok(reply) => reply,
             Err(err) => {
-                self.link.health.failed(now, probe_ms, &err);
+                // The next probe is due a probe interval after this failure
+                // was known (a timeout ends well after `now`).
+                let failed_at = self.local_clock.now_millis();
+                self.link.health.failed(failed_at, probe_ms, &err);
                 return Err(err);
             }
         };
