@@ -524,3 +524,48 @@ fn pacer_turns_are_distinct_and_consecutive() {
         assert_eq!(turn(&pacer), 1_020);
     });
 }
+
+/// A caller that gives its turn back while another takes one: the turns
+/// that end up used are distinct and at least one `cost` apart, whichever
+/// way the give-back and the reservation interleave (the given-back turn is
+/// either handed on or left unused, never handed to two callers).
+#[test]
+fn pacer_give_back_racing_a_reservation() {
+    use std::time::Duration;
+    use tower_sliding_window::flow::{Pacer, Turn};
+
+    const COST: u64 = 10;
+
+    fn turn(pacer: &Pacer) -> u64 {
+        match pacer.reserve(1_000, COST, Duration::from_nanos(100)) {
+            Turn::Wait { at_ns, .. } => at_ns,
+            Turn::Refuse { .. } => panic!("room for every caller"),
+        }
+    }
+
+    loom::model(|| {
+        let pacer = Arc::new(Pacer::new());
+        let leaver = {
+            let pacer = Arc::clone(&pacer);
+            thread::spawn(move || {
+                let mine = turn(&pacer);
+                (mine, pacer.give_back(mine, COST))
+            })
+        };
+        let stayer = {
+            let pacer = Arc::clone(&pacer);
+            thread::spawn(move || turn(&pacer))
+        };
+        let (left, handed_on) = leaver.join().unwrap();
+        let mut used = vec![stayer.join().unwrap(), turn(&pacer)];
+        if !handed_on {
+            // Not given back: it stays taken (unused, but it still counts
+            // as spacing for the others).
+            used.push(left);
+        }
+        used.sort_unstable();
+        for pair in used.windows(2) {
+            assert!(pair[1] >= pair[0] + COST, "turns {used:?} too close");
+        }
+    });
+}

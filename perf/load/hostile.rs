@@ -71,7 +71,7 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 const SAMPLE_EVERY: Duration = Duration::from_secs(1);
 
 /// The bound `max_keys` documents for the default table: "at most about
-/// 20.8 MiB, however hostile its keys", rounded up to 21 MiB.
+/// 20.9 MiB, however hostile its keys", rounded up to 21 MiB.
 pub fn table_bound() -> u64 {
     21 * 1024 * 1024
 }

@@ -58,14 +58,21 @@ pub(crate) fn admission(outcome: Result<u64, u64>, n: u64) -> Admission {
 /// one compare-and-swap.
 #[inline]
 pub(crate) fn admit(node: &StatisticNode, now: u64, n: u64, limit: u64) -> Admission {
-    let admission = admission(
-        node.try_add_pass_at(now, n, |window_pass| fits(window_pass, n, limit)),
-        n,
-    );
+    let admission = try_admit(node, now, n, limit);
     if let Admission::Block { .. } = admission {
         node.record_block_at(now, n);
     }
     admission
+}
+
+/// Like [`admit`], but a rejection records nothing: the caller records the
+/// block once it has decided (a prioritized request may borrow instead).
+#[inline]
+pub(crate) fn try_admit(node: &StatisticNode, now: u64, n: u64, limit: u64) -> Admission {
+    admission(
+        node.try_add_pass_at(now, n, |window_pass| fits(window_pass, n, limit)),
+        n,
+    )
 }
 
 /// Milliseconds from `now` until `n` more passes fit under `limit` on

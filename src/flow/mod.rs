@@ -32,9 +32,10 @@ pub(crate) mod concurrency;
 mod quota;
 mod throttle;
 mod try_pass;
+pub(crate) mod warm_up;
 
 pub use admission::Admission;
-pub(crate) use admission::{admit, retry_after_ms};
-pub(crate) use behaviours::Behaviours;
+pub(crate) use admission::{retry_after_ms, try_admit};
+pub(crate) use behaviours::{Behaviours, WarmUpSettings};
 pub use throttle::{Pacer, Turn};
 pub use try_pass::TryPass;

@@ -138,6 +138,14 @@ impl Pacer {
         }
     }
 
+    /// The latest turn handed out (ns), if any.
+    pub(crate) fn latest_ns(&self) -> Option<u64> {
+        match self.latest.load(Ordering::Relaxed) {
+            NEVER => None,
+            latest => Some(latest),
+        }
+    }
+
     /// Gives back the turn `at_ns` taken with `cost_ns`, if it is still the
     /// latest; `true` when the next caller will get it. Otherwise it stays
     /// unused, which is harmless (module docs).

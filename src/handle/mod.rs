@@ -218,10 +218,11 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
         let now = self.now();
         let registry = self.registry();
         let mut counts = Counts::default();
-        let (mut concurrency, mut limit) = (0u64, 0u64);
+        let (mut concurrency, mut waiting, mut limit) = (0u64, 0u64, 0u64);
         let mut add = |entry: &Entry| {
             counts.merge(&entry.node.window_counts(effective_now(entry, now)));
             concurrency = concurrency.saturating_add(entry.node.cur_concurrency());
+            waiting = waiting.saturating_add(entry.waiting());
             limit = limit.saturating_add(entry.limit());
         };
         registry.for_each_entry(|_, entry| add(entry));
@@ -229,7 +230,9 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
         if !overflow.node.is_idle_at(effective_now(overflow, now)) {
             add(overflow);
         }
-        Snapshot::from_counts(&counts, concurrency, limit)
+        let mut total = Snapshot::from_counts(&counts, concurrency, limit);
+        total.waiting = waiting;
+        total
     }
 }
 

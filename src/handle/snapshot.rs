@@ -20,6 +20,11 @@ pub struct Snapshot {
     pub exception: u64,
     /// Requests in flight now.
     pub concurrency: u64,
+    /// Requests waiting now before they reach the inner service: for their
+    /// turn under [`throttle`](crate::SlidingWindowLayer::throttle), or for
+    /// borrowed quota under
+    /// [`prioritized`](crate::SlidingWindowLayer::prioritized).
+    pub waiting: u64,
     /// The key's limit per window.
     pub limit: u64,
     /// Average response time of the window's completions.
@@ -50,11 +55,13 @@ impl Snapshot {
     /// `entry`'s statistics as read at `now`, or at the start of its newest
     /// bucket if that is later (see `effective_now`).
     pub(crate) fn of(entry: &Entry, now: u64) -> Snapshot {
-        Snapshot::from_counts(
+        let mut snapshot = Snapshot::from_counts(
             &entry.node.window_counts(effective_now(entry, now)),
             entry.node.cur_concurrency(),
             entry.limit(),
-        )
+        );
+        snapshot.waiting = entry.waiting();
+        snapshot
     }
 
     pub(crate) fn from_counts(counts: &Counts, concurrency: u64, limit: u64) -> Snapshot {
@@ -64,6 +71,7 @@ impl Snapshot {
             success: counts.success,
             exception: counts.exception,
             concurrency,
+            waiting: 0,
             limit,
             // Over all successes summed: weighted by successes for `total`;
             // never below the minimum (see `Counts::avg_rt`).

@@ -3,10 +3,19 @@
 //! in the crate docs ("Flow behaviours").
 
 use std::num::NonZeroU64;
+use std::sync::Arc;
+use std::time::Duration;
 
+use http::request::Parts;
+
+use crate::flow::WarmUpSettings;
 use crate::key::KeyExtractor;
 
 use super::builder::SlidingWindowLayer;
+
+/// Which requests may borrow quota under
+/// [`prioritized`](SlidingWindowLayer::prioritized).
+pub(crate) type Priority = Arc<dyn Fn(&Parts) -> bool + Send + Sync>;
 
 /// # Flow behaviours
 impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
@@ -129,5 +138,189 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
             );
         };
         self.configure(|s| s.window.behaviours.max_concurrency = Some(n))
+    }
+
+    /// Paces each key's passes uniformly, `interval / limit` apart
+    /// (Sentinel's rate limiter), instead of letting a window's worth through
+    /// at once. A request whose turn is at most `max_wait` away waits for it
+    /// inside its response future (no thread is blocked, nothing happens in
+    /// `poll_ready`), then reaches the inner service; a request whose turn is
+    /// further away is refused at once with `Retry-After` (the time until a
+    /// turn would be within `max_wait`).
+    ///
+    /// - Turns are taken with one compare-and-swap on the key's latest turn:
+    ///   concurrent requests never share a turn and never skip one.
+    /// - Time is kept in nanoseconds, so spacing below a millisecond is exact
+    ///   (3 000 per second paces at 333 334 ns).
+    /// - A request dropped while it waits (client gone, timeout) gives its
+    ///   turn back if no later turn was handed out meanwhile; otherwise its
+    ///   turn stays unused, which only spaces the later passes further apart.
+    /// - At most `max_wait * limit / interval + 1` requests of a key wait at
+    ///   once (each holds its own turn within `max_wait`);
+    ///   [`Snapshot::waiting`](crate::Snapshot::waiting) shows how many do.
+    /// - The limit (per key, with [`rule`](Self::rule) and `set_limit`) sets
+    ///   the spacing; the window's pass count is not checked on top: pacing
+    ///   is stricter than [`strict`](Self::strict), since no interval of the
+    ///   window's length can hold more than `limit` turns.
+    /// - The response time starts when the wait ends.
+    /// - Waiting needs a tokio runtime's timer (the `tokio` feature, on by
+    ///   default). Outside a runtime only a turn that is due at once passes.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use std::time::Duration;
+    /// use axum::{body::Body, routing::get, Router};
+    /// use http::{Request, StatusCode};
+    /// use tower::ServiceExt;
+    /// use tower_sliding_window::SlidingWindowLayer;
+    ///
+    /// // Ten per second, a turn every 100 ms; wait at most 250 ms.
+    /// let layer = SlidingWindowLayer::qps(10).throttle(Duration::from_millis(250));
+    /// let stats = layer.handle();
+    /// let app = Router::new().route("/", get(|| async { "hi" })).layer(layer);
+    /// let send = || app.clone().oneshot(Request::get("/").body(Body::empty()).unwrap());
+    ///
+    /// // Four at once: turns now, +100 ms and +200 ms wait; +300 ms is too far.
+    /// let (a, b, c, d) = tokio::join!(send(), send(), send(), send());
+    /// let statuses = [a, b, c, d].map(|r| r.unwrap().status());
+    /// let passed = statuses.iter().filter(|s| **s == StatusCode::OK).count();
+    /// assert_eq!(passed, 3);
+    /// assert!(statuses.contains(&StatusCode::TOO_MANY_REQUESTS));
+    /// assert_eq!(stats.snapshot(&()).unwrap().waiting, 0);
+    /// # }
+    /// ```
+    #[cfg(feature = "tokio")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
+    pub fn throttle(self, max_wait: Duration) -> Self {
+        self.configure(|s| s.window.behaviours.throttle = Some(max_wait))
+    }
+
+    /// Warms each key up after it has been idle (Sentinel's warm-up
+    /// controller, Guava's `SmoothWarmingUp` with a cold factor of 3): a cold
+    /// key may pass a third of its limit per window, and sustained load
+    /// raises that to the full limit over `period`; idle time cools it down
+    /// again. Keys start cold.
+    ///
+    /// Only the limit moves: admission stays the window's one
+    /// compare-and-swap against it, so every count stays exact. The curve
+    /// follows Sentinel's integer arithmetic with every figure per window
+    /// (the same as per second for the default window); module
+    /// `flow::warm_up` in the source has the formulas. With
+    /// [`throttle`](Self::throttle), the spacing follows the warmed limit.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use std::time::Duration;
+    /// use axum::{body::Body, routing::get, Router};
+    /// use http::{Request, StatusCode};
+    /// use tower::ServiceExt;
+    /// use tower_sliding_window::clock::ManualClock;
+    /// use tower_sliding_window::SlidingWindowLayer;
+    ///
+    /// let clock = ManualClock::new(10_000);
+    /// let layer = SlidingWindowLayer::qps(30)
+    ///     .warm_up(Duration::from_secs(10))
+    ///     .clock(clock.clone());
+    /// let app = Router::new().route("/", get(|| async { "hi" })).layer(layer);
+    /// let mut passed_per_second = Vec::new();
+    /// for _ in 0..30 {
+    ///     let mut passed = 0;
+    ///     for _ in 0..60 {
+    ///         let request = Request::get("/").body(Body::empty()).unwrap();
+    ///         if app.clone().oneshot(request).await.unwrap().status() == StatusCode::OK {
+    ///             passed += 1;
+    ///         }
+    ///     }
+    ///     passed_per_second.push(passed);
+    ///     clock.advance(Duration::from_secs(1));
+    /// }
+    /// // Cold: a third of the limit; warm after sustained load: all of it.
+    /// assert_eq!(passed_per_second[0], 10);
+    /// assert_eq!(*passed_per_second.last().unwrap(), 30);
+    /// assert!(passed_per_second.windows(2).all(|w| w[0] <= w[1]));
+    /// # }
+    /// ```
+    ///
+    /// # Panics
+    ///
+    /// When `period` is zero.
+    pub fn warm_up(self, period: Duration) -> Self {
+        let period_ms = u64::try_from(period.as_millis()).unwrap_or(u64::MAX);
+        if period_ms == 0 {
+            panic!(
+                "SlidingWindowLayer::warm_up: invalid `period`: must be at least 1 ms (got \
+                 {period:?})"
+            );
+        }
+        self.configure(|s| {
+            s.window.behaviours.warm_up = Some(WarmUpSettings {
+                period_ms,
+                cold_factor: crate::flow::warm_up::DEFAULT_COLD_FACTOR,
+            })
+        })
+    }
+
+    /// Lets requests for which `pred` is true borrow a pass from a later
+    /// bucket when the window is full (Sentinel's occupy for prioritized
+    /// calls): such a request waits, inside its response future, until the
+    /// bucket it borrowed from opens (at most the occupy timeout, 500 ms,
+    /// or the window's length if shorter), then reaches the inner service,
+    /// instead of being refused. When nothing can be borrowed in time it is
+    /// refused like any other.
+    ///
+    /// The borrowed pass is counted in the bucket it came from, so the
+    /// requests that come after it in that bucket find less quota: borrowing
+    /// moves passes later, it does not add any. Sentinel's arithmetic
+    /// decides (`StatisticNode::try_occupy_next`): the wait fits if, once it
+    /// is over, the window's passes and everything already borrowed stay
+    /// within the limit. The check and the reservation are two steps, as in
+    /// Sentinel, so requests that borrow at the same instant may together
+    /// borrow a little more than fits. A request dropped while it waits
+    /// leaves its pass borrowed (the bucket then admits one fewer).
+    /// [`Snapshot::waiting`](crate::Snapshot::waiting) counts the requests
+    /// waiting. Needs the `tokio` feature (on by default) and a tokio
+    /// runtime; elsewhere nothing is borrowed.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use axum::{body::Body, routing::get, Router};
+    /// use http::{Request, StatusCode};
+    /// use tower::ServiceExt;
+    /// use tower_sliding_window::clock::ManualClock;
+    /// use tower_sliding_window::SlidingWindowLayer;
+    ///
+    /// let clock = ManualClock::new(10_050);
+    /// let layer = SlidingWindowLayer::qps(2)
+    ///     .prioritized(|parts: &http::request::Parts| parts.headers.contains_key("x-priority"))
+    ///     .clock(clock.clone());
+    /// let app = Router::new().route("/", get(|| async { "hi" })).layer(layer);
+    /// let send = |priority: bool| {
+    ///     let mut request = Request::get("/");
+    ///     if priority {
+    ///         request = request.header("x-priority", "1");
+    ///     }
+    ///     app.clone().oneshot(request.body(Body::empty()).unwrap())
+    /// };
+    /// assert_eq!(send(false).await.unwrap().status(), StatusCode::OK);
+    /// assert_eq!(send(false).await.unwrap().status(), StatusCode::OK);
+    /// // 550 ms later the window is still full (its passes leave it at
+    /// // 11 000 ms): an ordinary request is refused...
+    /// clock.set(10_600);
+    /// assert_eq!(send(false).await.unwrap().status(), StatusCode::TOO_MANY_REQUESTS);
+    /// // ...a prioritized one waits 400 ms for a pass of the bucket at 11 000.
+    /// assert_eq!(send(true).await.unwrap().status(), StatusCode::OK);
+    /// # }
+    /// ```
+    #[cfg(feature = "tokio")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
+    pub fn prioritized<P>(mut self, pred: P) -> Self
+    where
+        P: Fn(&Parts) -> bool + Clone + Send + Sync + 'static,
+    {
+        self.priority = Some(Arc::new(pred));
+        self
     }
 }

@@ -10,6 +10,7 @@ use http::{Response, StatusCode};
 use tower_http::classify::{ServerErrorsAsFailures, SharedClassifier};
 use tower_layer::Layer;
 
+use super::behaviours::Priority;
 use super::body::{InnerBody, TrackBody, WrapBody};
 use super::service::SlidingWindow;
 use crate::clock::{Clock, SharedClock};
@@ -64,6 +65,8 @@ pub struct SlidingWindowLayer<X: KeyExtractor = GlobalKey, M = DefaultClassifier
     make_classifier: M,
     response: Arc<ResponseConfig>,
     store: Arc<Store<X::Key>>,
+    /// Which requests may borrow quota ([`prioritized`](Self::prioritized)).
+    pub(super) priority: Option<Priority>,
     body: PhantomData<fn() -> R>,
 }
 
@@ -91,6 +94,7 @@ impl SlidingWindowLayer {
             make_classifier: SharedClassifier::new(ServerErrorsAsFailures::new()),
             response: Arc::new(ResponseConfig::default()),
             store: Arc::new(Store::new(Settings::new(limit))),
+            priority: None,
             body: PhantomData,
         }
     }
@@ -127,6 +131,7 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
             make_classifier: self.make_classifier,
             response: self.response,
             store: Arc::new(Store::new(self.store.settings().rekey())),
+            priority: self.priority,
             body: PhantomData,
         }
     }
@@ -194,15 +199,15 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
     ///
     /// Each key costs at most about 5.2 KiB with the default window: its
     /// entry (a [`StatisticNode`](crate::stat::StatisticNode) with a second
-    /// and a minute window, 4 968 bytes, plus its limit, about 5 000 bytes
-    /// in all), the key (held in an `Arc`: 16 bytes, the key's own size and
+    /// and a minute window, 4 968 bytes, plus its limit and the small state
+    /// of the flow behaviours, about 5 050 bytes in all), the key (held in an `Arc`: 16 bytes, the key's own size and
     /// its heap) and its slot in the table (a pair of pointers and a control
     /// byte, at hashbrown's load factor). The built-in string extractors keep
     /// at most [`MAX_KEY_BYTES`](crate::key::MAX_KEY_BYTES) (256) bytes of a
     /// key whatever a client sends (see [long keys](crate::key#long-keys)):
-    /// measured, a [`HeaderKey`](crate::HeaderKey) key costs 5 312 bytes in
-    /// all with 256-byte values, 5 158 bytes with 16 KiB values, 5 060 with
-    /// short ones. So the default table holds at most about 20.8 MiB,
+    /// measured, a [`HeaderKey`](crate::HeaderKey) key costs 5 360 bytes in
+    /// all with 256-byte values, 5 206 bytes with 16 KiB values, 5 109 with
+    /// short ones. So the default table holds at most about 20.9 MiB,
     /// however hostile its keys (`cargo test --test memory -- --nocapture`
     /// prints these figures). Every bucket beyond the default 10 adds 64
     /// bytes per key (see [`window`](Self::window)).
@@ -377,6 +382,7 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
             make_classifier,
             response: self.response,
             store: self.store,
+            priority: self.priority,
             body: PhantomData,
         }
     }
@@ -392,6 +398,7 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
             make_classifier: self.make_classifier,
             response: self.response,
             store: self.store,
+            priority: self.priority,
             body: PhantomData,
         }
     }
@@ -442,6 +449,7 @@ impl<X: KeyExtractor, M: Clone, R> Clone for SlidingWindowLayer<X, M, R> {
             make_classifier: self.make_classifier.clone(),
             response: Arc::clone(&self.response),
             store: Arc::clone(&self.store),
+            priority: self.priority.clone(),
             body: PhantomData,
         }
     }
@@ -457,6 +465,7 @@ impl<S, X: KeyExtractor, M: Clone, R> Layer<S> for SlidingWindowLayer<X, M, R> {
             self.make_classifier.clone(),
             Arc::clone(&self.response),
             Arc::clone(&self.store),
+            self.priority.clone(),
         )
     }
 }

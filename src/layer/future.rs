@@ -5,12 +5,15 @@
 //! fields if configured, and records the completion (or, with
 //! [`TrackBody`](crate::body::TrackBody), hands it to the body). A rejected
 //! request's future yields the rejection response at once, without calling
-//! the inner service.
+//! the inner service. A request that must wait first (a turn under
+//! `throttle`, borrowed quota under `prioritized`) polls its gate, then
+//! calls the inner service or yields the rejection.
 
 use std::fmt;
 use std::future::Future;
 use std::marker::PhantomData;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
 use bytes::Bytes;
@@ -20,15 +23,21 @@ use tower_http::classify::{ClassifiedResponse, ClassifyResponse};
 
 use super::body::{BodyKind, InnerBody, Outcome, Tail};
 use super::in_flight::InFlight;
-use crate::response::Quota;
+use super::quota::quota;
+use super::wait::{Gate, Verdict};
+use crate::clock::Clock;
+use crate::flow;
+use crate::response::{rejection_response, Quota, ResponseConfig};
+use crate::store::Entry;
 
 pin_project! {
     /// Response future of [`SlidingWindow`](crate::SlidingWindow).
     ///
     /// For a passed request it drives the inner service's future and, when it
     /// resolves, records the completion (success, response time, exception);
-    /// for a rejected one it yields the rejection response at once. `R` is
-    /// the layer's [`BodyKind`](crate::body::BodyKind).
+    /// for a rejected one it yields the rejection response at once; a request
+    /// that waits for its turn first does so here, then calls the inner
+    /// service. `R` is the layer's [`BodyKind`](crate::body::BodyKind).
     pub struct ResponseFuture<F, C, R = InnerBody> {
         #[pin]
         kind: Kind<F, C>,
@@ -49,6 +58,87 @@ pin_project! {
             // request carries stays small.
             response: Option<Box<Response<Bytes>>>,
         },
+        Waiting {
+            gate: Gate,
+            // Boxed for the same reason as `Blocked`.
+            deferred: Option<Box<Deferred<F, C>>>,
+        },
+    }
+}
+
+/// A waiting request: how to call the inner service once its gate passes,
+/// and what its completion or rejection needs.
+pub(crate) struct Deferred<F, C> {
+    /// Calls the inner service (a ready clone of it, taken at `call`) with
+    /// the request.
+    pub(crate) call: Box<dyn FnOnce() -> F + Send>,
+    pub(crate) entry: Arc<Entry>,
+    /// A concurrency place taken before the wait, held through it.
+    pub(crate) reserved: Option<InFlight>,
+    pub(crate) classifier: C,
+    pub(crate) response: Arc<ResponseConfig>,
+}
+
+impl<F, C> Deferred<F, C> {
+    /// Calls the inner service for the request whose gate passed.
+    fn forward(self) -> (F, Completion<C>) {
+        let Deferred {
+            call,
+            entry,
+            reserved,
+            classifier,
+            response,
+        } = self;
+        let now_us = entry.node.clock().now_micros();
+        let mut in_flight = match reserved {
+            // The response time starts now, after the wait.
+            Some(mut in_flight) => {
+                in_flight.restart(now_us);
+                in_flight
+            }
+            None => InFlight::start(entry, now_us),
+        };
+        let quota = response.headers_on_pass.then(|| {
+            let entry = in_flight.entry();
+            let limit = entry.limit();
+            let now = entry.node.clock().now_millis();
+            let window_pass = entry.node.window_counts(now).pass;
+            // Until the window could take everything left of its limit and
+            // one more (as for a request that passed at once).
+            let more = limit.saturating_sub(window_pass).saturating_add(1);
+            let reset = flow::retry_after_ms(&entry.node, now, more, limit).unwrap_or(0);
+            Box::new(quota(entry, &response, limit, window_pass, reset))
+        });
+        in_flight.enter_user_code();
+        let future = call();
+        in_flight.leave_user_code();
+        (
+            future,
+            Completion {
+                in_flight,
+                classifier,
+                quota,
+                legacy_headers: response.legacy_headers,
+            },
+        )
+    }
+
+    /// The rejection response for a request its gate refused.
+    fn refuse(self, retry_after_ms: u64, limit: u64, window_pass: u64) -> Response<Bytes> {
+        let quota = quota(
+            &self.entry,
+            &self.response,
+            limit,
+            window_pass,
+            retry_after_ms,
+        );
+        tracing::debug!(
+            policy = %quota.policy,
+            limit,
+            retry_after_ms,
+            "request rejected after waiting"
+        );
+        rejection_response(&self.response, &quota, retry_after_ms)
     }
 }
 
@@ -71,6 +161,17 @@ impl<F, C, R> ResponseFuture<F, C, R> {
             body: PhantomData,
         }
     }
+
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub(crate) fn waiting(gate: Gate, deferred: Deferred<F, C>) -> Self {
+        ResponseFuture {
+            kind: Kind::Waiting {
+                gate,
+                deferred: Some(Box::new(deferred)),
+            },
+            body: PhantomData,
+        }
+    }
 }
 
 impl<F, C, R, B, E> Future for ResponseFuture<F, C, R>
@@ -83,7 +184,33 @@ where
     type Output = Result<Response<R::Body>, E>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match self.project().kind.project() {
+        let mut kind = self.project().kind;
+        if let KindProj::Waiting { gate, deferred } = kind.as_mut().project() {
+            let verdict = ready!(gate.as_mut().poll(cx));
+            let deferred = deferred
+                .take()
+                .expect("`ResponseFuture` polled after it completed");
+            match verdict {
+                Verdict::Pass => {
+                    // A panic in the inner `call` unwinds through here; the
+                    // guard, marked as in user code, records it.
+                    let (future, completion) = deferred.forward();
+                    kind.set(Kind::Passed {
+                        future,
+                        completion: Some(completion),
+                    });
+                }
+                Verdict::Refuse {
+                    retry_after_ms,
+                    limit,
+                    window_pass,
+                } => {
+                    let response = deferred.refuse(retry_after_ms, limit, window_pass);
+                    return Poll::Ready(Ok(response.map(R::rejected)));
+                }
+            }
+        }
+        match kind.project() {
             KindProj::Passed { future, completion } => {
                 let Some(pending) = completion.as_mut() else {
                     panic!("`ResponseFuture` polled after it completed");
@@ -105,6 +232,7 @@ where
                     .expect("`ResponseFuture` polled after it completed");
                 Poll::Ready(Ok((*response).map(R::rejected)))
             }
+            KindProj::Waiting { .. } => unreachable!("a passed gate moved the future on above"),
         }
     }
 }
@@ -114,6 +242,7 @@ impl<F, C, R> fmt::Debug for ResponseFuture<F, C, R> {
         let state = match &self.kind {
             Kind::Passed { .. } => "Passed",
             Kind::Blocked { .. } => "Blocked",
+            Kind::Waiting { .. } => "Waiting",
         };
         f.debug_struct("ResponseFuture")
             .field("state", &state)

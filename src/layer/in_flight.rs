@@ -45,6 +45,17 @@ impl InFlight {
         }
     }
 
+    /// The key this request belongs to.
+    pub(crate) fn entry(&self) -> &Entry {
+        &self.entry
+    }
+
+    /// Starts the response time again at `now_us`: a place taken before a
+    /// wait counts the time in the inner service only.
+    pub(crate) fn restart(&mut self, now_us: u64) {
+        self.started_us = now_us;
+    }
+
     #[inline]
     pub(crate) fn enter_user_code(&mut self) {
         self.in_user_code = true;

@@ -7,7 +7,12 @@ pub mod body;
 mod builder;
 pub mod future;
 mod in_flight;
+mod quota;
 mod service;
+// Without a timer (no `tokio` feature) nothing waits, and the waiting
+// state is never entered.
+#[cfg_attr(not(feature = "tokio"), allow(dead_code, unused_imports))]
+mod wait;
 
 pub use builder::{DefaultClassifier, SlidingWindowLayer};
 pub use service::SlidingWindow;

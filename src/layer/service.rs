@@ -4,6 +4,8 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+#[cfg(feature = "tokio")]
+use std::time::Duration;
 
 use http::{Request, Response};
 use tower_http::classify::{
@@ -11,13 +13,24 @@ use tower_http::classify::{
 };
 use tower_service::Service;
 
+use super::behaviours::Priority;
 use super::body::{BodyKind, InnerBody};
+#[cfg(feature = "tokio")]
+use super::future::Deferred;
 use super::future::{Completion, ResponseFuture};
 use super::in_flight::InFlight;
-use crate::flow::{self, Admission};
+use super::quota::quota;
+#[cfg(feature = "tokio")]
+use super::wait::{self, Gate, Waiter};
+#[cfg(feature = "tokio")]
+use crate::clock::Clock;
+use crate::flow::warm_up::Curve;
+use crate::flow::{self, Admission, WarmUpSettings};
+#[cfg(feature = "tokio")]
+use crate::flow::{Pacer, Turn};
 use crate::handle::StatsHandle;
 use crate::key::{GlobalKey, KeyExtractor};
-use crate::response::{rejection_response, PolicyName, Quota, ResponseConfig};
+use crate::response::{rejection_response, Quota, ResponseConfig};
 use crate::store::{effective_now, Entry, Lookup, Registry, Store};
 
 /// Limits requests per key with a sliding window; made by
@@ -39,6 +52,8 @@ pub struct SlidingWindow<
     /// that requests reach it without going through the store.
     registry: Arc<Registry<X::Key>>,
     store: Arc<Store<X::Key>>,
+    /// Which requests may borrow quota (`prioritized`).
+    priority: Option<Priority>,
     body: PhantomData<fn() -> R>,
 }
 
@@ -49,6 +64,7 @@ impl<S, X: KeyExtractor, M, R> SlidingWindow<S, X, M, R> {
         make_classifier: M,
         response: Arc<ResponseConfig>,
         store: Arc<Store<X::Key>>,
+        priority: Option<Priority>,
     ) -> Self {
         SlidingWindow {
             inner,
@@ -57,6 +73,7 @@ impl<S, X: KeyExtractor, M, R> SlidingWindow<S, X, M, R> {
             response,
             registry: Arc::clone(store.registry()),
             store,
+            priority,
             body: PhantomData,
         }
     }
@@ -80,26 +97,13 @@ impl<S, X: KeyExtractor, M, R> SlidingWindow<S, X, M, R> {
     pub fn handle(&self) -> StatsHandle<X::Key> {
         StatsHandle::new(Arc::clone(&self.store))
     }
-
-    /// The RateLimit fields for `entry` after a decision at `now`.
-    fn quota(&self, entry: &Entry, limit: u64, window_pass: u64, reset_ms: u64) -> Quota {
-        Quota {
-            policy: PolicyName {
-                base: Arc::clone(&self.response.policy_name),
-                tag: entry.policy_tag(),
-            },
-            limit,
-            window_ms: self.registry.window().interval_ms,
-            remaining: limit.saturating_sub(window_pass),
-            reset_ms,
-        }
-    }
 }
 
 impl<S, X, M, R, ReqBody, ResBody> Service<Request<ReqBody>> for SlidingWindow<S, X, M, R>
 where
-    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
     S::Error: fmt::Display + 'static,
+    ReqBody: Send + 'static,
     X: KeyExtractor,
     M: MakeClassifier,
     R: BodyKind<ResBody, <M::Classifier as ClassifyResponse>::ClassifyEos>,
@@ -126,7 +130,7 @@ where
         let (parts, body) = request.into_parts();
         let entry = self.extractor.visit(&parts, Lookup { registry, now });
         let request = Request::from_parts(parts, body);
-        let limit = entry.limit();
+        let mut limit = entry.limit();
 
         // A reading behind the key's newest bucket (a clock that stepped
         // back, a thread that read it before another opened that bucket) is
@@ -135,22 +139,14 @@ where
         // time. A wait computed there is `behind` longer on the clock.
         let at = effective_now(&entry, now);
         let behind = at - now;
-        let wait = |n: u64| {
-            flow::retry_after_ms(&entry.node, at, n, limit).map(|ms| {
-                if ms == 0 {
-                    0
-                } else {
-                    ms.saturating_add(behind)
-                }
-            })
-        };
 
         // Concurrency first, when limited (a plain limiter pays one
         // predictable check of a configuration value): a place is reserved
         // before the window is asked, so a request refused here records no
         // pass. From here on the guard's drop gives the place back on every
         // path.
-        let reserved = match window.behaviours.max_concurrency {
+        let behaviours = window.behaviours;
+        let reserved = match behaviours.max_concurrency {
             None => None,
             Some(max) => match InFlight::try_start(Arc::clone(&entry), started_us, max) {
                 Some(in_flight) => Some(in_flight),
@@ -168,12 +164,38 @@ where
             },
         };
 
-        match flow::admit(&entry.node, at, 1, limit) {
+        // Warm-up moves the limit, never the admission step.
+        let warm_up = behaviours.warm_up.map(|w| {
+            let curve = warm_up_curve(w, limit, window.interval_ms);
+            if let Some(state) = entry.warm_up() {
+                limit = state.limit_at(at, window.interval_ms, &curve);
+            }
+            curve
+        });
+
+        #[cfg(feature = "tokio")]
+        if let Some(max_wait) = behaviours.throttle {
+            return self.throttled(request, entry, reserved, (at, started_us), limit, max_wait);
+        }
+
+        let wait = |n: u64| {
+            flow::retry_after_ms(&entry.node, at, n, limit).map(|ms| {
+                if ms == 0 {
+                    0
+                } else {
+                    ms.saturating_add(behind)
+                }
+            })
+        };
+        match flow::try_admit(&entry.node, at, 1, limit) {
             Admission::Pass { window_pass } => {
+                if let (Some(curve), Some(state)) = (&warm_up, entry.warm_up()) {
+                    state.record_pass(at, window.interval_ms, curve);
+                }
                 let quota = self.response.headers_on_pass.then(|| {
                     let reset =
                         wait(limit.saturating_sub(window_pass).saturating_add(1)).unwrap_or(0);
-                    Box::new(self.quota(&entry, limit, window_pass, reset))
+                    Box::new(quota(&entry, &self.response, limit, window_pass, reset))
                 });
                 let in_flight = match reserved {
                     Some(in_flight) => in_flight,
@@ -182,6 +204,15 @@ where
                 self.forward(request, in_flight, quota)
             }
             Admission::Block { window_pass } => {
+                // A prioritized request may wait for quota borrowed from a
+                // later bucket instead.
+                #[cfg(feature = "tokio")]
+                let request = match self.borrow_for_priority(request, &entry, at, limit) {
+                    (request, Some(gate)) => return self.defer(request, entry, reserved, gate),
+                    (request, None) => request,
+                };
+                drop(request);
+                entry.node.record_block_at(at, 1);
                 // Gives the concurrency place back, if one was taken.
                 drop(reserved);
                 let retry_after_ms = wait(1).unwrap_or(window.interval_ms);
@@ -194,6 +225,193 @@ where
                 )
             }
         }
+    }
+}
+
+/// The warm-up curve of a key whose limit is `limit` per `interval_ms`.
+fn warm_up_curve(settings: WarmUpSettings, limit: u64, interval_ms: u64) -> Curve {
+    let period_windows = settings.period_ms as f64 / interval_ms as f64;
+    Curve::new(limit, period_windows, settings.cold_factor)
+}
+
+/// # Waiting: pacing and borrowed quota
+#[cfg(feature = "tokio")]
+impl<S: Clone + Send + 'static, X: KeyExtractor, M: MakeClassifier, R> SlidingWindow<S, X, M, R> {
+    /// Under `throttle`: takes the key's next turn, then passes at once
+    /// (turn now), waits for it (turn within `max_wait`), or refuses.
+    fn throttled<ReqBody: Send + 'static>(
+        &mut self,
+        request: Request<ReqBody>,
+        entry: Arc<Entry>,
+        reserved: Option<InFlight>,
+        (at, now_us): (u64, u64),
+        limit: u64,
+        max_wait: Duration,
+    ) -> ResponseFuture<S::Future, M::Classifier, R>
+    where
+        S: Service<Request<ReqBody>>,
+    {
+        let window = self.registry.window();
+        let refused = |this: &Self, entry: &Entry, retry_after_ms: u64, why: &'static str| {
+            entry.node.record_block_at(at, 1);
+            let window_pass = entry.node.window_counts(at).pass;
+            this.refuse(entry, limit, window_pass, retry_after_ms, why)
+        };
+        let Some(cost_ns) = Pacer::cost_ns(window.interval_ms, limit) else {
+            return refused(
+                self,
+                &entry,
+                window.interval_ms,
+                "request rejected: its key's limit is 0",
+            );
+        };
+        // Outside a tokio runtime nothing can wait: only a turn due now.
+        let max_wait = if wait::can_wait() {
+            max_wait
+        } else {
+            Duration::ZERO
+        };
+        let warm_up = window
+            .behaviours
+            .warm_up
+            .map(|w| warm_up_curve(w, entry.limit(), window.interval_ms));
+        match entry
+            .pacer
+            .reserve(now_us.saturating_mul(1_000), cost_ns, max_wait)
+        {
+            Turn::Wait { wait, .. } if wait.is_zero() => {
+                record_paced_pass(&entry, at, warm_up.as_ref(), window.interval_ms);
+                let quota = self.response.headers_on_pass.then(|| {
+                    let window_pass = entry.node.window_counts(at).pass;
+                    Box::new(quota(
+                        &entry,
+                        &self.response,
+                        limit,
+                        window_pass,
+                        cost_ns.div_ceil(1_000_000),
+                    ))
+                });
+                let in_flight = match reserved {
+                    Some(in_flight) => in_flight,
+                    None => InFlight::start(entry, now_us),
+                };
+                self.forward(request, in_flight, quota)
+            }
+            Turn::Wait { wait, at_ns } => {
+                let waiter = Waiter::new(Arc::clone(&entry), Some((at_ns, cost_ns)));
+                let Some(timer) = wait::timer(wait) else {
+                    // Gives the turn back, then refuses.
+                    drop(waiter);
+                    drop(reserved);
+                    return refused(
+                        self,
+                        &entry,
+                        u64::try_from(wait.as_millis()).unwrap_or(u64::MAX).max(1),
+                        "request rejected: its turn is later and this runtime cannot wait",
+                    );
+                };
+                let interval_ms = window.interval_ms;
+                let gate = wait::after(timer, waiter, move |entry| {
+                    let now = effective_now(entry, entry.node.clock().now_millis());
+                    record_paced_pass(entry, now, warm_up.as_ref(), interval_ms);
+                });
+                self.defer(request, entry, reserved, gate)
+            }
+            Turn::Refuse { retry_after } => {
+                drop(reserved);
+                let retry_after_ms = u64::try_from(retry_after.as_nanos().div_ceil(1_000_000))
+                    .unwrap_or(u64::MAX)
+                    .max(1);
+                refused(
+                    self,
+                    &entry,
+                    retry_after_ms,
+                    "request rejected: its turn is further away than the throttle's max wait",
+                )
+            }
+        }
+    }
+
+    /// Under `prioritized`, for a request the window refused: borrows a
+    /// pass from a later bucket (Sentinel's occupy) if the request is
+    /// prioritized and one fits within the occupy timeout, and returns the
+    /// gate that waits for it (`None`: refuse it). The request is handed
+    /// back either way.
+    fn borrow_for_priority<ReqBody>(
+        &self,
+        request: Request<ReqBody>,
+        entry: &Arc<Entry>,
+        at: u64,
+        limit: u64,
+    ) -> (Request<ReqBody>, Option<Gate>) {
+        let Some(priority) = &self.priority else {
+            return (request, None);
+        };
+        if !wait::can_wait() {
+            return (request, None);
+        }
+        let (parts, body) = request.into_parts();
+        let prioritized = priority(&parts);
+        let request = Request::from_parts(parts, body);
+        if !prioritized {
+            return (request, None);
+        }
+        // `try_occupy_next` takes its threshold per second.
+        let interval_ms = self.registry.window().interval_ms;
+        let per_second = limit as f64 * 1000.0 / interval_ms as f64;
+        let Some(wait_ms) = entry.node.try_occupy_next(at, 1, per_second) else {
+            return (request, None);
+        };
+        let Some(timer) = wait::timer(Duration::from_millis(wait_ms)) else {
+            return (request, None);
+        };
+        entry
+            .node
+            .add_waiting_request(at.saturating_add(wait_ms), 1);
+        entry.node.add_occupied_pass(1);
+        let waiter = Waiter::new(Arc::clone(entry), None);
+        // The pass is already in the bucket it borrowed from.
+        let gate = wait::after(timer, waiter, |_| {});
+        (request, Some(gate))
+    }
+
+    /// The response future of a request that waits at `gate` before it
+    /// reaches the inner service. The inner service is called after the
+    /// wait, on the ready instance `poll_ready` prepared (a clone takes its
+    /// place here, as `tower`'s own waiting middleware do).
+    fn defer<ReqBody: Send + 'static>(
+        &mut self,
+        request: Request<ReqBody>,
+        entry: Arc<Entry>,
+        reserved: Option<InFlight>,
+        gate: Gate,
+    ) -> ResponseFuture<S::Future, M::Classifier, R>
+    where
+        S: Service<Request<ReqBody>>,
+    {
+        let classifier = self.make_classifier.make_classifier(&request);
+        let clone = self.inner.clone();
+        let mut ready = std::mem::replace(&mut self.inner, clone);
+        ResponseFuture::waiting(
+            gate,
+            Deferred {
+                call: Box::new(move || ready.call(request)),
+                entry,
+                reserved,
+                classifier,
+                response: Arc::clone(&self.response),
+            },
+        )
+    }
+}
+
+/// Records a pass that pacing let through at `now`: the window counts it
+/// without a limit check (the pacer is the limit), and warm-up sees it.
+#[cfg(feature = "tokio")]
+fn record_paced_pass(entry: &Entry, now: u64, warm_up: Option<&Curve>, interval_ms: u64) {
+    let _ = entry.node.try_add_pass_at(now, 1, |_| true);
+    if let (Some(curve), Some(state)) = (warm_up, entry.warm_up()) {
+        state.record_pass(now, interval_ms, curve);
     }
 }
 
@@ -236,7 +454,7 @@ impl<S, X: KeyExtractor, M: MakeClassifier, R> SlidingWindow<S, X, M, R> {
         retry_after_ms: u64,
         why: &'static str,
     ) -> ResponseFuture<F, M::Classifier, R> {
-        let quota = self.quota(entry, limit, window_pass, retry_after_ms);
+        let quota = quota(entry, &self.response, limit, window_pass, retry_after_ms);
         tracing::debug!(policy = %quota.policy, limit, retry_after_ms, "{why}");
         ResponseFuture::blocked(rejection_response(&self.response, &quota, retry_after_ms))
     }
@@ -251,6 +469,7 @@ impl<S: Clone, X: KeyExtractor, M: Clone, R> Clone for SlidingWindow<S, X, M, R>
             response: Arc::clone(&self.response),
             registry: Arc::clone(&self.registry),
             store: Arc::clone(&self.store),
+            priority: self.priority.clone(),
             body: PhantomData,
         }
     }

@@ -1,4 +1,6 @@
 use crate::clock::SharedClock;
+use crate::flow::warm_up::WarmUp;
+use crate::flow::Pacer;
 use crate::stat::StatisticNode;
 use crate::sync::{AtomicU64, Ordering};
 
@@ -19,6 +21,16 @@ pub(crate) struct Entry {
     /// own limit (never overflowed), or for the single key of a zero-sized
     /// key type. Eviction gives a slot back only for entries that hold one.
     pub(crate) pinned: bool,
+    /// The key's turns under `throttle` (one word; unused otherwise).
+    pub(crate) pacer: Pacer,
+    /// The key's warm-up tokens, under `warm_up` only (boxed: 8 bytes per
+    /// key when unused).
+    warm_up: Option<Box<WarmUp>>,
+    /// Requests of this key waiting now (for a turn, or for quota borrowed
+    /// from a later bucket). Each waiter adds one when it starts waiting and
+    /// its guard takes it off when the wait ends or is dropped, so the gauge
+    /// never counts a request that is gone. Relaxed: a gauge, read alone.
+    waiting: AtomicU64,
 }
 
 const DEFAULT_POLICY: u64 = u64::MAX;
@@ -42,7 +54,30 @@ impl Entry {
             limit: AtomicU64::new(limit),
             policy_tag: AtomicU64::new(policy_tag.map_or(DEFAULT_POLICY, |t| t & 0xFFFF_FFFF)),
             pinned,
+            pacer: Pacer::new(),
+            warm_up: window.behaviours.warm_up.map(|_| Box::new(WarmUp::new())),
+            waiting: AtomicU64::new(0),
         }
+    }
+
+    /// The key's warm-up state; present when the window has a warm-up.
+    pub(crate) fn warm_up(&self) -> Option<&WarmUp> {
+        self.warm_up.as_deref()
+    }
+
+    /// Requests of this key waiting now.
+    pub(crate) fn waiting(&self) -> u64 {
+        self.waiting.load(Ordering::Relaxed)
+    }
+
+    /// One more request waiting; matched by [`stop_waiting`](Self::stop_waiting).
+    pub(crate) fn start_waiting(&self) {
+        self.waiting.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A waiting request stopped waiting (passed, or was dropped).
+    pub(crate) fn stop_waiting(&self) {
+        self.waiting.fetch_sub(1, Ordering::Relaxed);
     }
 
     #[inline]

@@ -354,7 +354,13 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
                 // Pairs with the release decrement of the last request that
                 // dropped its clone, so its events are visible below.
                 fence(Ordering::Acquire);
-                let evict = entry.node.is_idle_at(effective_now(entry, now));
+                let at = effective_now(entry, now);
+                // A key whose latest paced turn is less than a window ago
+                // keeps its pacer: a new entry would hand out a turn early.
+                let paced_recently = entry.pacer.latest_ns().is_some_and(|ns| {
+                    (ns / 1_000_000).saturating_add(self.window().interval_ms) > at
+                });
+                let evict = !paced_recently && entry.node.is_idle_at(at);
                 if evict {
                     removed += 1;
                     if !entry.pinned {

@@ -1,0 +1,135 @@
+//! Requests that wait before they reach the inner service: a turn under
+//! [`throttle`](crate::SlidingWindowLayer::throttle), quota borrowed from a
+//! later bucket under [`prioritized`](crate::SlidingWindowLayer::prioritized).
+//!
+//! A waiting request carries a [`Gate`]: a future that ends with a
+//! [`Verdict`]. The response future polls it first and calls the inner
+//! service only when it says pass, so the wait never blocks a thread and
+//! never happens in `poll_ready`. Each gate owns a guard that keeps the
+//! key's waiting gauge and undoes its reservation if the request is dropped
+//! while it waits.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::store::Entry;
+
+/// How a gate ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// The request goes on to the inner service; the gate has recorded its
+    /// pass.
+    Pass,
+    /// The request is refused (the gate has recorded the block). The
+    /// waits of this crate's flow behaviours always end in a pass; a gate
+    /// that asks someone else (a remote store) can end in a refusal.
+    #[allow(dead_code)]
+    Refuse {
+        retry_after_ms: u64,
+        limit: u64,
+        window_pass: u64,
+    },
+}
+
+/// A decision that takes time. `Send`, so that the response future stays
+/// `Send` whatever it waits for.
+pub(crate) type Gate = Pin<Box<dyn Future<Output = Verdict> + Send + 'static>>;
+
+#[cfg(feature = "tokio")]
+std::thread_local! {
+    /// Set once a timer could not be made on this thread (a tokio runtime
+    /// built without `enable_time`), so that the attempt is not repeated.
+    static NO_TIMER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether this thread may be able to wait: inside a tokio runtime whose
+/// timer has not failed here. Outside one (another executor, a bare thread)
+/// a request that would have to wait is refused instead.
+#[cfg(feature = "tokio")]
+pub(crate) fn can_wait() -> bool {
+    !NO_TIMER.get() && tokio::runtime::Handle::try_current().is_ok()
+}
+
+/// A timer for `wait`, made now (in `call`, on the caller's runtime), or
+/// `None` if this runtime has no timer. tokio panics when asked for a timer
+/// on a runtime built without one; that panic is caught here, logged once
+/// per thread, and the request is refused instead of failing.
+#[cfg(feature = "tokio")]
+pub(crate) fn timer(wait: Duration) -> Option<Pin<Box<tokio::time::Sleep>>> {
+    if !can_wait() {
+        return None;
+    }
+    let made = std::panic::catch_unwind(|| Box::pin(tokio::time::sleep(wait)));
+    match made {
+        Ok(sleep) => Some(sleep),
+        Err(_) => {
+            NO_TIMER.set(true);
+            tracing::warn!(
+                "the tokio runtime has no timer (build it with `enable_time`): requests that \
+                 would wait under `throttle` or `prioritized` are refused on this thread"
+            );
+            None
+        }
+    }
+}
+
+/// A request's place in its key's waiting gauge, with what to undo if the
+/// request goes away before its wait ends.
+pub(crate) struct Waiter {
+    entry: Arc<Entry>,
+    /// A turn taken from the key's pacer: `(at_ns, cost_ns)`.
+    turn: Option<(u64, u64)>,
+    done: bool,
+}
+
+impl Waiter {
+    /// Counts a request as waiting on `entry`.
+    pub(crate) fn new(entry: Arc<Entry>, turn: Option<(u64, u64)>) -> Self {
+        entry.start_waiting();
+        Waiter {
+            entry,
+            turn,
+            done: false,
+        }
+    }
+
+    /// The wait is over and its reservation used.
+    pub(crate) fn finish(mut self) -> Arc<Entry> {
+        self.done = true;
+        Arc::clone(&self.entry)
+    }
+}
+
+impl Drop for Waiter {
+    fn drop(&mut self) {
+        if !self.done {
+            if let Some((at_ns, cost_ns)) = self.turn {
+                // The latest turn goes back to the next caller; an earlier
+                // one stays unused, which only spaces later passes further
+                // apart (see `flow::throttle`).
+                self.entry.pacer.give_back(at_ns, cost_ns);
+            }
+            // Borrowed quota stays reserved in its bucket: it can only make
+            // that bucket admit fewer, never more.
+        }
+        self.entry.stop_waiting();
+    }
+}
+
+/// A gate that waits for `timer`, then passes, recording the pass with
+/// `record` (called with the entry when the wait is over).
+#[cfg(feature = "tokio")]
+pub(crate) fn after(
+    timer: Pin<Box<tokio::time::Sleep>>,
+    waiter: Waiter,
+    record: impl FnOnce(&Entry) + Send + 'static,
+) -> Gate {
+    Box::pin(async move {
+        timer.await;
+        let entry = waiter.finish();
+        record(&entry);
+        Verdict::Pass
+    })
+}
