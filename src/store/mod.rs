@@ -22,6 +22,7 @@ mod entry;
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub mod redis;
 mod registry;
+mod remote_slot;
 
 #[cfg(feature = "redis")]
 pub use self::redis::{
@@ -32,3 +33,6 @@ pub use self::redis::{
 pub(crate) use cell::{Settings, Store, Window};
 pub(crate) use entry::Entry;
 pub(crate) use registry::{effective_now, Lookup, Registry};
+#[cfg(feature = "redis")]
+pub(crate) use remote_slot::RemoteLookup;
+pub(crate) use remote_slot::RemoteSlot;

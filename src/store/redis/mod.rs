@@ -85,7 +85,8 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::Script;
 
 use self::blocked::{Blocked, BlockedKeys};
-use self::identity::{identity, redis_names};
+pub(crate) use self::identity::identity;
+use self::identity::redis_names;
 use self::status::{Health, Route};
 use crate::clock::{Clock, SharedClock};
 use crate::stat::validate_window;
@@ -432,6 +433,12 @@ impl RedisStore {
         self.fresh_blocked()
     }
 
+    /// While in fallback, how long until Redis is tried again (the retry
+    /// time a `Deny` policy gives), in ms.
+    pub(crate) fn probe_ms(&self) -> u64 {
+        millis(self.probe)
+    }
+
     /// The store's mode and counters, shared by every clone.
     pub fn status(&self) -> StoreStatus {
         self.link.health.status()
@@ -465,18 +472,36 @@ impl RedisStore {
         limit: u64,
         n: u64,
     ) -> Result<Verdict, StoreError> {
-        let id = identity(key);
+        self.admit_id(identity(key), limit, n).await
+    }
+
+    /// The refusal in force for the key `id`, if it is known to be blocked
+    /// for `n` passes: no round trip, no waiting.
+    pub(crate) fn known_blocked(&self, id: u128, n: u64) -> Option<Verdict> {
         let now = self.local_clock.now_millis();
-        if let Some(blocked) = self.blocked.check(id, n, now) {
-            self.link.health.answered_locally();
-            return Ok(Verdict {
-                passed: false,
-                window_pass: blocked.window_pass,
-                limit: blocked.limit,
-                retry_after: Some(Duration::from_millis(blocked.until_ms - now)),
-                answered_locally: true,
-            });
+        let blocked = self.blocked.check(id, n, now)?;
+        self.link.health.answered_locally();
+        Some(Verdict {
+            passed: false,
+            window_pass: blocked.window_pass,
+            limit: blocked.limit,
+            retry_after: Some(Duration::from_millis(blocked.until_ms - now)),
+            answered_locally: true,
+        })
+    }
+
+    /// [`admit_n`](Self::admit_n) for a key already turned into its
+    /// identity.
+    pub(crate) async fn admit_id(
+        &self,
+        id: u128,
+        limit: u64,
+        n: u64,
+    ) -> Result<Verdict, StoreError> {
+        if let Some(verdict) = self.known_blocked(id, n) {
+            return Ok(verdict);
         }
+        let now = self.local_clock.now_millis();
         let probe_ms = millis(self.probe);
         if self.link.health.route(now, probe_ms) == Route::Fallback {
             return Err(StoreError::new(StoreErrorKind::Unavailable, ""));
@@ -574,7 +599,10 @@ impl RedisStore {
         key: &K,
         limit: u64,
     ) -> Result<(), StoreError> {
-        let id = identity(key);
+        self.set_limit_id(identity(key), limit).await
+    }
+
+    pub(crate) async fn set_limit_id(&self, id: u128, limit: u64) -> Result<(), StoreError> {
         let (_, limit_key) = redis_names(&self.prefix, id);
         let mut command = redis::cmd("SET");
         command
@@ -590,7 +618,10 @@ impl RedisStore {
     /// Removes `key`'s limit from Redis: every replica goes back to the
     /// limit it passes. Returns whether there was one.
     pub async fn remove_limit<K: StoreKey + ?Sized>(&self, key: &K) -> Result<bool, StoreError> {
-        let id = identity(key);
+        self.remove_limit_id(identity(key)).await
+    }
+
+    pub(crate) async fn remove_limit_id(&self, id: u128) -> Result<bool, StoreError> {
         let (_, limit_key) = redis_names(&self.prefix, id);
         let mut command = redis::cmd("DEL");
         command.arg(limit_key);
