@@ -11,25 +11,28 @@
 //! `redis://127.0.0.1:6379/`. `--seconds <n>` sets the run's length
 //! (default 5) and `--limit <n>` the shared limit per second (default 100).
 //!
-//! Each replica answers `GET /` after asking its own `RedisStore` (its
-//! own connection): 200 if the shared window admits the request, 429 if
-//! not, 503 if Redis cannot decide in time. The store is strict, so every
-//! second of the run (however it falls against the window's buckets) is
-//! within the limit.
+//! Each replica is a router behind its own `SlidingWindowLayer` with its
+//! own `RedisStore` (its own connection): 200 if the shared window admits
+//! the request, 429 if not. The layer is strict, so every second of the
+//! run (however it falls against the window's buckets) is within the
+//! limit. While Redis is unreachable each replica falls back to its own
+//! window (`StoreFailure::Local`). At the end each replica prints its
+//! store's status: round trips, requests refused without one (keys known
+//! to be blocked), requests answered by the failure policy.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::get;
 use axum::Router;
 use http_body_util::Empty;
 use hyper_util::rt::TokioIo;
 use tokio::net::{TcpListener, TcpStream};
-use tower_sliding_window::store::RedisStore;
+use tower_sliding_window::store::{RedisStore, StoreFailure};
+use tower_sliding_window::{SlidingWindowLayer, StatsHandle};
 
 const REPLICAS: usize = 3;
 const CLIENTS_PER_REPLICA: usize = 4;
@@ -62,35 +65,26 @@ fn settings() -> Settings {
     }
 }
 
-#[derive(Clone)]
-struct Replica {
-    store: RedisStore,
-    limit: u64,
-}
-
-async fn handler(State(replica): State<Replica>) -> StatusCode {
-    match replica.store.admit("GET /", replica.limit).await {
-        Ok(verdict) if verdict.passed => StatusCode::OK,
-        Ok(_) => StatusCode::TOO_MANY_REQUESTS,
-        Err(_) => StatusCode::SERVICE_UNAVAILABLE,
-    }
-}
-
-/// Starts one replica on a free loopback port.
-async fn replica(url: &str, prefix: &str, limit: u64) -> SocketAddr {
+/// Starts one replica on a free loopback port; returns its address and
+/// its statistics.
+async fn replica(url: &str, prefix: &str, limit: u64) -> (SocketAddr, StatsHandle<()>) {
     let store = RedisStore::connect(url)
         .await
         .unwrap_or_else(|err| panic!("cannot use Redis at {url}: {err}"))
         .prefix(prefix)
-        .strict()
         .timeout(Duration::from_millis(50));
+    let layer = SlidingWindowLayer::qps(limit)
+        .strict()
+        .store(store)
+        .on_store_error(StoreFailure::Local);
+    let stats = layer.handle();
     let app = Router::new()
-        .route("/", get(handler))
-        .with_state(Replica { store, limit });
+        .route("/", get(|| async { "hello" }))
+        .layer(layer);
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("address");
     tokio::spawn(async move { axum::serve(listener, app).await });
-    addr
+    (addr, stats)
 }
 
 /// Per second of the run: passed, refused, failed.
@@ -130,9 +124,11 @@ async fn main() {
     let settings = settings();
     // One prefix per run, shared by the three replicas.
     let prefix = format!("cluster-example-{}:", std::process::id());
-    let mut addrs = Vec::new();
+    let (mut addrs, mut stats) = (Vec::new(), Vec::new());
     for _ in 0..REPLICAS {
-        addrs.push(replica(&settings.url, &prefix, settings.limit).await);
+        let (addr, handle) = replica(&settings.url, &prefix, settings.limit).await;
+        addrs.push(addr);
+        stats.push(handle);
     }
     println!(
         "{REPLICAS} replicas on {addrs:?}, limit {} per second shared through {}",
@@ -154,12 +150,21 @@ async fn main() {
         let _ = client.await;
     }
 
-    println!("second  passed  limit  refused  failed");
+    println!("second  passed  limit  refused  other");
     for (second, row) in tally.seconds.iter().enumerate() {
         let [passed, refused, failed] = row.each_ref().map(|c| c.load(Ordering::Relaxed));
         println!(
             "{second:>6}  {passed:>6}  {:>5}  {refused:>7}  {failed:>6}",
             settings.limit
         );
+    }
+    for (i, handle) in stats.iter().enumerate() {
+        if let Some(status) = handle.store_status() {
+            println!(
+                "replica {i}: {:?}, {} round trips, {} refused without one, {} answered by the \
+                 failure policy",
+                status.mode, status.round_trips, status.answered_locally, status.fallbacks
+            );
+        }
     }
 }
