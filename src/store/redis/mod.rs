@@ -41,6 +41,14 @@
 //! the braces make the id the Redis Cluster hash tag: a key's buckets and
 //! its shared limit (`<prefix>{<id>}:limit`) are in one slot.
 //!
+//! Long keys: the built-in string extractors turn a key longer than
+//! [`MAX_KEY_BYTES`](crate::key::MAX_KEY_BYTES) into a digest form under a
+//! hash key drawn at random by each process (see
+//! [long keys](crate::key#long-keys)), so such a key is named differently
+//! by each replica: each replica then has its own window in Redis for it
+//! (at most the limit per replica, as without a store). Keys up to that
+//! length, and keys of your own [`StoreKey`] types, are shared.
+//!
 //! Every key the store writes expires on its own: the buckets two windows
 //! after the last pass ([`PEXPIRE`] on every write), a shared limit after
 //! [`limit_ttl`](RedisStore::limit_ttl) without use. A flood of distinct
@@ -325,7 +333,8 @@ impl RedisStore {
     /// Sets the window: `sample_count` buckets over `interval` (default 1 s
     /// and 10), as [`SlidingWindowLayer::window`](crate::SlidingWindowLayer::window).
     /// Replicas that share a key must use the same window. A layer's
-    /// [`store`](crate::SlidingWindowLayer) sets this from its own window.
+    /// [`store`](crate::SlidingWindowLayer::store) sets this from its own
+    /// window.
     ///
     /// # Panics
     ///
@@ -424,8 +433,9 @@ impl RedisStore {
     /// Cuts buckets with `clock` instead of the Redis server's `TIME`: its
     /// time is sent with every call. For deterministic tests with a
     /// [`ManualClock`](crate::clock::ManualClock); every store sharing keys
-    /// must then share the clock, or they disagree on window edges. Leave
-    /// it unset in production.
+    /// must then share the clock, or they disagree on window edges. The
+    /// clock also times the local refusals of blocked keys and the probes
+    /// while in fallback. Leave it unset in production.
     pub fn clock(mut self, clock: impl Clock) -> Self {
         let clock = SharedClock::new(clock);
         self.local_clock = clock.clone();
