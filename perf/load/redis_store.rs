@@ -7,6 +7,8 @@
 //!
 //! - `local`: the layer alone (`SlidingWindowLayer`, one global key), the
 //!   baseline of one replica;
+//! - `layer + redis-store`: the same layer with `.store(RedisStore)`: what
+//!   a shared limit adds per admitted request;
 //! - `redis-store`: `RedisStore::admit` (the bucketed-window script);
 //! - `redis-gcra`: a GCRA Lua script as users write it with the `redis`
 //!   crate (`Script` over a `ConnectionManager`, the time from `TIME`, one
@@ -119,6 +121,12 @@ fn local() -> BoxService {
     let inner = service_fn(|_req: Request<String>| async { Ok::<_, Infallible>(answer(true)) });
     let layered = tower::Layer::layer(&SlidingWindowLayer::qps(UNREACHED), inner);
     BoxService::new(layered)
+}
+
+fn layer_with_store(store: RedisStore) -> BoxService {
+    let inner = service_fn(|_req: Request<String>| async { Ok::<_, Infallible>(answer(true)) });
+    let layer = SlidingWindowLayer::qps(UNREACHED).store(store);
+    BoxService::new(tower::Layer::layer(&layer, inner))
 }
 
 fn store(store: RedisStore) -> BoxService {
@@ -239,6 +247,14 @@ pub async fn run(config: &Config) -> Result<String, String> {
 
     let mut rows = Vec::new();
     rows.push(measure("local (layer, no Redis)", local(), config).await?);
+    rows.push(
+        measure(
+            "layer + redis-store (.store)",
+            layer_with_store(redis_store.clone()),
+            config,
+        )
+        .await?,
+    );
     rows.push(
         measure(
             "redis-store (RedisStore::admit)",
