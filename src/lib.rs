@@ -11,7 +11,7 @@ pub mod key;
 mod layer;
 pub mod response;
 pub mod stat;
-mod store;
+pub mod store;
 mod sync;
 
 pub use error::ConfigError;

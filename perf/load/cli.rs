@@ -25,6 +25,8 @@ pub enum Mode {
     Short,
     /// Bench, accuracy and retry in one go (the reference run, soak excluded).
     All,
+    /// The Redis store against local mode and a GCRA peer (feature `redis`).
+    Redis,
 }
 
 impl Mode {
@@ -38,6 +40,7 @@ impl Mode {
             "soak" => Mode::Soak,
             "short" => Mode::Short,
             "all" => Mode::All,
+            "redis" => Mode::Redis,
             _ => return None,
         })
     }
@@ -140,6 +143,10 @@ modes:
              --soak-secs (90 s unless given), failing on memory growth
   short      a few seconds of deterministic checks (CI)
   all        bench + accuracy + retry (the reference run)
+  redis      the Redis store's latency and throughput against local mode
+             and a GCRA Lua peer (build with --features redis; REDIS_URL
+             or a redis-server started on a free port); reads
+             --overhead-requests, --connections, --bench-secs
 
 options (defaults in brackets):
   --out DIR               charts and report [target/load]

@@ -10,6 +10,7 @@
 //! cargo run --release -p perf --bin load -- soak --hostile --seconds 90
 //! cargo run --release -p perf --bin load -- short
 //! cargo run --release -p perf --bin load -- all --out docs/perf
+//! cargo run --release -p perf --bin load --features redis -- redis
 //! ```
 //!
 //! `--help` lists the options. Every mode is bounded in time, binds only
@@ -26,6 +27,8 @@ mod hostile;
 mod ours;
 mod overhead;
 mod plots;
+#[cfg(feature = "redis")]
+mod redis_store;
 mod report;
 mod retry;
 mod scenario;
@@ -68,6 +71,9 @@ fn run(config: &Config) -> Result<bool, String> {
         config.server_threads, config.client_threads
     ));
     let mode = config.mode;
+    if mode == Mode::Redis {
+        return run_redis(config);
+    }
     if mode != Mode::Soak {
         report.contenders();
     }
@@ -180,4 +186,24 @@ fn run(config: &Config) -> Result<bool, String> {
         );
     }
     Ok(passed)
+}
+
+/// `load redis`: its own runtime and report file (`report-redis.md`).
+#[cfg(feature = "redis")]
+fn run_redis(config: &Config) -> Result<bool, String> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(config.client_threads.max(2))
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the runtime: {e}"))?;
+    let text = runtime.block_on(redis_store::run(config))?;
+    let path = config.out.join("report-redis.md");
+    std::fs::write(&path, &text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    println!("{text}");
+    Ok(true)
+}
+
+#[cfg(not(feature = "redis"))]
+fn run_redis(_config: &Config) -> Result<bool, String> {
+    Err("the redis mode needs `--features redis`".to_owned())
 }

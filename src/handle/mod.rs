@@ -12,7 +12,7 @@ use std::sync::Arc;
 use crate::breaker::BreakerState;
 use crate::key::IntoKey;
 use crate::stat::{Counts, MetricNode};
-use crate::store::{effective_now, Entry, Registry, Store};
+use crate::store::{effective_now, Entry, Registry, RemoteSlot, Store};
 
 /// A cloneable handle on a [`SlidingWindowLayer`](crate::SlidingWindowLayer)'s
 /// live statistics and limits.
@@ -49,11 +49,22 @@ use crate::store::{effective_now, Entry, Registry, Store};
 /// ```
 pub struct StatsHandle<K> {
     store: Arc<Store<K>>,
+    /// The layer's shared store, if it has one (feature `redis`).
+    remote: RemoteSlot<K>,
 }
 
 impl<K> StatsHandle<K> {
     pub(crate) fn new(store: Arc<Store<K>>) -> Self {
-        StatsHandle { store }
+        StatsHandle {
+            store,
+            remote: RemoteSlot::none(),
+        }
+    }
+
+    /// The same handle, aware of the layer's shared store.
+    pub(crate) fn with_remote(mut self, remote: RemoteSlot<K>) -> Self {
+        self.remote = remote;
+        self
     }
 }
 
@@ -61,6 +72,7 @@ impl<K> Clone for StatsHandle<K> {
     fn clone(&self) -> Self {
         StatsHandle {
             store: Arc::clone(&self.store),
+            remote: self.remote.clone(),
         }
     }
 }
@@ -287,19 +299,77 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
     /// stats.set_limit("internal", 1_000);
     /// assert!(stats.remove_limit(&Some("internal".to_owned())));
     /// ```
+    ///
+    /// With a [`store`](crate::SlidingWindowLayer::store) (feature `redis`),
+    /// the limit is also written to Redis, where it overrides the limit of
+    /// every replica that shares the key (see
+    /// [`RedisStore::set_limit`](crate::store::RedisStore::set_limit)). The
+    /// write runs in the background on the current tokio runtime; outside
+    /// one, or if it fails, it is logged and only this replica's limit
+    /// changes. Await `RedisStore::set_limit` for a confirmed write.
     pub fn set_limit(&self, key: impl IntoKey<K>, limit: u64) {
-        self.registry().set_limit(key.into_key(), limit);
+        let key = key.into_key();
+        #[cfg(feature = "redis")]
+        self.write_remote_limit(&key, Some(limit));
+        self.registry().set_limit(key, limit);
     }
 
     /// Removes `key`'s own limit (from a [`rule`](crate::SlidingWindowLayer::rule)
     /// or [`set_limit`](Self::set_limit)): the key is limited by the default
     /// limit again, from the next request. Returns whether it had its own
-    /// limit.
+    /// limit. With a store, when the key had its own limit here, the limit
+    /// in Redis is removed too (in the background, as
+    /// [`set_limit`](Self::set_limit) writes it).
     pub fn remove_limit<Q>(&self, key: &Q) -> bool
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
+        #[cfg(feature = "redis")]
+        if let Some(owned) = self.registry().own_limit_key(key) {
+            self.write_remote_limit(&owned, None);
+        }
         self.registry().remove_limit(key)
+    }
+}
+
+/// # The shared store (feature `redis`)
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
+    /// The layer's [`RedisStore`](crate::store::RedisStore) status: whether
+    /// admissions are decided in Redis or by the failure policy now, and
+    /// its counters. `None` when the layer has no store (or the handle was
+    /// taken before [`store`](crate::SlidingWindowLayer::store)).
+    pub fn store_status(&self) -> Option<crate::store::StoreStatus> {
+        self.remote
+            .remote
+            .as_ref()
+            .map(|remote| remote.store.status())
+    }
+
+    /// Writes (`Some`) or removes (`None`) `key`'s limit in Redis, in the
+    /// background.
+    fn write_remote_limit(&self, key: &K, limit: Option<u64>) {
+        let Some((store, id)) = self.remote.identity_of(key) else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!(
+                "StatsHandle: a limit change was not written to Redis (no tokio runtime here); \
+                 only this replica's limit changed"
+            );
+            return;
+        };
+        let store = store.clone();
+        runtime.spawn(async move {
+            let written = match limit {
+                Some(limit) => store.set_limit_id(id, limit).await,
+                None => store.remove_limit_id(id).await.map(|_| ()),
+            };
+            if let Err(err) = written {
+                tracing::warn!(error = %err, "StatsHandle: a limit change was not written to Redis");
+            }
+        });
     }
 }

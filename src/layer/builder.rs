@@ -18,7 +18,7 @@ use crate::handle::StatsHandle;
 use crate::key::{GlobalKey, IntoKey, KeyExtractor};
 use crate::response::{validate_policy_name, Rejection, ResponseConfig};
 use crate::stat::validate_window;
-use crate::store::{Settings, Store, Window};
+use crate::store::{RemoteSlot, Settings, Store, Window};
 
 /// The classifier used unless [`classify`](SlidingWindowLayer::classify) picks
 /// another: 5xx responses and inner errors are failures.
@@ -67,6 +67,8 @@ pub struct SlidingWindowLayer<X: KeyExtractor = GlobalKey, M = DefaultClassifier
     store: Arc<Store<X::Key>>,
     /// Which requests may borrow quota ([`prioritized`](Self::prioritized)).
     pub(super) priority: Option<Priority>,
+    /// The shared store and its failure policy (feature `redis`).
+    pub(super) remote: RemoteSlot<X::Key>,
     body: PhantomData<fn() -> R>,
 }
 
@@ -95,6 +97,7 @@ impl SlidingWindowLayer {
             response: Arc::new(ResponseConfig::default()),
             store: Arc::new(Store::new(Settings::new(limit))),
             priority: None,
+            remote: RemoteSlot::none(),
             body: PhantomData,
         }
     }
@@ -125,6 +128,11 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
     /// Call `key` first, then [`rule`](Self::rule). A [`StatsHandle`] taken
     /// before `key` belongs to the old key type and sees none of the new
     /// layer's requests: take handles after `key`.
+    ///
+    /// # Panics
+    ///
+    /// When a [`store`](Self::store) was set before (feature `redis`): set
+    /// the store after `key`, since it names the keys `key` chooses.
     pub fn key<Y: KeyExtractor>(self, extractor: Y) -> SlidingWindowLayer<Y, M, R> {
         SlidingWindowLayer {
             extractor,
@@ -132,6 +140,7 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
             response: self.response,
             store: Arc::new(Store::new(self.store.settings().rekey())),
             priority: self.priority,
+            remote: self.remote.rekey(),
             body: PhantomData,
         }
     }
@@ -283,7 +292,70 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
     /// layer's state (see "Shared state"). It may be taken at any point
     /// after [`key`](Self::key).
     pub fn handle(&self) -> StatsHandle<X::Key> {
-        StatsHandle::new(Arc::clone(&self.store))
+        StatsHandle::new(Arc::clone(&self.store)).with_remote(self.remote.clone())
+    }
+}
+
+/// # Shared limits across replicas
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
+    /// Decides every admission in Redis through `store`, so that every
+    /// replica sharing the Redis server and the same limits admits at most
+    /// the limit per window in total (exactly the limit under overload).
+    /// See [`store::redis`](crate::store::redis) for how.
+    ///
+    /// The store takes this layer's window ([`window`](Self::window),
+    /// [`strict`](Self::strict)); each request sends its key's limit here
+    /// (the default, a [`rule`](Self::rule), a
+    /// [`set_limit`](crate::StatsHandle::set_limit)), unless a limit was set
+    /// in Redis ([`RedisStore::set_limit`](crate::store::RedisStore::set_limit),
+    /// or a handle's `set_limit`, which writes it there too). A key known
+    /// to be blocked is refused at once; any other request waits for the
+    /// store's answer (at most its timeout) before it reaches the inner
+    /// service. The key's statistics stay in this replica, and count what
+    /// Redis decided. [`max_concurrency`](Self::max_concurrency) still
+    /// applies in this replica; `throttle`, `warm_up` and `prioritized`
+    /// are local pacing and are not applied with a store (the window in
+    /// Redis decides).
+    ///
+    /// When Redis cannot decide, [`on_store_error`](Self::on_store_error)
+    /// does.
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use axum::{routing::get, Router};
+    /// use tower_sliding_window::store::{RedisStore, StoreFailure};
+    /// use tower_sliding_window::{PathKey, SlidingWindowLayer};
+    ///
+    /// let store = RedisStore::connect("redis://127.0.0.1:6379/").await?;
+    /// let limit = SlidingWindowLayer::qps(100)
+    ///     .key(PathKey)
+    ///     .store(store)
+    ///     .on_store_error(StoreFailure::Local);
+    /// let stats = limit.handle();
+    /// let app: Router = Router::new().route("/", get(|| async { "hi" })).layer(limit);
+    /// # let _ = (app, stats);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn store(mut self, store: crate::store::RedisStore) -> Self
+    where
+        X::Key: crate::store::StoreKey,
+    {
+        self.remote = self.remote.with_store(store);
+        self
+    }
+
+    /// What to do while Redis cannot decide (an error, no answer within the
+    /// store's timeout, or the store in fallback between probes); see
+    /// [`StoreFailure`](crate::store::StoreFailure). Default:
+    /// [`StoreFailure::Local`](crate::store::StoreFailure::Local), this
+    /// replica's own window with the same limit.
+    pub fn on_store_error(mut self, policy: crate::store::StoreFailure) -> Self {
+        self.remote.policy = policy;
+        self
     }
 }
 
@@ -383,6 +455,7 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
             response: self.response,
             store: self.store,
             priority: self.priority,
+            remote: self.remote,
             body: PhantomData,
         }
     }
@@ -399,6 +472,7 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
             response: self.response,
             store: self.store,
             priority: self.priority,
+            remote: self.remote,
             body: PhantomData,
         }
     }
@@ -450,6 +524,7 @@ impl<X: KeyExtractor, M: Clone, R> Clone for SlidingWindowLayer<X, M, R> {
             response: Arc::clone(&self.response),
             store: Arc::clone(&self.store),
             priority: self.priority.clone(),
+            remote: self.remote.clone(),
             body: PhantomData,
         }
     }
@@ -466,6 +541,7 @@ impl<S, X: KeyExtractor, M: Clone, R> Layer<S> for SlidingWindowLayer<X, M, R> {
             Arc::clone(&self.response),
             Arc::clone(&self.store),
             self.priority.clone(),
+            self.remote.clone(),
         )
     }
 }

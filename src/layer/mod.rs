@@ -9,6 +9,8 @@ mod builder;
 pub mod future;
 mod in_flight;
 mod quota;
+#[cfg(feature = "redis")]
+mod remote;
 mod service;
 // Without a timer (no `tokio` feature) nothing waits, and the waiting
 // state is never entered.

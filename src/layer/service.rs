@@ -20,6 +20,8 @@ use super::future::Deferred;
 use super::future::{Completion, ResponseFuture};
 use super::in_flight::InFlight;
 use super::quota::quota;
+#[cfg(feature = "redis")]
+use super::remote;
 #[cfg(feature = "tokio")]
 use super::wait::{self, Gate, Waiter};
 #[cfg(feature = "tokio")]
@@ -31,7 +33,11 @@ use crate::flow::{Pacer, Turn};
 use crate::handle::StatsHandle;
 use crate::key::{GlobalKey, KeyExtractor};
 use crate::response::{rejection_response, Quota, ResponseConfig};
-use crate::store::{effective_now, Entry, Lookup, Registry, Store, Window};
+#[cfg(feature = "redis")]
+use crate::store::redis::RemoteWindow;
+#[cfg(feature = "redis")]
+use crate::store::RemoteLookup;
+use crate::store::{effective_now, Entry, Lookup, Registry, RemoteSlot, Store, Window};
 
 /// Limits requests per key with a sliding window; made by
 /// [`SlidingWindowLayer`](crate::SlidingWindowLayer).
@@ -54,6 +60,8 @@ pub struct SlidingWindow<
     store: Arc<Store<X::Key>>,
     /// Which requests may borrow quota (`prioritized`).
     priority: Option<Priority>,
+    /// The shared store, if any (feature `redis`).
+    remote: RemoteSlot<X::Key>,
     body: PhantomData<fn() -> R>,
 }
 
@@ -65,15 +73,28 @@ impl<S, X: KeyExtractor, M, R> SlidingWindow<S, X, M, R> {
         response: Arc<ResponseConfig>,
         store: Arc<Store<X::Key>>,
         priority: Option<Priority>,
+        #[allow(unused_mut)] mut remote: RemoteSlot<X::Key>,
     ) -> Self {
+        let registry = Arc::clone(store.registry());
+        // The store decides on this layer's window, as it is once built.
+        #[cfg(feature = "redis")]
+        if let Some(remote) = &mut remote.remote {
+            let window = registry.window();
+            remote.store = remote.store.clone().with_window(RemoteWindow {
+                sample_count: window.sample_count,
+                interval_ms: window.interval_ms,
+                strict: window.strict,
+            });
+        }
         SlidingWindow {
             inner,
             extractor,
             make_classifier,
             response,
-            registry: Arc::clone(store.registry()),
+            registry,
             store,
             priority,
+            remote,
             body: PhantomData,
         }
     }
@@ -95,7 +116,7 @@ impl<S, X: KeyExtractor, M, R> SlidingWindow<S, X, M, R> {
 
     /// A handle on the live statistics and limits.
     pub fn handle(&self) -> StatsHandle<X::Key> {
-        StatsHandle::new(Arc::clone(&self.store))
+        StatsHandle::new(Arc::clone(&self.store)).with_remote(self.remote.clone())
     }
 }
 
@@ -128,6 +149,21 @@ where
         // Split and reassemble: both move, nothing is cloned. The extractor
         // hands its key straight to the table (by reference where it can).
         let (parts, body) = request.into_parts();
+        // With a shared store, the same visit gives the key's identity in
+        // the store.
+        #[cfg(feature = "redis")]
+        let (entry, remote_id) = match &self.remote.remote {
+            None => (self.extractor.visit(&parts, Lookup { registry, now }), None),
+            Some(remote) => {
+                let lookup = RemoteLookup {
+                    lookup: Lookup { registry, now },
+                    identity: remote.identity_fn(),
+                };
+                let (entry, id) = self.extractor.visit(&parts, lookup);
+                (entry, Some(id))
+            }
+        };
+        #[cfg(not(feature = "redis"))]
         let entry = self.extractor.visit(&parts, Lookup { registry, now });
         let request = Request::from_parts(parts, body);
         let limit = entry.limit();
@@ -179,6 +215,12 @@ where
                 Some(in_flight)
             }
         };
+
+        // With a shared store, Redis decides (see `super::remote`).
+        #[cfg(feature = "redis")]
+        if let Some(id) = remote_id {
+            return self.remote_admit(request, entry, reserved, id, at, limit);
+        }
 
         #[cfg(feature = "tokio")]
         if let Some(max_wait) = behaviours.throttle {
@@ -413,6 +455,56 @@ impl<S: Clone + Send + 'static, X: KeyExtractor, M: MakeClassifier, R> SlidingWi
         }
     }
 
+    /// With a shared store: refuses a key the store knows to be blocked at
+    /// once, else waits at a gate for the store's verdict (or the failure
+    /// policy's).
+    #[cfg(feature = "redis")]
+    fn remote_admit<ReqBody: Send + 'static>(
+        &mut self,
+        request: Request<ReqBody>,
+        entry: Arc<Entry>,
+        reserved: Option<InFlight>,
+        id: u128,
+        at: u64,
+        limit: u64,
+    ) -> ResponseFuture<S::Future, M::Classifier, R>
+    where
+        S: Service<Request<ReqBody>>,
+    {
+        let Some(remote) = &self.remote.remote else {
+            unreachable!("called only with a store");
+        };
+        let store = remote.store.clone();
+        if let Some(verdict) = store.known_blocked(id, 1) {
+            drop(request);
+            entry.node.record_block_at(at, 1);
+            drop(reserved);
+            let retry_after_ms = verdict
+                .retry_after
+                .map_or(1, |wait| {
+                    u64::try_from(wait.as_millis()).unwrap_or(u64::MAX)
+                })
+                .max(1);
+            return self.refuse(
+                &entry,
+                verdict.limit,
+                verdict.window_pass,
+                retry_after_ms,
+                "request rejected: its key is blocked in the shared store",
+            );
+        }
+        let interval_ms = self.registry.window().interval_ms;
+        let gate = remote::gate(
+            store,
+            self.remote.policy,
+            Arc::clone(&entry),
+            id,
+            limit,
+            interval_ms,
+        );
+        self.defer(request, entry, reserved, gate)
+    }
+
     /// Under `prioritized`, for a request the window refused: borrows a
     /// pass from a later bucket (Sentinel's occupy) if the request is
     /// prioritized and one fits within the occupy timeout, and returns the
@@ -551,6 +643,7 @@ impl<S: Clone, X: KeyExtractor, M: Clone, R> Clone for SlidingWindow<S, X, M, R>
             registry: Arc::clone(&self.registry),
             store: Arc::clone(&self.store),
             priority: self.priority.clone(),
+            remote: self.remote.clone(),
             body: PhantomData,
         }
     }

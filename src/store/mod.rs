@@ -1,19 +1,38 @@
 //! Where the per-key counts live.
 //!
-//! The local store is a bounded table of per-key entries (a
-//! [`StatisticNode`](crate::stat::StatisticNode) and a limit each), built
-//! when it is first needed from settings that can still change until then.
+//! By default every layer keeps its counts in its own process. With the
+//! `redis` feature, a `RedisStore` shares them across replicas: see the
+//! `redis` module's docs for how it decides, names its keys and fails over.
 //!
-//! - [`Store`]: the settings, then the table built from them, shared by a
-//!   layer, its clones, its services and its handles.
-//! - [`Registry`]: the table itself: sharded, bounded by `max_keys`,
-//!   evicting idle keys, with one overflow entry when every slot is busy.
-//! - [`Entry`]: one key's statistics, limit and circuit breakers.
+//! (Without the feature this module is empty.)
+
+// The local store is a bounded table of per-key entries (a `StatisticNode`
+// and a limit each), built when it is first needed from settings that can
+// still change until then.
+//
+// - `Store`: the settings, then the table built from them, shared by a
+//   layer, its clones, its services and its handles.
+// - `Registry`: the table itself: sharded, bounded by `max_keys`, evicting
+//   idle keys, with one overflow entry when every slot is busy.
+// - `Entry`: one key's statistics, limit and circuit breakers.
 
 mod cell;
 mod entry;
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub mod redis;
 mod registry;
+mod remote_slot;
+
+#[cfg(feature = "redis")]
+pub use self::redis::{
+    KeyBytes, RedisStore, StoreError, StoreErrorKind, StoreFailure, StoreKey, StoreMode,
+    StoreStatus, Verdict,
+};
 
 pub(crate) use cell::{Settings, Store, Window};
 pub(crate) use entry::{Entry, Probe};
 pub(crate) use registry::{effective_now, Lookup, Registry};
+#[cfg(feature = "redis")]
+pub(crate) use remote_slot::RemoteLookup;
+pub(crate) use remote_slot::RemoteSlot;

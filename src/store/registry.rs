@@ -467,6 +467,18 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
         }
     }
 
+    /// The owned form of `key`, if the key has its own limit.
+    #[cfg(feature = "redis")]
+    pub(crate) fn own_limit_key<Q>(&self, key: &Q) -> Option<K>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        read(&self.limits)
+            .get_key_value(key)
+            .map(|(owned, _)| owned.clone())
+    }
+
     /// Removes `key`'s own limit: the key goes back to the default limit,
     /// now and for every later entry of it. Returns whether it had one.
     pub(crate) fn remove_limit<Q>(&self, key: &Q) -> bool

@@ -1,0 +1,170 @@
+//! Three replicas of one HTTP service in one process, sharing one limit
+//! through Redis, driven with real HTTP far above the limit; prints the
+//! combined pass rate per second against the limit.
+//!
+//! ```text
+//! redis-server --port 6379 &
+//! cargo run --example cluster --features redis -- --redis redis://127.0.0.1:6379/
+//! ```
+//!
+//! The URL comes from `--redis <url>`, else `REDIS_URL`, else
+//! `redis://127.0.0.1:6379/`. `--seconds <n>` sets the run's length
+//! (default 5) and `--limit <n>` the shared limit per second (default 100).
+//!
+//! Each replica is a router behind its own `SlidingWindowLayer` with its
+//! own `RedisStore` (its own connection): 200 if the shared window admits
+//! the request, 429 if not. The layer is strict, so every second of the
+//! run (however it falls against the window's buckets) is within the
+//! limit. While Redis is unreachable each replica falls back to its own
+//! window (`StoreFailure::Local`). At the end each replica prints its
+//! store's status: round trips, requests refused without one (keys known
+//! to be blocked), requests answered by the failure policy.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::http::StatusCode;
+use axum::routing::get;
+use axum::Router;
+use http_body_util::Empty;
+use hyper_util::rt::TokioIo;
+use tokio::net::{TcpListener, TcpStream};
+use tower_sliding_window::store::{RedisStore, StoreFailure};
+use tower_sliding_window::{SlidingWindowLayer, StatsHandle};
+
+const REPLICAS: usize = 3;
+const CLIENTS_PER_REPLICA: usize = 4;
+
+struct Settings {
+    url: String,
+    seconds: u64,
+    limit: u64,
+}
+
+fn settings() -> Settings {
+    let mut url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/".into());
+    let (mut seconds, mut limit) = (5, 100);
+    let mut args = std::env::args().skip(1);
+    while let Some(flag) = args.next() {
+        let value = args
+            .next()
+            .unwrap_or_else(|| panic!("{flag} needs a value"));
+        match flag.as_str() {
+            "--redis" => url = value,
+            "--seconds" => seconds = value.parse().expect("--seconds: a whole number"),
+            "--limit" => limit = value.parse().expect("--limit: a whole number"),
+            other => panic!("unknown flag {other} (--redis, --seconds, --limit)"),
+        }
+    }
+    Settings {
+        url,
+        seconds,
+        limit,
+    }
+}
+
+/// Starts one replica on a free loopback port; returns its address and
+/// its statistics.
+async fn replica(url: &str, prefix: &str, limit: u64) -> (SocketAddr, StatsHandle<()>) {
+    let store = RedisStore::connect(url)
+        .await
+        .unwrap_or_else(|err| panic!("cannot use Redis at {url}: {err}"))
+        .prefix(prefix)
+        .timeout(Duration::from_millis(50));
+    let layer = SlidingWindowLayer::qps(limit)
+        .strict()
+        .store(store)
+        .on_store_error(StoreFailure::Local);
+    let stats = layer.handle();
+    let app = Router::new()
+        .route("/", get(|| async { "hello" }))
+        .layer(layer);
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("address");
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (addr, stats)
+}
+
+/// Per second of the run: passed, refused, failed.
+struct Tally {
+    seconds: Vec<[AtomicU64; 3]>,
+}
+
+/// Sends `GET /` over one keep-alive connection until `end`.
+async fn client(addr: SocketAddr, start: Instant, end: Instant, tally: Arc<Tally>) {
+    let stream = TcpStream::connect(addr).await.expect("connect");
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .expect("handshake");
+    tokio::spawn(connection);
+    while Instant::now() < end {
+        let request = http::Request::get("/")
+            .header("host", "replica")
+            .body(Empty::<bytes::Bytes>::new())
+            .expect("request");
+        let Ok(response) = sender.send_request(request).await else {
+            break;
+        };
+        let second = start.elapsed().as_secs() as usize;
+        let column = match response.status() {
+            StatusCode::OK => 0,
+            StatusCode::TOO_MANY_REQUESTS => 1,
+            _ => 2,
+        };
+        if let Some(row) = tally.seconds.get(second) {
+            row[column].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+#[tokio::main]
+async fn main() {
+    let settings = settings();
+    // One prefix per run, shared by the three replicas.
+    let prefix = format!("cluster-example-{}:", std::process::id());
+    let (mut addrs, mut stats) = (Vec::new(), Vec::new());
+    for _ in 0..REPLICAS {
+        let (addr, handle) = replica(&settings.url, &prefix, settings.limit).await;
+        addrs.push(addr);
+        stats.push(handle);
+    }
+    println!(
+        "{REPLICAS} replicas on {addrs:?}, limit {} per second shared through {}",
+        settings.limit, settings.url
+    );
+
+    let tally = Arc::new(Tally {
+        seconds: (0..settings.seconds).map(|_| Default::default()).collect(),
+    });
+    let start = Instant::now();
+    let end = start + Duration::from_secs(settings.seconds);
+    let mut clients = Vec::new();
+    for addr in &addrs {
+        for _ in 0..CLIENTS_PER_REPLICA {
+            clients.push(tokio::spawn(client(*addr, start, end, Arc::clone(&tally))));
+        }
+    }
+    for client in clients {
+        let _ = client.await;
+    }
+
+    println!("second  passed  limit  refused  other");
+    for (second, row) in tally.seconds.iter().enumerate() {
+        let [passed, refused, failed] = row.each_ref().map(|c| c.load(Ordering::Relaxed));
+        println!(
+            "{second:>6}  {passed:>6}  {:>5}  {refused:>7}  {failed:>6}",
+            settings.limit
+        );
+    }
+    for (i, handle) in stats.iter().enumerate() {
+        if let Some(status) = handle.store_status() {
+            println!(
+                "replica {i}: {:?}, {} round trips, {} refused without one, {} answered by the \
+                 failure policy",
+                status.mode, status.round_trips, status.answered_locally, status.fallbacks
+            );
+        }
+    }
+}

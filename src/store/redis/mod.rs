@@ -1,0 +1,730 @@
+//! Limits shared across replicas, kept in Redis (feature `redis`).
+//!
+//! A [`RedisStore`] decides each admission in Redis, in one atomic step: a
+//! Lua script (loaded once, then called by its hash with `EVALSHA`, and
+//! loaded again if the server answers `NOSCRIPT`, after a restart) reads
+//! the key's buckets, checks `passes + n <= limit` and records the pass.
+//! Any number of replicas that share the Redis and the same limits admit
+//! at most `limit` per window in total, and exactly `limit` under
+//! overload.
+//!
+//! # The window
+//!
+//! The same bucketed window as the local layer: `sample_count` buckets of
+//! `interval / sample_count` ms; admission counts the passes of the
+//! buckets whose starts lie in the last `interval`, and with
+//! [`strict`](RedisStore::strict) one bucket more. Each key is one Redis
+//! hash from bucket start to passes; buckets that have left the window are
+//! deleted as the script meets them.
+//!
+//! **One time source.** Bucket boundaries come from the Redis server's
+//! clock (`TIME`, read inside the script), never from a replica's: a
+//! replica whose clock is off cannot move a window edge, so clock skew
+//! between replicas cannot over-admit. Tests that need exact edges give
+//! the store a [`ManualClock`](crate::clock::ManualClock) with
+//! [`clock`](RedisStore::clock): its time is then sent with every call
+//! instead (every replica must then share that clock).
+//!
+//! # Few round trips
+//!
+//! One round trip per request at most. A refusal carries the time until a
+//! pass could fit; the store then refuses that key locally, without a round
+//! trip, until that time (on its own clock). At most 4096 keys are
+//! remembered this way; beyond that a refused key costs its round trip.
+//!
+//! # Keys in Redis
+//!
+//! A key's name is `<prefix>{<id>}` (default prefix `tsw:`), with `id` 32
+//! hex digits: a 128-bit HighwayHash, under a fixed hash key, of the
+//! key's stable byte form ([`StoreKey`]). So every replica names a key the
+//! same way, a key of any length or bytes costs Redis one short name, and
+//! the braces make the id the Redis Cluster hash tag: a key's buckets and
+//! its shared limit (`<prefix>{<id>}:limit`) are in one slot.
+//!
+//! Long keys: the built-in string extractors turn a key longer than
+//! [`MAX_KEY_BYTES`](crate::key::MAX_KEY_BYTES) into a digest form under a
+//! hash key drawn at random by each process (see
+//! [long keys](crate::key#long-keys)), so such a key is named differently
+//! by each replica: each replica then has its own window in Redis for it
+//! (at most the limit per replica, as without a store). Keys up to that
+//! length, and keys of your own [`StoreKey`] types, are shared.
+//!
+//! Every key the store writes expires on its own: the buckets two windows
+//! after the last pass ([`PEXPIRE`] on every write), a shared limit after
+//! [`limit_ttl`](RedisStore::limit_ttl) without use. A flood of distinct
+//! keys costs Redis at most one small hash per key passed in the last two
+//! windows.
+//!
+//! # Limits
+//!
+//! Each call passes the caller's limit for the key. A limit set with
+//! [`RedisStore::set_limit`] is written to Redis and overrides the limit
+//! every replica passes for that key, so one call reaches every replica
+//! (from their next request). [`RedisStore::remove_limit`] deletes it.
+//!
+//! # Failures
+//!
+//! Every round trip is bounded by a [`timeout`](RedisStore::timeout)
+//! (default 100 ms). The connection is re-established on its own, with
+//! backoff, after an error. The first failure switches the store to
+//! [`StoreMode::Fallback`] and logs one warning: requests are then answered
+//! at once by the failure policy ([`StoreFailure`], chosen on the layer)
+//! without waiting on Redis, and one request per
+//! [`probe_interval`](RedisStore::probe_interval) tries Redis again. The
+//! first success switches back and logs one notice. [`RedisStore::status`]
+//! shows the mode and the counts.
+//!
+//! [`PEXPIRE`]: https://redis.io/docs/latest/commands/pexpire/
+
+mod blocked;
+mod error;
+mod identity;
+mod status;
+
+pub use error::{StoreError, StoreErrorKind};
+pub use identity::{KeyBytes, StoreKey};
+pub use status::{StoreMode, StoreStatus};
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::Script;
+
+use self::blocked::{Blocked, BlockedKeys};
+pub(crate) use self::identity::identity;
+use self::identity::redis_names;
+use self::status::{Health, Route};
+use crate::clock::{Clock, SharedClock};
+use crate::stat::validate_window;
+
+/// What a layer with a [`RedisStore`] does while Redis cannot decide (an
+/// error, or no answer within the timeout). Chosen with
+/// `SlidingWindowLayer::on_store_error`.
+///
+/// | policy | while Redis is down |
+/// | --- | --- |
+/// | `Local` (default) | this replica's own window decides, with the same limit: the total across `N` replicas is at most `N x limit` |
+/// | `Allow` | every request passes (fail open) |
+/// | `Deny` | every request is refused with the rejection response (fail closed) |
+///
+/// Whatever the policy, no request waits longer than the store's timeout,
+/// and none fails with a server error.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StoreFailure {
+    /// Fall back to this replica's own window, with the same limit.
+    #[default]
+    Local,
+    /// Admit every request.
+    Allow,
+    /// Refuse every request.
+    Deny,
+}
+
+/// The outcome of one admission through a [`RedisStore`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Verdict {
+    /// Whether the request passed (its pass is recorded in Redis).
+    pub passed: bool,
+    /// Passes of the key in the current window, this one included when it
+    /// passed (across every replica).
+    pub window_pass: u64,
+    /// The limit applied: the shared limit set with
+    /// [`RedisStore::set_limit`] if there is one, else the caller's.
+    pub limit: u64,
+    /// When refused: the time until a request could pass, or `None` if it
+    /// never can at this limit (a limit of 0, or `n` above it).
+    pub retry_after: Option<Duration>,
+    /// Refused without a round trip: the key was known to be blocked.
+    pub answered_locally: bool,
+}
+
+/// The window shape a store decides on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RemoteWindow {
+    pub(crate) sample_count: usize,
+    pub(crate) interval_ms: u64,
+    pub(crate) strict: bool,
+}
+
+impl RemoteWindow {
+    fn bucket_ms(&self) -> u64 {
+        self.interval_ms / self.sample_count as u64
+    }
+
+    fn span(&self) -> u64 {
+        self.sample_count as u64 + u64::from(self.strict)
+    }
+}
+
+/// What every clone of a store shares: the connection, the script and the
+/// health of the link.
+struct Link {
+    connection: ConnectionManager,
+    script: Script,
+    health: Health,
+}
+
+/// The script: decides and records one admission (see `admit.lua`).
+const ADMIT_LUA: &str = include_str!("admit.lua");
+
+/// Largest limit sent to the script: Lua numbers are doubles, exact up to
+/// 2^53. A larger limit admits as 2^53 does (no real window holds more).
+const MAX_SCRIPT_LIMIT: u64 = 1 << 53;
+
+/// Time allowed to open the first connection and load the script.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+const DEFAULT_TIMEOUT: Duration = Duration::from_millis(100);
+const DEFAULT_PROBE: Duration = Duration::from_millis(500);
+const DEFAULT_LIMIT_TTL: Duration = Duration::from_secs(24 * 3600);
+const DEFAULT_PREFIX: &str = "tsw:";
+/// Longest prefix accepted, in bytes.
+const MAX_PREFIX_BYTES: usize = 256;
+
+/// Limits shared across replicas through one Redis server.
+///
+/// Connect once per process with [`connect`](Self::connect); clones share
+/// the connection (cheap: an `Arc`). The builder methods return a store
+/// that shares the connection and its [`status`](Self::status) with
+/// different settings. See the [module docs](self) for how it decides and
+/// fails.
+///
+/// ```no_run
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::time::Duration;
+/// use tower_sliding_window::store::RedisStore;
+///
+/// let store = RedisStore::connect("redis://127.0.0.1:6379/")
+///     .await?
+///     .prefix("api:")
+///     .timeout(Duration::from_millis(20));
+///
+/// // 100 per second for "/search", shared by every replica.
+/// let verdict = store.admit("/search", 100).await?;
+/// if !verdict.passed {
+///     println!("retry in {:?}", verdict.retry_after);
+/// }
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct RedisStore {
+    link: Arc<Link>,
+    prefix: Arc<str>,
+    window: RemoteWindow,
+    timeout: Duration,
+    probe: Duration,
+    limit_ttl: Duration,
+    /// `None`: Redis's `TIME` cuts the buckets, this store's system clock
+    /// times the local refusals and probes.
+    clock: Option<SharedClock>,
+    local_clock: SharedClock,
+    /// Keys known to be blocked under these settings; a builder method
+    /// that changes what a verdict means starts a new table.
+    blocked: Arc<BlockedKeys>,
+}
+
+impl fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("prefix", &self.prefix)
+            .field("window", &self.window)
+            .field("timeout", &self.timeout)
+            .field("probe_interval", &self.probe)
+            .field("manual_time", &self.clock.is_some())
+            .field("status", &self.link.health.status())
+            .finish_non_exhaustive()
+    }
+}
+
+/// # Connecting and settings
+impl RedisStore {
+    /// Connects to the Redis server at `url` (`redis://[user:password@]host[:port][/db]`)
+    /// and loads the admission script.
+    ///
+    /// Fails if the URL is invalid, or the server cannot be reached within
+    /// 5 s. Once connected, the store reconnects on its own whenever the
+    /// connection breaks.
+    ///
+    /// Needs a tokio runtime with its time driver (tokio's `rt` and `time`
+    /// features; `#[tokio::main]` has both).
+    pub async fn connect(url: &str) -> Result<RedisStore, StoreError> {
+        let client = redis::Client::open(url)
+            .map_err(|err| StoreError::redis(StoreErrorKind::InvalidUrl, err))?;
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(CONNECT_TIMEOUT))
+            // Each round trip is bounded by the store's own timeout; the
+            // client's (500 ms by default) would only drop the connection.
+            .set_response_timeout(None)
+            // Reconnection: a few quick tries with backoff; once they are
+            // spent, the next command starts another round.
+            .set_min_delay(Duration::from_millis(20))
+            .set_max_delay(Duration::from_millis(500))
+            .set_number_of_retries(4);
+        let connect = async {
+            let mut connection = ConnectionManager::new_with_config(client, config)
+                .await
+                .map_err(|err| StoreError::redis(StoreErrorKind::Connect, err))?;
+            let script = Script::new(ADMIT_LUA);
+            script
+                .prepare_invoke()
+                .load_async(&mut connection)
+                .await
+                .map_err(|err| StoreError::redis(StoreErrorKind::Connect, err))?;
+            Ok::<_, StoreError>((connection, script))
+        };
+        let (connection, script) = tokio::time::timeout(CONNECT_TIMEOUT, connect)
+            .await
+            .map_err(|_| StoreError::new(StoreErrorKind::Connect, "no connection within 5 s"))??;
+        Ok(RedisStore {
+            link: Arc::new(Link {
+                connection,
+                script,
+                health: Health::default(),
+            }),
+            prefix: Arc::from(DEFAULT_PREFIX),
+            window: RemoteWindow {
+                sample_count: 10,
+                interval_ms: 1000,
+                strict: false,
+            },
+            timeout: DEFAULT_TIMEOUT,
+            probe: DEFAULT_PROBE,
+            limit_ttl: DEFAULT_LIMIT_TTL,
+            clock: None,
+            local_clock: SharedClock::system(),
+            blocked: Arc::new(BlockedKeys::default()),
+        })
+    }
+
+    fn fresh_blocked(mut self) -> Self {
+        self.blocked = Arc::new(BlockedKeys::default());
+        self
+    }
+
+    /// Puts every Redis key of this store under `prefix` (default `"tsw:"`).
+    /// Stores with different prefixes keep separate windows on one server.
+    ///
+    /// # Panics
+    ///
+    /// When `prefix` contains `{` or `}` (the key's hash tag must be the
+    /// only one), or is longer than 256 bytes.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        let prefix = prefix.into();
+        assert!(
+            !prefix.contains(['{', '}']),
+            "RedisStore::prefix: invalid `prefix`: must not contain `{{` or `}}` (got {prefix:?})"
+        );
+        assert!(
+            prefix.len() <= MAX_PREFIX_BYTES,
+            "RedisStore::prefix: invalid `prefix`: must be at most {MAX_PREFIX_BYTES} bytes \
+             (got {} bytes)",
+            prefix.len()
+        );
+        self.prefix = Arc::from(prefix);
+        self.fresh_blocked()
+    }
+
+    /// Sets the window: `sample_count` buckets over `interval` (default 1 s
+    /// and 10), as [`SlidingWindowLayer::window`](crate::SlidingWindowLayer::window).
+    /// Replicas that share a key must use the same window. A layer's
+    /// [`store`](crate::SlidingWindowLayer::store) sets this from its own
+    /// window.
+    ///
+    /// # Panics
+    ///
+    /// As [`SlidingWindowLayer::window`](crate::SlidingWindowLayer::window):
+    /// when `interval` is not a whole, non-zero number of milliseconds that
+    /// `sample_count` divides, or `sample_count` is 0 or too large.
+    pub fn window(self, interval: Duration, sample_count: usize) -> Self {
+        assert!(
+            interval.subsec_nanos() % 1_000_000 == 0,
+            "RedisStore::window: invalid `interval`: must be a whole number of milliseconds \
+             (got {interval:?})"
+        );
+        let Ok(interval_ms) = u64::try_from(interval.as_millis()) else {
+            panic!("RedisStore::window: invalid `interval`: too long (got {interval:?})");
+        };
+        if let Err(err) = validate_window(sample_count, interval_ms) {
+            panic!("RedisStore::window: {err}");
+        }
+        let strict = self.window.strict;
+        self.with_window(RemoteWindow {
+            sample_count,
+            interval_ms,
+            strict,
+        })
+    }
+
+    /// Counts the bucket that has just left the window too, as
+    /// [`SlidingWindowLayer::strict`](crate::SlidingWindowLayer::strict):
+    /// then no interval of the window's length, starting anywhere (on the
+    /// Redis server's clock), holds more than the limit.
+    pub fn strict(self) -> Self {
+        let window = RemoteWindow {
+            strict: true,
+            ..self.window
+        };
+        self.with_window(window)
+    }
+
+    pub(crate) fn with_window(mut self, window: RemoteWindow) -> Self {
+        if self.window == window {
+            return self;
+        }
+        self.window = window;
+        self.fresh_blocked()
+    }
+
+    /// Bounds every round trip to Redis (default 100 ms). A request never
+    /// waits on Redis longer than this; past it, the failure policy
+    /// answers.
+    ///
+    /// # Panics
+    ///
+    /// When `timeout` is zero.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        assert!(
+            !timeout.is_zero(),
+            "RedisStore::timeout: invalid `timeout`: must be greater than 0 (got {timeout:?})"
+        );
+        self.timeout = timeout;
+        self
+    }
+
+    /// While Redis is failing, how often one request tries it again
+    /// (default 500 ms); the others are answered by the failure policy at
+    /// once.
+    ///
+    /// # Panics
+    ///
+    /// When `interval` is zero.
+    pub fn probe_interval(mut self, interval: Duration) -> Self {
+        assert!(
+            !interval.is_zero(),
+            "RedisStore::probe_interval: invalid `probe_interval`: must be greater than 0 \
+             (got {interval:?})"
+        );
+        self.probe = interval;
+        self
+    }
+
+    /// How long a limit written by [`set_limit`](Self::set_limit) lives in
+    /// Redis without being used (default 24 h); each admission of the key
+    /// renews it.
+    ///
+    /// # Panics
+    ///
+    /// When `ttl` is shorter than 1 ms.
+    pub fn limit_ttl(mut self, ttl: Duration) -> Self {
+        assert!(
+            ttl >= Duration::from_millis(1),
+            "RedisStore::limit_ttl: invalid `limit_ttl`: must be at least 1 ms (got {ttl:?})"
+        );
+        self.limit_ttl = ttl;
+        self
+    }
+
+    /// Cuts buckets with `clock` instead of the Redis server's `TIME`: its
+    /// time is sent with every call. For deterministic tests with a
+    /// [`ManualClock`](crate::clock::ManualClock); every store sharing keys
+    /// must then share the clock, or they disagree on window edges. The
+    /// clock also times the local refusals of blocked keys and the probes
+    /// while in fallback. Leave it unset in production.
+    pub fn clock(mut self, clock: impl Clock) -> Self {
+        let clock = SharedClock::new(clock);
+        self.local_clock = clock.clone();
+        self.clock = Some(clock);
+        self.fresh_blocked()
+    }
+
+    /// While in fallback, how long until Redis is tried again (the retry
+    /// time a `Deny` policy gives), in ms.
+    pub(crate) fn probe_ms(&self) -> u64 {
+        millis(self.probe)
+    }
+
+    /// The store's mode and counters, shared by every clone.
+    pub fn status(&self) -> StoreStatus {
+        self.link.health.status()
+    }
+}
+
+/// # Admissions and limits
+impl RedisStore {
+    /// Asks for one pass of `key` at `limit` per window; see
+    /// [`admit_n`](Self::admit_n).
+    pub async fn admit<K: StoreKey + ?Sized>(
+        &self,
+        key: &K,
+        limit: u64,
+    ) -> Result<Verdict, StoreError> {
+        self.admit_n(key, limit, 1).await
+    }
+
+    /// Asks for `n` passes of `key` at `limit` per window (or the limit set
+    /// in Redis with [`set_limit`](Self::set_limit)): they pass, and are
+    /// recorded, if the window's passes plus `n` stay within the limit.
+    ///
+    /// A key known to be blocked is refused without a round trip. Fails,
+    /// without waiting longer than the timeout, when Redis does not answer
+    /// in time or answers an error; fails at once with
+    /// [`StoreErrorKind::Unavailable`] while the store is in fallback
+    /// between probes. The caller then applies its failure policy.
+    pub async fn admit_n<K: StoreKey + ?Sized>(
+        &self,
+        key: &K,
+        limit: u64,
+        n: u64,
+    ) -> Result<Verdict, StoreError> {
+        self.admit_id(identity(key), limit, n).await
+    }
+
+    /// The refusal in force for the key `id`, if it is known to be blocked
+    /// for `n` passes: no round trip, no waiting.
+    pub(crate) fn known_blocked(&self, id: u128, n: u64) -> Option<Verdict> {
+        let now = self.local_clock.now_millis();
+        let blocked = self.blocked.check(id, n, now)?;
+        self.link.health.answered_locally();
+        Some(Verdict {
+            passed: false,
+            window_pass: blocked.window_pass,
+            limit: blocked.limit,
+            retry_after: Some(Duration::from_millis(blocked.until_ms - now)),
+            answered_locally: true,
+        })
+    }
+
+    /// [`admit_n`](Self::admit_n) for a key already turned into its
+    /// identity.
+    pub(crate) async fn admit_id(
+        &self,
+        id: u128,
+        limit: u64,
+        n: u64,
+    ) -> Result<Verdict, StoreError> {
+        if let Some(verdict) = self.known_blocked(id, n) {
+            return Ok(verdict);
+        }
+        let now = self.local_clock.now_millis();
+        let probe_ms = millis(self.probe);
+        if self.link.health.route(now, probe_ms) == Route::Fallback {
+            return Err(StoreError::new(StoreErrorKind::Unavailable, ""));
+        }
+
+        self.link.health.round_trip();
+        let reply = self.call_script(id, limit, n).await;
+        let reply = match reply.and_then(parse_reply) {
+            Ok(reply) => reply,
+            Err(err) => {
+                // The next probe is due a probe interval after this failure
+                // was known (a timeout ends well after `now`).
+                let failed_at = self.local_clock.now_millis();
+                self.link.health.failed(failed_at, probe_ms, &err);
+                return Err(err);
+            }
+        };
+        self.link.health.succeeded();
+
+        let verdict = Verdict {
+            passed: reply.passed,
+            window_pass: reply.window_pass,
+            limit: reply.limit,
+            retry_after: reply.wait_ms.map(Duration::from_millis),
+            answered_locally: false,
+        };
+        if let (false, Some(wait_ms)) = (reply.passed, reply.wait_ms) {
+            self.blocked.remember(
+                id,
+                Blocked {
+                    until_ms: now.saturating_add(wait_ms),
+                    n,
+                    window_pass: reply.window_pass,
+                    limit: reply.limit,
+                },
+                now,
+            );
+        }
+        Ok(verdict)
+    }
+
+    async fn call_script(&self, id: u128, limit: u64, n: u64) -> Result<Vec<i64>, StoreError> {
+        let (window_key, limit_key) = redis_names(&self.prefix, id);
+        let bucket_ms = self.window.bucket_ms();
+        let time = match &self.clock {
+            Some(clock) => clock.now_millis().to_string(),
+            None => String::new(),
+        };
+        let window_ttl_ms = bucket_ms
+            .saturating_mul(self.window.span())
+            .saturating_mul(2);
+        let mut connection = self.link.connection.clone();
+        let mut invocation = self.link.script.key(window_key);
+        invocation
+            .key(limit_key)
+            .arg(limit.min(MAX_SCRIPT_LIMIT))
+            .arg(n.min(MAX_SCRIPT_LIMIT))
+            .arg(bucket_ms)
+            .arg(self.window.sample_count)
+            .arg(u8::from(self.window.strict))
+            .arg(time)
+            .arg(window_ttl_ms)
+            .arg(millis(self.limit_ttl));
+        match tokio::time::timeout(self.timeout, invocation.invoke_async(&mut connection)).await {
+            Ok(Ok(reply)) => Ok(reply),
+            Ok(Err(err)) => {
+                let kind = if err.kind() == redis::ErrorKind::UnexpectedReturnType {
+                    StoreErrorKind::Reply
+                } else {
+                    StoreErrorKind::Redis
+                };
+                Err(StoreError::redis(kind, err))
+            }
+            Err(_) => Err(self.timed_out()),
+        }
+    }
+
+    fn timed_out(&self) -> StoreError {
+        StoreError::new(
+            StoreErrorKind::Timeout,
+            format!("no answer within {:?}", self.timeout),
+        )
+    }
+
+    /// Sets `key`'s limit in Redis: every replica that shares the store's
+    /// prefix admits the key against it from its next request, whatever
+    /// limit it passes itself. Expires after
+    /// [`limit_ttl`](Self::limit_ttl) without use.
+    ///
+    /// This store forgets at once that the key was blocked; other replicas
+    /// may refuse it locally until their remembered wait is over (at most
+    /// one window).
+    pub async fn set_limit<K: StoreKey + ?Sized>(
+        &self,
+        key: &K,
+        limit: u64,
+    ) -> Result<(), StoreError> {
+        self.set_limit_id(identity(key), limit).await
+    }
+
+    pub(crate) async fn set_limit_id(&self, id: u128, limit: u64) -> Result<(), StoreError> {
+        let (_, limit_key) = redis_names(&self.prefix, id);
+        let mut command = redis::cmd("SET");
+        command
+            .arg(limit_key)
+            .arg(limit.min(MAX_SCRIPT_LIMIT))
+            .arg("PX")
+            .arg(millis(self.limit_ttl));
+        self.command(command).await?;
+        self.blocked.forget(id);
+        Ok(())
+    }
+
+    /// Removes `key`'s limit from Redis: every replica goes back to the
+    /// limit it passes. Returns whether there was one.
+    pub async fn remove_limit<K: StoreKey + ?Sized>(&self, key: &K) -> Result<bool, StoreError> {
+        self.remove_limit_id(identity(key)).await
+    }
+
+    pub(crate) async fn remove_limit_id(&self, id: u128) -> Result<bool, StoreError> {
+        let (_, limit_key) = redis_names(&self.prefix, id);
+        let mut command = redis::cmd("DEL");
+        command.arg(limit_key);
+        let removed = self.command(command).await?;
+        self.blocked.forget(id);
+        Ok(matches!(removed, redis::Value::Int(n) if n > 0))
+    }
+
+    async fn command(&self, command: redis::Cmd) -> Result<redis::Value, StoreError> {
+        let mut connection = self.link.connection.clone();
+        match tokio::time::timeout(self.timeout, command.query_async(&mut connection)).await {
+            Ok(result) => result.map_err(|err| StoreError::redis(StoreErrorKind::Redis, err)),
+            Err(_) => Err(self.timed_out()),
+        }
+    }
+}
+
+/// The script's answer.
+#[derive(Debug)]
+struct Reply {
+    passed: bool,
+    window_pass: u64,
+    /// `None`: no pass can ever fit.
+    wait_ms: Option<u64>,
+    limit: u64,
+}
+
+fn parse_reply(reply: Vec<i64>) -> Result<Reply, StoreError> {
+    let bad = || {
+        StoreError::new(
+            StoreErrorKind::Reply,
+            format!("admission script answered {reply:?}"),
+        )
+    };
+    let [passed, window_pass, wait, limit] = reply[..] else {
+        return Err(bad());
+    };
+    let (Ok(window_pass), Ok(limit)) = (u64::try_from(window_pass), u64::try_from(limit)) else {
+        return Err(bad());
+    };
+    let passed = match passed {
+        0 => false,
+        1 => true,
+        _ => return Err(bad()),
+    };
+    let wait_ms = match wait {
+        -1 => None,
+        0 if passed => Some(0),
+        ms if ms > 0 && !passed => Some(ms as u64),
+        _ => return Err(bad()),
+    };
+    Ok(Reply {
+        passed,
+        window_pass,
+        wait_ms: if passed { None } else { wait_ms },
+        limit,
+    })
+}
+
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replies_of_the_wrong_shape_are_errors() {
+        for reply in [
+            vec![],
+            vec![1, 2, 0],
+            vec![2, 1, 0, 5],
+            vec![1, -1, 0, 5],
+            vec![0, 1, 0, 5],
+            vec![0, 1, -7, 5],
+            vec![1, 1, 30, 5],
+            vec![0, 1, 30, -5],
+            vec![1, 1, 0, 5, 9],
+        ] {
+            let err = parse_reply(reply.clone()).expect_err(&format!("{reply:?}"));
+            assert_eq!(err.kind(), StoreErrorKind::Reply);
+        }
+    }
+
+    #[test]
+    fn replies_that_make_sense_are_read() {
+        let pass = parse_reply(vec![1, 3, 0, 5]).expect("a pass");
+        assert!(pass.passed);
+        assert_eq!((pass.window_pass, pass.limit, pass.wait_ms), (3, 5, None));
+        let block = parse_reply(vec![0, 5, 40, 5]).expect("a block");
+        assert_eq!((block.passed, block.wait_ms), (false, Some(40)));
+        let never = parse_reply(vec![0, 0, -1, 0]).expect("never");
+        assert_eq!(never.wait_ms, None);
+    }
+}

@@ -1,0 +1,146 @@
+//! A throwaway `redis-server` for the Redis store's tests: on a free
+//! loopback port, with a temporary directory, no persistence, stopped (and
+//! its directory removed) on drop.
+//!
+//! When no server can be started: with `CI=true` the test panics (the
+//! suite must not pass without running); otherwise it prints why and the
+//! test returns early.
+
+#![allow(dead_code)]
+
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A running `redis-server`.
+pub struct RedisServer {
+    port: u16,
+    dir: PathBuf,
+    child: Option<Child>,
+}
+
+impl RedisServer {
+    /// Starts a server, or returns `None` (outside CI) when that is not
+    /// possible here.
+    pub fn start() -> Option<RedisServer> {
+        let dir =
+            std::env::temp_dir().join(format!("tsw-redis-{}-{}", std::process::id(), unique()));
+        if let Err(err) = std::fs::create_dir_all(&dir) {
+            return unavailable(&format!("cannot create {}: {err}", dir.display()));
+        }
+        let port = match free_port() {
+            Ok(port) => port,
+            Err(err) => return unavailable(&format!("no free port: {err}")),
+        };
+        let mut server = RedisServer {
+            port,
+            dir,
+            child: None,
+        };
+        match server.launch() {
+            Ok(()) => Some(server),
+            Err(why) => unavailable(&why),
+        }
+    }
+
+    /// `redis://127.0.0.1:<port>/`
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Kills the server (SIGKILL: no goodbye to clients) and waits for it.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the server again on the same port, with empty memory.
+    pub fn restart(&mut self) {
+        self.kill();
+        // The port was just freed; another process could take it, but on a
+        // test machine it stays ours. Retry a few times while it lingers.
+        let mut last = String::new();
+        for _ in 0..20 {
+            match self.launch() {
+                Ok(()) => return,
+                Err(why) => last = why,
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("redis-server did not restart on port {}: {last}", self.port);
+    }
+
+    fn launch(&mut self) -> Result<(), String> {
+        let mut child = Command::new("redis-server")
+            .args(["--port", &self.port.to_string()])
+            .args(["--bind", "127.0.0.1"])
+            .args(["--save", ""])
+            .args(["--appendonly", "no"])
+            .args(["--enable-debug-command", "yes"])
+            .arg("--dir")
+            .arg(&self.dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|err| format!("cannot run redis-server: {err}"))?;
+        let addr = SocketAddr::from(([127, 0, 0, 1], self.port));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = child.try_wait() {
+                return Err(format!("redis-server exited at start: {status}"));
+            }
+            if TcpStream::connect_timeout(&addr, Duration::from_millis(100)).is_ok() {
+                self.child = Some(child);
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        Err(format!("redis-server did not listen on {addr} within 10 s"))
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn unavailable(why: &str) -> Option<RedisServer> {
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("the Redis tests need redis-server (CI=true): {why}");
+    }
+    eprintln!("skipping a Redis test: {why} (install redis-server to run it)");
+    None
+}
+
+fn free_port() -> std::io::Result<u16> {
+    let listener = TcpListener::bind("127.0.0.1:0")?;
+    Ok(listener.local_addr()?.port())
+}
+
+fn unique() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+/// A plain connection for the test to look into Redis (or to slow it
+/// down), with no response timeout of its own.
+pub async fn raw(url: &str) -> redis::aio::MultiplexedConnection {
+    let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
+    redis::Client::open(url)
+        .expect("valid url")
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+        .expect("connect to the test server")
+}
