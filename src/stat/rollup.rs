@@ -17,6 +17,16 @@
 //! [`Move`] guard (odd on creation, `Release` fence; even again on drop,
 //! `Release`), the read side [`Rollup::read`] (`Acquire` load, read,
 //! `Acquire` fence, compare, retry).
+//!
+//! # Lifetime totals
+//!
+//! Exporters need counters that only grow, while both rings forget. So the
+//! opener also adds every bucket it moves to [`Rollup::lifetime`], whether
+//! or not the bucket is still inside the minute window. That is one more
+//! bucket update per rotation (at most one per admission bucket length),
+//! never one per request. A key's lifetime totals are then `lifetime` plus
+//! the admission ring's buckets not moved yet, read under the same sequence
+//! lock, so every event is counted exactly once.
 
 use super::bucket::MetricBucket;
 use super::counts::Counts;
@@ -34,6 +44,11 @@ pub(crate) struct Rollup {
     prefilled: Box<[AtomicU64]>,
     /// The sequence lock (module docs): odd while a bucket moves.
     seq: AtomicU64,
+    /// Every count ever moved out of the admission ring (module docs,
+    /// "Lifetime totals"), with the passes from matured reservations: each
+    /// pass is counted once, when its bucket moves. Written inside a
+    /// [`Move`].
+    lifetime: MetricBucket,
 }
 
 /// One bucket moving into the rollup: the write side of the sequence lock.
@@ -64,6 +79,7 @@ impl Rollup {
             ring: LeapArray::new(sample_count, interval_ms)?,
             prefilled: (0..main_sample_count).map(|_| AtomicU64::new(0)).collect(),
             seq: AtomicU64::new(0),
+            lifetime: MetricBucket::new(),
         })
     }
 
@@ -113,6 +129,11 @@ impl Rollup {
         prefill: u64,
         now: u64,
     ) {
+        // Lifetime totals take the bucket as it was, prefilled passes
+        // included, and whatever window it held (module docs).
+        if !counts.is_empty() {
+            self.lifetime.absorb(&counts);
+        }
         // Relaxed: inside the sequence lock, which orders it for readers.
         let prefilled = self.prefilled[slot].swap(prefill, Ordering::Relaxed);
         counts.pass = counts.pass.saturating_sub(prefilled);
@@ -152,6 +173,12 @@ impl Rollup {
             }
             backoff(&mut round);
         }
+    }
+
+    /// Every count moved out of the admission ring so far (no sequence
+    /// lock: call inside [`read`](Self::read)).
+    pub(crate) fn moved_total(&self) -> Counts {
+        self.lifetime.counts()
     }
 
     /// Calls `f` with every rollup bucket in the window at `now` and its

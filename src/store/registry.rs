@@ -44,6 +44,7 @@ use hashbrown::HashTable;
 use super::{Entry, Settings, Window};
 use crate::clock::SharedClock;
 use crate::key::KeyVisitor;
+use crate::stat::{Counts, MetricBucket};
 use crate::sync::{fence, read, write, AtomicU64, AtomicUsize, Ordering, RwLock};
 
 /// Number of table shards. A power of two comfortably above the core count
@@ -145,6 +146,11 @@ pub(crate) struct Registry<K> {
     clock: SharedClock,
     /// Clock time (ms) of the last sweep; sweeps are at most one per bucket.
     last_sweep: AtomicU64,
+    /// The lifetime totals of every evicted entry, summed: added once per
+    /// eviction (under the shard's write lock, never on a request's path),
+    /// so that exporters' counters summed over keys never lose what an
+    /// evicted key had counted.
+    evicted: MetricBucket,
 }
 
 impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
@@ -177,6 +183,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
             window,
             clock: clock.clone(),
             last_sweep: AtomicU64::new(0),
+            evicted: MetricBucket::new(),
         }
     }
 
@@ -357,6 +364,9 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
                 let evict = entry.node.is_idle_at(effective_now(entry, now));
                 if evict {
                     removed += 1;
+                    // Nobody holds the entry and it is idle: its totals are
+                    // final (see `evicted`).
+                    self.evicted.absorb(&entry.node.lifetime_counts());
                     if !entry.pinned {
                         self.counted.fetch_sub(1, Ordering::Relaxed);
                     }
@@ -420,6 +430,11 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
             return usize::from(self.single.get().is_some());
         }
         self.shards.iter().map(|shard| read(shard).len()).sum()
+    }
+
+    /// The lifetime totals of every entry evicted so far, summed.
+    pub(crate) fn evicted_totals(&self) -> Counts {
+        self.evicted.counts()
     }
 
     /// The entry shared by keys that found no room.
