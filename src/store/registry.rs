@@ -433,6 +433,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
     }
 
     /// The lifetime totals of every entry evicted so far, summed.
+    #[cfg_attr(not(feature = "prometheus"), allow(dead_code))]
     pub(crate) fn evicted_totals(&self) -> Counts {
         self.evicted.counts()
     }
