@@ -26,7 +26,7 @@
 //! - `GET /`: the page. Self-contained: its script, style and charts
 //!   (hand-drawn SVG) are in the one response, and the only request it
 //!   makes is for `stats` next to it, once a second. It works under any
-//!   prefix, with or without a trailing slash.
+//!   prefix: under `nest("/limits", ..)` it is at `/limits`.
 //! - `GET /stats`: the JSON the page reads (below).
 //! - `POST /limit`: changes a key's limit, only when enabled with
 //!   [`Options::allow_limit_changes`] (otherwise the route does not exist).
