@@ -322,3 +322,93 @@ async fn the_overflow_entry_is_labelled_as_such() {
         );
     }
 }
+
+/// Real time and real threads: buckets rotate (and roll into the lifetime
+/// totals) while requests are recorded and scrapes read. Totals never go
+/// backwards between scrapes, and at the end every request is counted
+/// exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn totals_never_go_backwards_under_concurrent_load() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
+    use tower::ServiceExt;
+
+    let layer = SlidingWindowLayer::qps(50)
+        .key(HeaderKey::new(HeaderName::from_static("x-tenant")))
+        .max_keys(3);
+    let stats = layer.handle();
+    let app = Router::new()
+        .route("/", routing::get(|| async { "ok" }))
+        .layer(layer);
+    let mut totals = Registry::default();
+    totals.register_collector(Box::new(stats.collector().totals_only()));
+    let mut per_key = Registry::default();
+    per_key.register_collector(Box::new(stats.collector()));
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let sent = Arc::new(AtomicU64::new(0));
+    let mut senders = Vec::new();
+    for worker in 0..2u64 {
+        let (app, stop, sent) = (app.clone(), Arc::clone(&stop), Arc::clone(&sent));
+        senders.push(tokio::spawn(async move {
+            let mut n = worker;
+            while !stop.load(Ordering::Relaxed) {
+                let tenant = format!("t{}", n % 6);
+                let request = req_with("/", "x-tenant", &tenant);
+                app.clone().oneshot(request).await.unwrap();
+                sent.fetch_add(1, Ordering::Relaxed);
+                n += 2;
+                if n % 64 == 0 {
+                    tokio::task::yield_now().await;
+                }
+            }
+        }));
+    }
+    let started = std::time::Instant::now();
+    let mut last_total: Option<Samples> = None;
+    let mut last_shared: Option<Samples> = None;
+    let mut scrapes = 0;
+    while started.elapsed() < Duration::from_millis(1500) {
+        let (_, total) = scrape(&totals);
+        let (_, keyed) = scrape(&per_key);
+        if let Some(last) = &last_total {
+            for metric in COUNTERS {
+                assert!(
+                    get(&total, metric, "", "") >= get(last, metric, "", ""),
+                    "{metric}"
+                );
+            }
+        }
+        if let Some(last) = &last_shared {
+            for entry in ["overflow", "evicted"] {
+                for metric in COUNTERS {
+                    assert!(get(&keyed, metric, "", entry) >= get(last, metric, "", entry));
+                }
+            }
+        }
+        last_total = Some(total);
+        last_shared = Some(keyed);
+        scrapes += 1;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    for sender in senders {
+        sender.await.unwrap();
+    }
+    let (_, total) = scrape(&totals);
+    let counted =
+        get(&total, "sliding_window_pass", "", "") + get(&total, "sliding_window_block", "", "");
+    assert_eq!(
+        counted,
+        sent.load(Ordering::Relaxed) as f64,
+        "every request once"
+    );
+    assert!(scrapes > 10, "{scrapes} scrapes");
+    let (_, keyed) = scrape(&per_key);
+    assert!(
+        get(&keyed, "sliding_window_pass", "", "overflow")
+            + get(&keyed, "sliding_window_block", "", "overflow")
+            > 0.0,
+        "six tenants, room for three: the overflow entry was used"
+    );
+}

@@ -26,6 +26,7 @@ mod hostile;
 mod ours;
 mod overhead;
 mod plots;
+mod progress;
 mod report;
 mod retry;
 mod scenario;
