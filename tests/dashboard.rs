@@ -103,6 +103,40 @@ async fn history_is_the_handles() {
 }
 
 #[tokio::test]
+async fn history_can_be_limited_to_the_busiest_keys() {
+    let clock = clock();
+    let layer = SlidingWindowLayer::qps(100)
+        .key(PathKey)
+        .clock(clock.clone());
+    let stats = layer.handle();
+    let app = Router::new()
+        .route("/{*path}", get(|| async { "ok" }))
+        .layer(layer);
+    for (path, n) in [("/a", 3), ("/b", 2), ("/c", 1)] {
+        for _ in 0..n {
+            send(&app, req(path)).await;
+        }
+    }
+    clock.advance(std::time::Duration::from_millis(500));
+    let board = dashboard::router(stats.clone());
+    let s = json(&board, "/stats?history=2").await;
+    let keys = s["keys"].as_array().unwrap();
+    assert_eq!(keys.len(), 3);
+    let with: Vec<bool> = keys.iter().map(|k| !k["history"].is_null()).collect();
+    assert_eq!(with, [true, true, false], "the two busiest carry history");
+    let all = json(&board, "/stats?history=10").await;
+    assert!(all["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|k| k["history"].is_object()));
+    for bad in ["-1", "x", "1.5", "99999999999999999999999"] {
+        let answer = send(&board, req(&format!("/stats?history={bad}"))).await;
+        assert_eq!(answer.status, StatusCode::BAD_REQUEST, "history={bad}");
+    }
+}
+
+#[tokio::test]
 async fn option_keys_are_marked_missing() {
     let layer = SlidingWindowLayer::qps(5)
         .key(HeaderKey::new(HeaderName::from_static("x-tenant")))
@@ -142,7 +176,7 @@ async fn the_page_is_self_contained_under_any_prefix() {
             "the page contains {outside:?}"
         );
     }
-    assert!(page.body.contains("base + \"stats\""));
+    assert!(page.body.contains("base + \"stats?history=\""));
     assert_eq!(
         send(&board, req("/ops/limits/stats")).await.status,
         StatusCode::OK

@@ -46,20 +46,23 @@ use crate::stat::Counts;
 ///   room; `evicted` for the totals of every key evicted so far (counters
 ///   only).
 ///
-/// So there are at most `max_keys` + 1 series per metric, plus the
-///   `evicted` series, plus keys with their own limit (which are never
-///   evicted to the overflow). With [`totals_only`](Self::totals_only)
-///   there are no labels: one series per metric, every entry summed (the
-///   limit gauge is then the sum of the limits, as in
-///   [`StatsHandle::total`]).
+/// So a metric has at most `max_keys` series of keys, plus the overflow
+/// and evicted series, plus keys with their own limit (which never share
+/// the overflow entry, and whose number the operator's rules bound). With
+/// [`totals_only`](Self::totals_only) there are no labels: one series per
+/// metric, every entry summed (the limit gauge is then the sum of the
+/// limits, as in [`StatsHandle::total`]).
 ///
 /// # Counters that never go backwards
 ///
 /// The layer keeps only a one-second and a one-minute window per key, so
 /// the collector reads lifetime totals that the statistics keep beside
-/// them: when the minute window takes in a finished bucket (once per
-/// bucket rotation, never per request) the bucket is also added to the
-/// key's totals, and a read adds the buckets not taken in yet. When an idle
+/// them once a collector exists: when the minute window takes in a
+/// finished bucket (once per bucket rotation, never per request) the
+/// bucket is also added to the key's totals, and a read adds the buckets
+/// not taken in yet. Counting starts when the first collector is made
+/// (in the process: the statistics have no setting for it), so events
+/// from before it may be missing; keys then cost 48 bytes more each. When an idle
 /// key is evicted, its totals are added to one store-wide sum, exported
 /// with `entry="evicted"`. Hence:
 ///
@@ -127,6 +130,7 @@ impl<K: KeyLabel + Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
     /// ```
     #[cfg_attr(docsrs, doc(cfg(feature = "prometheus")))]
     pub fn collector(&self) -> PrometheusCollector<K> {
+        crate::stat::want_lifetime_totals();
         PrometheusCollector {
             handle: self.clone(),
             per_key: true,

@@ -12,8 +12,9 @@ use crate::stat::Counts;
 use crate::stat::MetricNode;
 #[cfg(feature = "dashboard")]
 use crate::store::effective_now;
-#[cfg(feature = "prometheus")]
 use crate::store::Entry;
+#[cfg(feature = "dashboard")]
+use std::sync::Arc;
 
 /// One entry's counts since it was made, with its gauges now.
 #[cfg(feature = "prometheus")]
@@ -67,33 +68,52 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
         Lifetime::of(self.registry().overflow())
     }
 
-    /// Calls `f` with every key holding an entry, its snapshot and its
-    /// history (see [`history`](Self::history)), all read at one time.
+    /// Every key holding an entry, with its snapshot read at `now`; each
+    /// row can read its history afterwards (see [`KeyRow::history`]), so a
+    /// caller reads histories only for the rows it keeps. No key is cloned.
     #[cfg(feature = "dashboard")]
-    pub(crate) fn for_each_with_history(
-        &self,
-        now: u64,
-        mut f: impl FnMut(&K, Snapshot, Vec<MetricNode>),
-    ) {
+    pub(crate) fn rows(&self, now: u64) -> Vec<KeyRow<K>> {
+        let mut rows = Vec::new();
         self.registry().for_each_entry(|key, entry| {
-            f(
-                key,
-                Snapshot::of(entry, now),
-                entry.node.history(effective_now(entry, now)),
-            );
+            rows.push(KeyRow {
+                key: Some(Arc::clone(key)),
+                snapshot: Snapshot::of(entry, now),
+                entry: Arc::clone(entry),
+            });
         });
+        rows
     }
 
-    /// The overflow entry's snapshot and history, if it is in use (anything
-    /// in flight or in its windows) or has history.
+    /// The overflow entry's row (`key` is `None`), if it is in use
+    /// (anything in flight or in its windows) or has history.
     #[cfg(feature = "dashboard")]
-    pub(crate) fn overflow_with_history(&self, now: u64) -> Option<(Snapshot, Vec<MetricNode>)> {
+    pub(crate) fn overflow_row(&self, now: u64) -> Option<KeyRow<K>> {
         let overflow = self.registry().overflow();
         let at = effective_now(overflow, now);
-        let history = overflow.node.history(at);
-        if history.is_empty() && overflow.node.is_idle_at(at) {
+        if overflow.node.is_idle_at(at) && overflow.node.history(at).is_empty() {
             return None;
         }
-        Some((Snapshot::of(overflow, now), history))
+        Some(KeyRow {
+            key: None,
+            snapshot: Snapshot::of(overflow, now),
+            entry: Arc::clone(overflow),
+        })
+    }
+}
+
+/// One entry as the dashboard lists it.
+#[cfg(feature = "dashboard")]
+pub(crate) struct KeyRow<K> {
+    /// `None` for the overflow entry.
+    pub(crate) key: Option<Arc<K>>,
+    pub(crate) snapshot: Snapshot,
+    entry: Arc<Entry>,
+}
+
+#[cfg(feature = "dashboard")]
+impl<K> KeyRow<K> {
+    /// The entry's history at `now` (see [`StatsHandle::history`]).
+    pub(crate) fn history(&self, now: u64) -> Vec<MetricNode> {
+        self.entry.node.history(effective_now(&self.entry, now))
     }
 }

@@ -20,18 +20,23 @@
 //!
 //! # Lifetime totals
 //!
-//! Exporters need counters that only grow, while both rings forget. So the
-//! opener also adds every bucket it moves to [`Rollup::lifetime`], whether
-//! or not the bucket is still inside the minute window. That is one more
-//! bucket update per rotation (at most one per admission bucket length),
-//! never one per request. A key's lifetime totals are then `lifetime` plus
-//! the admission ring's buckets not moved yet, read under the same sequence
-//! lock, so every event is counted exactly once.
+//! Exporters need counters that only grow, while both rings forget. So once
+//! an exporter has asked for them ([`want_lifetime_totals`]), the opener
+//! also adds every bucket it moves to [`Rollup::lifetime`], whether or not
+//! the bucket is still inside the minute window. That is one more bucket
+//! update per rotation (at most one per admission bucket length), never one
+//! per request. A key's lifetime totals are then `lifetime` plus the
+//! admission ring's buckets not moved yet, read under the same sequence
+//! lock, so every event is counted exactly once. Until an exporter asks,
+//! keys pay no memory for the totals beyond an empty cell.
 
 use super::bucket::MetricBucket;
 use super::counts::Counts;
 use super::leap_array::LeapArray;
 use crate::error::ConfigError;
+use std::sync::atomic::AtomicBool;
+use std::sync::OnceLock;
+
 use crate::sync::{backoff, fence, AtomicU64, Ordering};
 
 /// A coarser ring the admission ring rolls its buckets into.
@@ -44,11 +49,75 @@ pub(crate) struct Rollup {
     prefilled: Box<[AtomicU64]>,
     /// The sequence lock (module docs): odd while a bucket moves.
     seq: AtomicU64,
-    /// Every count ever moved out of the admission ring (module docs,
-    /// "Lifetime totals"), with the passes from matured reservations: each
-    /// pass is counted once, when its bucket moves. Written inside a
-    /// [`Move`].
-    lifetime: MetricBucket,
+    /// Every count moved out of the admission ring (module docs, "Lifetime
+    /// totals") since totals were first wanted, with the passes from
+    /// matured reservations: each pass is counted once, when its bucket
+    /// moves. Made by the first move after [`want_lifetime_totals`];
+    /// written inside a [`Move`].
+    lifetime: OnceLock<Box<Lifetime>>,
+}
+
+/// Whether any exporter wants lifetime totals (see
+/// [`want_lifetime_totals`]). Process-wide, so that the statistics need no
+/// setting for it: one relaxed load per bucket rotation.
+static LIFETIME_WANTED: AtomicBool = AtomicBool::new(false);
+
+/// Starts keeping lifetime totals in every rollup, from its next bucket
+/// move on. Until an exporter calls this, no key pays the memory for them
+/// (8 bytes inline and 40 on the heap each).
+pub(crate) fn want_lifetime_totals() {
+    LIFETIME_WANTED.store(true, Ordering::Relaxed);
+}
+
+/// The counters exporters need, and no more: five words per key (a whole
+/// `MetricBucket` would add its occupied-pass and minimum-RT words to every
+/// key's memory). Only the rotation lock holder writes, inside a [`Move`];
+/// readers read inside [`Rollup::read`]. Relaxed throughout: the sequence
+/// lock orders them.
+struct Lifetime {
+    pass: AtomicU64,
+    block: AtomicU64,
+    success: AtomicU64,
+    exception: AtomicU64,
+    rt_micros: AtomicU64,
+}
+
+impl Lifetime {
+    fn new() -> Self {
+        Lifetime {
+            pass: AtomicU64::new(0),
+            block: AtomicU64::new(0),
+            success: AtomicU64::new(0),
+            exception: AtomicU64::new(0),
+            rt_micros: AtomicU64::new(0),
+        }
+    }
+
+    /// Adds `counts`, saturating (a single writer: load, then store).
+    fn absorb(&self, counts: &Counts) {
+        let add = |word: &AtomicU64, n: u64| {
+            if n != 0 {
+                let sum = word.load(Ordering::Relaxed).saturating_add(n);
+                word.store(sum, Ordering::Relaxed);
+            }
+        };
+        add(&self.pass, counts.pass);
+        add(&self.block, counts.block);
+        add(&self.success, counts.success);
+        add(&self.exception, counts.exception);
+        add(&self.rt_micros, counts.rt_micros);
+    }
+
+    fn counts(&self) -> Counts {
+        Counts {
+            pass: self.pass.load(Ordering::Relaxed),
+            block: self.block.load(Ordering::Relaxed),
+            success: self.success.load(Ordering::Relaxed),
+            exception: self.exception.load(Ordering::Relaxed),
+            rt_micros: self.rt_micros.load(Ordering::Relaxed),
+            ..Counts::default()
+        }
+    }
 }
 
 /// One bucket moving into the rollup: the write side of the sequence lock.
@@ -79,7 +148,7 @@ impl Rollup {
             ring: LeapArray::new(sample_count, interval_ms)?,
             prefilled: (0..main_sample_count).map(|_| AtomicU64::new(0)).collect(),
             seq: AtomicU64::new(0),
-            lifetime: MetricBucket::new(),
+            lifetime: OnceLock::new(),
         })
     }
 
@@ -131,8 +200,10 @@ impl Rollup {
     ) {
         // Lifetime totals take the bucket as it was, prefilled passes
         // included, and whatever window it held (module docs).
-        if !counts.is_empty() {
-            self.lifetime.absorb(&counts);
+        if LIFETIME_WANTED.load(Ordering::Relaxed) && !counts.is_empty() {
+            self.lifetime
+                .get_or_init(|| Box::new(Lifetime::new()))
+                .absorb(&counts);
         }
         // Relaxed: inside the sequence lock, which orders it for readers.
         let prefilled = self.prefilled[slot].swap(prefill, Ordering::Relaxed);
@@ -175,10 +246,13 @@ impl Rollup {
         }
     }
 
-    /// Every count moved out of the admission ring so far (no sequence
-    /// lock: call inside [`read`](Self::read)).
+    /// Every count moved out of the admission ring so far: pass, block,
+    /// success, exception and response time, the other fields empty (no
+    /// sequence lock: call inside [`read`](Self::read)).
     pub(crate) fn moved_total(&self) -> Counts {
-        self.lifetime.counts()
+        self.lifetime
+            .get()
+            .map_or_else(Counts::default, |lifetime| lifetime.counts())
     }
 
     /// Calls `f` with every rollup bucket in the window at `now` and its

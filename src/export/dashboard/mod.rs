@@ -27,14 +27,18 @@
 //!   (hand-drawn SVG) are in the one response, and the only request it
 //!   makes is for `stats` next to it, once a second. It works under any
 //!   prefix: under `nest("/limits", ..)` it is at `/limits`.
-//! - `GET /stats`: the JSON the page reads (below).
+//! - `GET /stats`: the JSON the page reads (below): every key's snapshot
+//!   and history. `GET /stats?history=N` includes the history of the `N`
+//!   busiest keys only (`null` for the others): the page asks for the 100
+//!   busiest, which keeps a table of thousands of keys cheap to serve.
 //! - `POST /limit`: changes a key's limit, only when enabled with
 //!   [`Options::allow_limit_changes`] (otherwise the route does not exist).
 //!
 //! The page shows, per key, passes and blocks per second over the last
-//! minute (a chart), the current window's passes and blocks per second,
-//! the average response time, requests in flight and the limit; the keys
-//! with the most traffic in the last minute come first, and the overflow
+//! minute (a chart, for the 100 busiest keys), the current window's passes
+//! and blocks per second, the average response time, requests in flight and
+//! the limit; the keys with the most traffic in the current window come
+//! first, and the overflow
 //! entry (keys that found no room, see
 //! [`max_keys`](crate::SlidingWindowLayer::max_keys)) is marked.
 //!
@@ -46,14 +50,14 @@
 //!   "window_ms": 1000,              // every key's window
 //!   "limits_editable": false,
 //!   "total": { snapshot },          // StatsHandle::total
-//!   "keys": [                       // most traffic in the last minute first
+//!   "keys": [                       // most traffic in the current window first
 //!     {
 //!       "key": "/search",           // KeyLabel; null for the missing key and the overflow
 //!       "kind": "key",              // "key", "missing" (None) or "overflow"
-//!       "traffic": 5012,            // passes + blocks: last minute and current window
+//!       "traffic": 103,             // passes + blocks in the current window
 //!       "snapshot": { "pass": 100, "block": 3, "success": 99, "exception": 0,
 //!                     "concurrency": 1, "limit": 100, "avg_rt_us": 840, "min_rt_us": 120 },
-//!       "history": {                // StatsHandle::history, one column per figure
+//!       "history": {                // StatsHandle::history, one column per figure (or null)
 //!         "t": [1732345677000, ...], "pass": [...], "block": [...],
 //!         "success": [...], "exception": [...], "rt_us": [812, null, ...]
 //!       }
@@ -174,15 +178,23 @@ where
     let reader = handle.clone();
     let mut router = Router::new().route("/", get(page)).route(
         "/stats",
-        get(move || {
+        get(move |uri: http::Uri| {
             let handle = reader.clone();
             async move {
+                let Ok(with_history) = stats::history_param(uri.query()) else {
+                    return (
+                        http::StatusCode::BAD_REQUEST,
+                        [(CONTENT_TYPE, "text/plain"), (CACHE_CONTROL, "no-store")],
+                        b"history: a whole number of keys\n".to_vec(),
+                    );
+                };
                 (
+                    http::StatusCode::OK,
                     [
                         (CONTENT_TYPE, "application/json"),
                         (CACHE_CONTROL, "no-store"),
                     ],
-                    stats::json(&handle, editable),
+                    stats::json(&handle, editable, with_history.unwrap_or(usize::MAX)),
                 )
             }
         }),

@@ -9,6 +9,8 @@
   var status = document.getElementById("status");
   var summary = document.getElementById("summary");
   var W = 180, H = 34, SECONDS = 60;
+  // Keys whose history (and chart) the page asks for: the busiest ones.
+  var CHARTS = 100;
 
   function esc(s) {
     return String(s).replace(/[&<>"']/g, function (c) {
@@ -32,6 +34,7 @@
   // are zeros.
   function chart(k, nowMs, windowMs) {
     var h = k.history, last = nowMs - nowMs % 1000 - 1000;
+    if (h === null) return '<span class="no-chart">–</span>';
     var pass = new Array(SECONDS).fill(0), block = new Array(SECONDS).fill(0);
     for (var i = 0; i < h.t.length; i++) {
       var slot = SECONDS - 1 - Math.round((last - h.t[i]) / 1000);
@@ -111,7 +114,7 @@
   function refresh() {
     if (busy) return;
     busy = true;
-    fetch(base + "stats", { cache: "no-store", credentials: "same-origin" })
+    fetch(base + "stats?history=" + CHARTS, { cache: "no-store", credentials: "same-origin" })
       .then(function (r) { if (!r.ok) throw new Error("HTTP " + r.status); return r.json(); })
       .then(function (s) {
         render(s);
