@@ -62,7 +62,9 @@ use crate::stat::Counts;
 /// bucket is also added to the key's totals, and a read adds the buckets
 /// not taken in yet. Counting starts when the first collector is made
 /// (in the process: the statistics have no setting for it), so events
-/// from before it may be missing; keys then cost 48 bytes more each. When an idle
+/// from before it may be missing. The totals live in a table beside the
+/// statistics (about 64 bytes per key, freed with the key's entry), so a
+/// key's statistics take no more memory with a collector than without. When an idle
 /// key is evicted, its totals are added to one store-wide sum, exported
 /// with `entry="evicted"`. Hence:
 ///

@@ -27,15 +27,15 @@
 //! update per rotation (at most one per admission bucket length), never one
 //! per request. A key's lifetime totals are then `lifetime` plus the
 //! admission ring's buckets not moved yet, read under the same sequence
-//! lock, so every event is counted exactly once. Until an exporter asks,
-//! keys pay no memory for the totals beyond an empty cell.
+//! lock, so every event is counted exactly once. The totals are kept in a
+//! table beside the rollups ([`totals`]); until an exporter asks, nothing is
+//! kept and a rotation pays one relaxed load.
 
 use super::bucket::MetricBucket;
 use super::counts::Counts;
 use super::leap_array::LeapArray;
 use crate::error::ConfigError;
 use std::sync::atomic::AtomicBool;
-use std::sync::OnceLock;
 
 use crate::sync::{backoff, fence, AtomicU64, Ordering};
 
@@ -49,12 +49,6 @@ pub(crate) struct Rollup {
     prefilled: Box<[AtomicU64]>,
     /// The sequence lock (module docs): odd while a bucket moves.
     seq: AtomicU64,
-    /// Every count moved out of the admission ring (module docs, "Lifetime
-    /// totals") since totals were first wanted, with the passes from
-    /// matured reservations: each pass is counted once, when its bucket
-    /// moves. Made by the first move after [`want_lifetime_totals`];
-    /// written inside a [`Move`].
-    lifetime: OnceLock<Box<Lifetime>>,
 }
 
 /// Whether any exporter wants lifetime totals (see
@@ -62,61 +56,60 @@ pub(crate) struct Rollup {
 /// setting for it: one relaxed load per bucket rotation.
 static LIFETIME_WANTED: AtomicBool = AtomicBool::new(false);
 
-/// Starts keeping lifetime totals in every rollup, from its next bucket
-/// move on. Until an exporter calls this, no key pays the memory for them
-/// (8 bytes inline and 40 on the heap each).
+/// Starts keeping lifetime totals for every rollup, from its next bucket
+/// move on. Until an exporter calls this, no rollup pays anything for them.
 pub(crate) fn want_lifetime_totals() {
     LIFETIME_WANTED.store(true, Ordering::Relaxed);
 }
 
-/// The counters exporters need, and no more: five words per key (a whole
-/// `MetricBucket` would add its occupied-pass and minimum-RT words to every
-/// key's memory). Only the rotation lock holder writes, inside a [`Move`];
-/// readers read inside [`Rollup::read`]. Relaxed throughout: the sequence
-/// lock orders them.
-struct Lifetime {
-    pass: AtomicU64,
-    block: AtomicU64,
-    success: AtomicU64,
-    exception: AtomicU64,
-    rt_micros: AtomicU64,
-}
+/// The lifetime totals of every rollup that has moved a bucket since they
+/// were wanted (module docs, "Lifetime totals"), kept beside the rollups
+/// rather than in them, so that a node's size does not change with
+/// exporters. Each rollup is found by the address of its `prefilled`
+/// allocation: stable when the rollup itself moves, unique while it lives,
+/// and removed from here when it drops. Sharded by that address; a shard's
+/// lock is taken once per bucket move of the rollups it holds and once per
+/// exporter read, never per request.
+mod totals {
+    use std::collections::HashMap;
+    use std::sync::{LazyLock, Mutex, MutexGuard, PoisonError};
 
-impl Lifetime {
-    fn new() -> Self {
-        Lifetime {
-            pass: AtomicU64::new(0),
-            block: AtomicU64::new(0),
-            success: AtomicU64::new(0),
-            exception: AtomicU64::new(0),
-            rt_micros: AtomicU64::new(0),
-        }
+    use super::Counts;
+
+    const SHARDS: usize = 64;
+
+    type Shard = Mutex<HashMap<usize, Counts>>;
+
+    static TOTALS: LazyLock<Box<[Shard]>> =
+        LazyLock::new(|| (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect());
+
+    fn shard(id: usize) -> MutexGuard<'static, HashMap<usize, Counts>> {
+        // Allocations are at least 8-byte aligned: skip the zero bits.
+        TOTALS[(id >> 4) % SHARDS]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Adds `counts`, saturating (a single writer: load, then store).
-    fn absorb(&self, counts: &Counts) {
-        let add = |word: &AtomicU64, n: u64| {
-            if n != 0 {
-                let sum = word.load(Ordering::Relaxed).saturating_add(n);
-                word.store(sum, Ordering::Relaxed);
-            }
-        };
-        add(&self.pass, counts.pass);
-        add(&self.block, counts.block);
-        add(&self.success, counts.success);
-        add(&self.exception, counts.exception);
-        add(&self.rt_micros, counts.rt_micros);
+    /// Adds `counts` to rollup `id`'s totals (pass, block, success,
+    /// exception and response time; the other fields stay empty).
+    pub(super) fn add(id: usize, counts: &Counts) {
+        let mut shard = shard(id);
+        let total = shard.entry(id).or_default();
+        total.pass = total.pass.saturating_add(counts.pass);
+        total.block = total.block.saturating_add(counts.block);
+        total.success = total.success.saturating_add(counts.success);
+        total.exception = total.exception.saturating_add(counts.exception);
+        total.rt_micros = total.rt_micros.saturating_add(counts.rt_micros);
     }
 
-    fn counts(&self) -> Counts {
-        Counts {
-            pass: self.pass.load(Ordering::Relaxed),
-            block: self.block.load(Ordering::Relaxed),
-            success: self.success.load(Ordering::Relaxed),
-            exception: self.exception.load(Ordering::Relaxed),
-            rt_micros: self.rt_micros.load(Ordering::Relaxed),
-            ..Counts::default()
-        }
+    /// Rollup `id`'s totals so far.
+    pub(super) fn get(id: usize) -> Counts {
+        shard(id).get(&id).copied().unwrap_or_default()
+    }
+
+    /// Forgets rollup `id` (it is dropping).
+    pub(super) fn remove(id: usize) {
+        shard(id).remove(&id);
     }
 }
 
@@ -125,6 +118,14 @@ impl Lifetime {
 /// bucket's counts until after it published the new window.
 pub(crate) struct Move<'a> {
     rollup: &'a Rollup,
+}
+
+impl Drop for Rollup {
+    fn drop(&mut self) {
+        if LIFETIME_WANTED.load(Ordering::Relaxed) {
+            totals::remove(self.id());
+        }
+    }
 }
 
 impl Drop for Move<'_> {
@@ -148,7 +149,6 @@ impl Rollup {
             ring: LeapArray::new(sample_count, interval_ms)?,
             prefilled: (0..main_sample_count).map(|_| AtomicU64::new(0)).collect(),
             seq: AtomicU64::new(0),
-            lifetime: OnceLock::new(),
         })
     }
 
@@ -201,9 +201,7 @@ impl Rollup {
         // Lifetime totals take the bucket as it was, prefilled passes
         // included, and whatever window it held (module docs).
         if LIFETIME_WANTED.load(Ordering::Relaxed) && !counts.is_empty() {
-            self.lifetime
-                .get_or_init(|| Box::new(Lifetime::new()))
-                .absorb(&counts);
+            totals::add(self.id(), &counts);
         }
         // Relaxed: inside the sequence lock, which orders it for readers.
         let prefilled = self.prefilled[slot].swap(prefill, Ordering::Relaxed);
@@ -250,9 +248,17 @@ impl Rollup {
     /// success, exception and response time, the other fields empty (no
     /// sequence lock: call inside [`read`](Self::read)).
     pub(crate) fn moved_total(&self) -> Counts {
-        self.lifetime
-            .get()
-            .map_or_else(Counts::default, |lifetime| lifetime.counts())
+        if LIFETIME_WANTED.load(Ordering::Relaxed) {
+            totals::get(self.id())
+        } else {
+            Counts::default()
+        }
+    }
+
+    /// This rollup's name in [`totals`]: the address of its `prefilled`
+    /// allocation (never empty: one word per admission-ring slot).
+    fn id(&self) -> usize {
+        self.prefilled.as_ptr() as usize
     }
 
     /// Calls `f` with every rollup bucket in the window at `now` and its
