@@ -58,6 +58,7 @@ static LIFETIME_WANTED: AtomicBool = AtomicBool::new(false);
 
 /// Starts keeping lifetime totals for every rollup, from its next bucket
 /// move on. Until an exporter calls this, no rollup pays anything for them.
+#[cfg_attr(not(feature = "prometheus"), allow(dead_code))]
 pub(crate) fn want_lifetime_totals() {
     LIFETIME_WANTED.store(true, Ordering::Relaxed);
 }
