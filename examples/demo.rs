@@ -15,6 +15,14 @@
 //! to the 4th second: its circuit breaker opens (503 instead of calling it),
 //! probes once the route has healed, and closes again; the table's last
 //! column shows the breaker's state. Needs no crate feature.
+//!
+//! With the `dashboard` feature the server also serves the live dashboard
+//! while the load runs (its URL is printed first), and `--serve` keeps the
+//! server and the load running after the verdict, until Ctrl-C:
+//!
+//! ```sh
+//! cargo run --example demo --features dashboard -- --serve
+//! ```
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -222,6 +230,7 @@ fn print_second(second: u64, stats: &StatsHandle<String>) -> Vec<u64> {
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let started = Instant::now();
+    let serve = std::env::args().skip(1).any(|arg| arg == "--serve");
 
     // One layer, keyed by method and path: the default limit for `GET /`,
     // stricter rules for the other two routes.
@@ -241,11 +250,22 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .route("/flaky", get(flaky))
         // Only matched routes are limited; anything else is a plain 404.
         .route_layer(layer);
+    // The dashboard, outside the limiter.
+    #[cfg(feature = "dashboard")]
+    let app = app.nest(
+        "/dashboard",
+        tower_sliding_window::dashboard::router(stats.clone()),
+    );
 
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
     tokio::spawn(async move { axum::serve(listener, app).await });
 
+    if cfg!(feature = "dashboard") {
+        println!("dashboard: http://{addr}/dashboard");
+    } else {
+        println!("(run with `--features dashboard` to watch the live dashboard)");
+    }
     println!("server on http://{addr}, load for {LOAD_SECONDS} s:");
     for route in &ROUTES {
         println!(
@@ -344,16 +364,37 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .zip(&max_pass)
         .map(|(route, max)| format!("{} {max}/{}", route.key(), route.limit))
         .collect();
-    if problems.is_empty() {
+    let passed = problems.is_empty();
+    if passed {
         println!(
             "verdict: PASS: no route passed more than its limit in any sampled window \
              (max/limit: {}); {rejected} excess requests got 429 with Retry-After; no errors; {:.1} s",
             maxima.join(", "),
             started.elapsed().as_secs_f64()
         );
-        Ok(())
     } else {
         println!("verdict: FAIL: {}", problems.join("; "));
+    }
+    if serve {
+        serve_until_interrupted(client, addr).await;
+    }
+    if !passed {
         std::process::exit(1);
     }
+    Ok(())
+}
+
+/// `--serve`: keeps the server up, with the clients offering the same load,
+/// until Ctrl-C.
+async fn serve_until_interrupted(
+    client: Client<HttpConnector, Empty<Bytes>>,
+    addr: std::net::SocketAddr,
+) {
+    println!("serving on http://{addr} with the same load until Ctrl-C");
+    let until = Instant::now() + Duration::from_secs(365 * 24 * 3600);
+    for route in &ROUTES {
+        let base = format!("http://{addr}");
+        tokio::spawn(drive(client.clone(), base, route, until, Arc::default()));
+    }
+    let _ = tokio::signal::ctrl_c().await;
 }

@@ -5,6 +5,9 @@
 
 pub mod clock;
 mod error;
+#[cfg(any(feature = "prometheus", feature = "dashboard"))]
+#[cfg_attr(docsrs, doc(cfg(any(feature = "prometheus", feature = "dashboard"))))]
+pub mod export;
 pub mod flow;
 mod handle;
 pub mod key;
@@ -15,6 +18,9 @@ pub mod store;
 mod sync;
 
 pub use error::ConfigError;
+#[cfg(feature = "dashboard")]
+#[cfg_attr(docsrs, doc(cfg(feature = "dashboard")))]
+pub use export::dashboard;
 pub use flow::breaker;
 pub use handle::{Snapshot, StatsHandle};
 pub use layer::body;

@@ -15,11 +15,20 @@
 //!   layer, against a no-op layer and tower_governor: the group `layer`
 //!   (one contender after another) and `layer_paired` (interleaved rounds,
 //!   with a table of the cost beyond the no-op layer).
+//! - `export`: the dashboard's JSON for 4096 keys (`dashboard_json`;
+//!   feature `dashboard`, on by default).
 
 use criterion::{criterion_group, criterion_main};
 
 mod core;
+#[cfg(feature = "dashboard")]
+mod export;
 mod layer;
+
+#[cfg(feature = "dashboard")]
+criterion_group!(dashboard, export::bench);
+#[cfg(not(feature = "dashboard"))]
+fn dashboard() {}
 
 criterion_group!(
     benches,
@@ -29,4 +38,4 @@ criterion_group!(
     layer::sequential::bench,
     layer::paired::bench,
 );
-criterion_main!(benches);
+criterion_main!(benches, dashboard);

@@ -8,6 +8,7 @@ use hdrhistogram::Histogram;
 
 use crate::cli::Config;
 use crate::client::{self, Tally};
+use crate::progress::Progress;
 use crate::servers::{Contender, Server, Settings, NEVER_REJECT};
 
 /// Everything served in the throughput run.
@@ -62,6 +63,7 @@ pub async fn run(config: &Config) -> Result<Vec<BenchRow>, String> {
         })
         .collect();
     let mut seconds = vec![0.0f64; rows.len()];
+    let mut progress = Progress::rounds("bench", config.rounds as u64);
     for round in 0..config.rounds {
         let n = rows.len().max(1);
         for k in 0..rows.len() {
@@ -87,6 +89,7 @@ pub async fn run(config: &Config) -> Result<Vec<BenchRow>, String> {
             row.tally.merge(result.tally);
             seconds[i] += secs;
         }
+        progress.round(round as u64 + 1, "");
     }
     for (row, secs) in rows.iter_mut().zip(seconds) {
         if secs > 0.0 {

@@ -42,6 +42,7 @@ use tower_sliding_window::{HeaderKey, PathKey, SlidingWindowLayer};
 
 use crate::cli::Config;
 use crate::client::{self, Conn, Tally};
+use crate::progress::Progress;
 use crate::servers::{self, Built, Server};
 use crate::soak;
 
@@ -425,8 +426,16 @@ async fn run_phase(
     let mut key_bytes = 0;
     let mut errors = Vec::new();
     let mut tasks = tasks;
+    let mut progress = Progress::timed("soak --hostile", started, config.soak_time);
     // Publish the table's length for the sampler while the clients run.
     loop {
+        progress.round(
+            counters.epochs.load(Ordering::Relaxed) + 1,
+            format_args!(
+                "{phase:?} phase, {} requests",
+                counters.sent.load(Ordering::Relaxed)
+            ),
+        );
         let current = len();
         table_len.store(current, Ordering::Relaxed);
         max_len = max_len.max(current);

@@ -27,6 +27,7 @@ mod hostile;
 mod ours;
 mod overhead;
 mod plots;
+mod progress;
 #[cfg(feature = "redis")]
 mod redis_store;
 mod report;

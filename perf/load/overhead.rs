@@ -17,6 +17,7 @@ use tower::{Service, ServiceExt};
 
 use crate::bench::median;
 use crate::cli::Config;
+use crate::progress::Progress;
 use crate::servers::{self, Contender, Settings, NEVER_REJECT};
 
 /// Everything timed in process: the same contenders as the throughput run
@@ -87,17 +88,14 @@ pub fn run(config: &Config) -> Result<Vec<OverheadRow>, String> {
         }
         let n = apps.len().max(1);
         let mut per_round = vec![Vec::new(); apps.len()];
+        let mut progress = Progress::rounds("overhead", config.overhead_rounds as u64);
         for round in 0..config.overhead_rounds {
-            eprintln!(
-                "overhead: round {} of {}",
-                round + 1,
-                config.overhead_rounds
-            );
             for k in 0..apps.len() {
                 let i = (k + round) % n;
                 let ns = time_requests(&mut apps[i], config.overhead_requests).await?;
                 per_round[i].push(ns);
             }
+            progress.round(round as u64 + 1, "");
         }
         let noop = contenders.iter().position(|&c| c == Contender::Noop);
         let mut rows = Vec::new();

@@ -26,6 +26,7 @@ use tower_sliding_window::clock::ManualClock;
 use crate::cli::Config;
 use crate::client::{self, Tally};
 use crate::ours;
+use crate::progress::Progress;
 use crate::servers::{self, Built, Server};
 
 /// How often resident memory is sampled.
@@ -183,6 +184,7 @@ pub async fn run(config: &Config) -> Result<SoakResult, String> {
     let mut conns = client::connect_many(server.addr, CONNECTIONS).await?;
     let mut next_key = 0usize;
     let deadline = started + config.soak_time;
+    let mut progress = Progress::timed("soak", started, config.soak_time);
     while Instant::now() < deadline {
         let flood = result.epochs % 10 == 9;
         let per_batch = if flood {
@@ -237,6 +239,10 @@ pub async fn run(config: &Config) -> Result<SoakResult, String> {
         }
         result.tally.merge(epoch);
         result.epochs += 1;
+        progress.round(
+            result.epochs,
+            format_args!("{} requests, {len} keys held", result.sent),
+        );
         clock.advance(Duration::from_millis(100) + GAP);
     }
     result.elapsed = started.elapsed();

@@ -1,7 +1,11 @@
 //! Reading live statistics and changing limits at run time.
 
+#[cfg(any(feature = "prometheus", feature = "dashboard"))]
+mod export;
 mod snapshot;
 
+#[cfg(feature = "prometheus")]
+pub(crate) use export::Lifetime;
 pub use snapshot::Snapshot;
 
 use std::borrow::Borrow;

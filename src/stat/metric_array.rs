@@ -759,6 +759,28 @@ impl MetricArray {
         out
     }
 
+    /// Every count recorded since the ring was made: what has moved into
+    /// the rollup plus every admission-ring bucket not moved yet, whatever
+    /// window it holds (see `rollup`, "Lifetime totals"). Only rings with a
+    /// rollup keep them; without one this is the held buckets alone.
+    pub(crate) fn lifetime_counts(&self) -> Counts {
+        let held = || {
+            let mut total = Counts::default();
+            for (_, _, bucket) in self.main.held_slots() {
+                total.merge(&bucket.counts());
+            }
+            total
+        };
+        match &self.rollup {
+            Some(rollup) => rollup.read(|| {
+                let mut total = rollup.moved_total();
+                total.merge(&held());
+                total
+            }),
+            None => held(),
+        }
+    }
+
     /// Records `n` occupied passes, and as many passes, straight into the
     /// rollup at `now` (see `Rollup::add_occupied_pass`).
     pub(crate) fn add_rollup_occupied_pass(&self, now: u64, n: u64) {

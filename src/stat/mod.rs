@@ -82,6 +82,8 @@ pub use snapshot::BucketSnapshot;
 pub use window_wrap::WindowWrap;
 
 pub(crate) use counts::Counts;
+#[cfg_attr(not(feature = "prometheus"), allow(unused_imports))]
+pub(crate) use rollup::want_lifetime_totals;
 // Part of the crate-internal interface (snapshots that merge several nodes
 // divide their own sums); `Counts::avg_rt` is the clamped form.
 #[allow(unused_imports)]

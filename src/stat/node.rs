@@ -588,6 +588,13 @@ impl StatisticNode {
         (departed.into_iter().chain(self.window_passes(now)), span)
     }
 
+    /// Every count recorded since the node was made (for exporters'
+    /// counters; see `MetricArray::lifetime_counts`). Costs one read of each
+    /// second-window bucket; recording pays nothing for it.
+    pub(crate) fn lifetime_counts(&self) -> Counts {
+        self.sec().lifetime_counts()
+    }
+
     /// The second window's counts at `now`, summed.
     pub(crate) fn window_counts(&self, now: u64) -> Counts {
         self.sec().counts(now)

@@ -17,11 +17,26 @@
 //! [`Move`] guard (odd on creation, `Release` fence; even again on drop,
 //! `Release`), the read side [`Rollup::read`] (`Acquire` load, read,
 //! `Acquire` fence, compare, retry).
+//!
+//! # Lifetime totals
+//!
+//! Exporters need counters that only grow, while both rings forget. So once
+//! an exporter has asked for them ([`want_lifetime_totals`]), the opener
+//! also adds every bucket it moves to [`Rollup::lifetime`], whether or not
+//! the bucket is still inside the minute window. That is one more bucket
+//! update per rotation (at most one per admission bucket length), never one
+//! per request. A key's lifetime totals are then `lifetime` plus the
+//! admission ring's buckets not moved yet, read under the same sequence
+//! lock, so every event is counted exactly once. The totals are kept in a
+//! table beside the rollups ([`totals`]); until an exporter asks, nothing is
+//! kept and a rotation pays one relaxed load.
 
 use super::bucket::MetricBucket;
 use super::counts::Counts;
 use super::leap_array::LeapArray;
 use crate::error::ConfigError;
+use std::sync::atomic::AtomicBool;
+
 use crate::sync::{backoff, fence, AtomicU64, Ordering};
 
 /// A coarser ring the admission ring rolls its buckets into.
@@ -36,11 +51,82 @@ pub(crate) struct Rollup {
     seq: AtomicU64,
 }
 
+/// Whether any exporter wants lifetime totals (see
+/// [`want_lifetime_totals`]). Process-wide, so that the statistics need no
+/// setting for it: one relaxed load per bucket rotation.
+static LIFETIME_WANTED: AtomicBool = AtomicBool::new(false);
+
+/// Starts keeping lifetime totals for every rollup, from its next bucket
+/// move on. Until an exporter calls this, no rollup pays anything for them.
+#[cfg_attr(not(feature = "prometheus"), allow(dead_code))]
+pub(crate) fn want_lifetime_totals() {
+    LIFETIME_WANTED.store(true, Ordering::Relaxed);
+}
+
+/// The lifetime totals of every rollup that has moved a bucket since they
+/// were wanted (module docs, "Lifetime totals"), kept beside the rollups
+/// rather than in them, so that a node's size does not change with
+/// exporters. Each rollup is found by the address of its `prefilled`
+/// allocation: stable when the rollup itself moves, unique while it lives,
+/// and removed from here when it drops. Sharded by that address; a shard's
+/// lock is taken once per bucket move of the rollups it holds and once per
+/// exporter read, never per request.
+mod totals {
+    use std::collections::HashMap;
+    use std::sync::{LazyLock, Mutex, MutexGuard, PoisonError};
+
+    use super::Counts;
+
+    const SHARDS: usize = 64;
+
+    type Shard = Mutex<HashMap<usize, Counts>>;
+
+    static TOTALS: LazyLock<Box<[Shard]>> =
+        LazyLock::new(|| (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect());
+
+    fn shard(id: usize) -> MutexGuard<'static, HashMap<usize, Counts>> {
+        // Allocations are at least 8-byte aligned: skip the zero bits.
+        TOTALS[(id >> 4) % SHARDS]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Adds `counts` to rollup `id`'s totals (pass, block, success,
+    /// exception and response time; the other fields stay empty).
+    pub(super) fn add(id: usize, counts: &Counts) {
+        let mut shard = shard(id);
+        let total = shard.entry(id).or_default();
+        total.pass = total.pass.saturating_add(counts.pass);
+        total.block = total.block.saturating_add(counts.block);
+        total.success = total.success.saturating_add(counts.success);
+        total.exception = total.exception.saturating_add(counts.exception);
+        total.rt_micros = total.rt_micros.saturating_add(counts.rt_micros);
+    }
+
+    /// Rollup `id`'s totals so far.
+    pub(super) fn get(id: usize) -> Counts {
+        shard(id).get(&id).copied().unwrap_or_default()
+    }
+
+    /// Forgets rollup `id` (it is dropping).
+    pub(super) fn remove(id: usize) {
+        shard(id).remove(&id);
+    }
+}
+
 /// One bucket moving into the rollup: the write side of the sequence lock.
 /// The admission ring's opener holds it from before it takes the old
 /// bucket's counts until after it published the new window.
 pub(crate) struct Move<'a> {
     rollup: &'a Rollup,
+}
+
+impl Drop for Rollup {
+    fn drop(&mut self) {
+        if LIFETIME_WANTED.load(Ordering::Relaxed) {
+            totals::remove(self.id());
+        }
+    }
 }
 
 impl Drop for Move<'_> {
@@ -113,6 +199,11 @@ impl Rollup {
         prefill: u64,
         now: u64,
     ) {
+        // Lifetime totals take the bucket as it was, prefilled passes
+        // included, and whatever window it held (module docs).
+        if LIFETIME_WANTED.load(Ordering::Relaxed) && !counts.is_empty() {
+            totals::add(self.id(), &counts);
+        }
         // Relaxed: inside the sequence lock, which orders it for readers.
         let prefilled = self.prefilled[slot].swap(prefill, Ordering::Relaxed);
         counts.pass = counts.pass.saturating_sub(prefilled);
@@ -152,6 +243,23 @@ impl Rollup {
             }
             backoff(&mut round);
         }
+    }
+
+    /// Every count moved out of the admission ring so far: pass, block,
+    /// success, exception and response time, the other fields empty (no
+    /// sequence lock: call inside [`read`](Self::read)).
+    pub(crate) fn moved_total(&self) -> Counts {
+        if LIFETIME_WANTED.load(Ordering::Relaxed) {
+            totals::get(self.id())
+        } else {
+            Counts::default()
+        }
+    }
+
+    /// This rollup's name in [`totals`]: the address of its `prefilled`
+    /// allocation (never empty: one word per admission-ring slot).
+    fn id(&self) -> usize {
+        self.prefilled.as_ptr() as usize
     }
 
     /// Calls `f` with every rollup bucket in the window at `now` and its

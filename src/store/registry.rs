@@ -45,6 +45,7 @@ use super::{Entry, Settings, Window};
 use crate::clock::SharedClock;
 use crate::flow::breaker::Breaker;
 use crate::key::KeyVisitor;
+use crate::stat::{Counts, MetricBucket};
 use crate::sync::{fence, read, write, AtomicU64, AtomicUsize, Ordering, RwLock};
 
 /// Number of table shards. A power of two comfortably above the core count
@@ -148,6 +149,11 @@ pub(crate) struct Registry<K> {
     last_sweep: AtomicU64,
     /// Every entry's circuit breakers are built from these.
     breakers: Arc<[Breaker]>,
+    /// The lifetime totals of every evicted entry, summed: added once per
+    /// eviction (under the shard's write lock, never on a request's path),
+    /// so that exporters' counters summed over keys never lose what an
+    /// evicted key had counted.
+    evicted: MetricBucket,
 }
 
 impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
@@ -184,6 +190,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
             clock: clock.clone(),
             last_sweep: AtomicU64::new(0),
             breakers,
+            evicted: MetricBucket::new(),
         }
     }
 
@@ -375,6 +382,9 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
                     !paced_recently && entry.node.is_idle_at(at) && entry.breakers.all_closed();
                 if evict {
                     removed += 1;
+                    // Nobody holds the entry and it is idle: its totals are
+                    // final (see `evicted`).
+                    self.evicted.absorb(&entry.node.lifetime_counts());
                     if !entry.pinned {
                         self.counted.fetch_sub(1, Ordering::Relaxed);
                     }
@@ -438,6 +448,12 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
             return usize::from(self.single.get().is_some());
         }
         self.shards.iter().map(|shard| read(shard).len()).sum()
+    }
+
+    /// The lifetime totals of every entry evicted so far, summed.
+    #[cfg_attr(not(feature = "prometheus"), allow(dead_code))]
+    pub(crate) fn evicted_totals(&self) -> Counts {
+        self.evicted.counts()
     }
 
     /// The entry shared by keys that found no room.

@@ -1,0 +1,85 @@
+//! The dashboard's JSON (`GET /stats` of `dashboard::router`) for 4096
+//! keys, each with a full minute of history: the group `dashboard_json`,
+//! with `page_4096_keys` (what the page asks for: every snapshot, the 100
+//! busiest keys' history; the target is under 5 ms per response) and
+//! `full_4096_keys` (every key's history).
+//!
+//! The keys are filled through the layer on a manual clock: for 60 seconds,
+//! every key gets one pass and one block per second, so every key's
+//! history holds 59 or 60 seconds with both series non-zero (the worst
+//! case for the JSON's size). The clock then stays put, so every
+//! iteration serializes the same figures.
+
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::routing::get;
+use axum::Router;
+use criterion::{Criterion, Throughput};
+use http::Request;
+use http_body_util::BodyExt;
+use tower::ServiceExt;
+use tower_sliding_window::clock::ManualClock;
+use tower_sliding_window::{dashboard, PathKey, SlidingWindowLayer};
+
+use crate::layer::runtime;
+
+const KEYS: usize = 4096;
+const SECONDS: u64 = 60;
+
+pub(crate) fn bench(c: &mut Criterion) {
+    let rt = runtime();
+    let clock = ManualClock::new(1_000_000);
+    let layer = SlidingWindowLayer::qps(1)
+        .key(PathKey)
+        .max_keys(KEYS)
+        .clock(clock.clone());
+    let stats = layer.handle();
+    let app = Router::new()
+        .route("/{*path}", get(|| async { "ok" }))
+        .layer(layer);
+    let paths: Vec<String> = (0..KEYS).map(|i| format!("/tenant/{i:04}")).collect();
+    rt.block_on(async {
+        for _ in 0..SECONDS {
+            for path in &paths {
+                for _ in 0..2 {
+                    let request = Request::get(path.as_str()).body(Body::empty()).unwrap();
+                    app.clone().oneshot(request).await.unwrap();
+                }
+            }
+            clock.advance(Duration::from_secs(1));
+        }
+    });
+    assert_eq!(stats.keys().len(), KEYS, "every key has its own entry");
+    let history = stats.history(paths[0].as_str());
+    assert!(history.len() >= 59, "{} seconds of history", history.len());
+    assert!(history.iter().all(|s| s.pass == 1 && s.block == 1));
+
+    let board = dashboard::router(stats);
+    let get_stats = |uri: &'static str| {
+        let board = board.clone();
+        async move {
+            let request = Request::get(uri).body(Body::empty()).unwrap();
+            let response = board.oneshot(request).await.unwrap();
+            response.into_body().collect().await.unwrap().to_bytes()
+        }
+    };
+
+    let mut group = c.benchmark_group("dashboard_json");
+    group.throughput(Throughput::Elements(KEYS as u64));
+    group.sample_size(30);
+    // What the page asks for: every key's snapshot, the 100 busiest keys'
+    // history. Then every key's history (the default of `/stats`).
+    for (name, uri) in [
+        ("page_4096_keys", "/stats?history=100"),
+        ("full_4096_keys", "/stats"),
+    ] {
+        let size = rt.block_on(get_stats(uri)).len();
+        println!(
+            "dashboard_json/{name}: {KEYS} keys, {} KiB of JSON",
+            size / 1024
+        );
+        group.bench_function(name, |b| b.iter(|| rt.block_on(get_stats(uri))));
+    }
+    group.finish();
+}

@@ -1,0 +1,119 @@
+//! Crate-private reads for the exporters (`crate::export`): lifetime totals
+//! for counters, and snapshots with their history in one visit.
+
+use std::hash::Hash;
+
+#[cfg(feature = "dashboard")]
+use super::Snapshot;
+use super::StatsHandle;
+#[cfg(feature = "prometheus")]
+use crate::stat::Counts;
+#[cfg(feature = "dashboard")]
+use crate::stat::MetricNode;
+#[cfg(feature = "dashboard")]
+use crate::store::effective_now;
+use crate::store::Entry;
+#[cfg(feature = "dashboard")]
+use std::sync::Arc;
+
+/// One entry's counts since it was made, with its gauges now.
+#[cfg(feature = "prometheus")]
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Lifetime {
+    pub(crate) counts: Counts,
+    pub(crate) concurrency: u64,
+    pub(crate) limit: u64,
+}
+
+#[cfg(feature = "prometheus")]
+impl Lifetime {
+    fn of(entry: &Entry) -> Self {
+        Lifetime {
+            counts: entry.node.lifetime_counts(),
+            concurrency: entry.node.cur_concurrency(),
+            limit: entry.limit(),
+        }
+    }
+}
+
+impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
+    /// The clock's reading now, in milliseconds.
+    #[cfg(feature = "dashboard")]
+    pub(crate) fn now_ms(&self) -> u64 {
+        self.now()
+    }
+
+    /// Length of every key's window, in milliseconds.
+    #[cfg(feature = "dashboard")]
+    pub(crate) fn window_ms(&self) -> u64 {
+        self.registry().window().interval_ms
+    }
+
+    /// The lifetime totals of every entry evicted so far, summed.
+    #[cfg(feature = "prometheus")]
+    pub(crate) fn evicted_lifetime(&self) -> Counts {
+        self.registry().evicted_totals()
+    }
+
+    /// Calls `f` with every key holding an entry and its lifetime totals.
+    #[cfg(feature = "prometheus")]
+    pub(crate) fn for_each_lifetime(&self, mut f: impl FnMut(&K, Lifetime)) {
+        self.registry()
+            .for_each_entry(|key, entry| f(key, Lifetime::of(entry)));
+    }
+
+    /// The overflow entry's lifetime totals.
+    #[cfg(feature = "prometheus")]
+    pub(crate) fn overflow_lifetime(&self) -> Lifetime {
+        Lifetime::of(self.registry().overflow())
+    }
+
+    /// Every key holding an entry, with its snapshot read at `now`; each
+    /// row can read its history afterwards (see [`KeyRow::history`]), so a
+    /// caller reads histories only for the rows it keeps. No key is cloned.
+    #[cfg(feature = "dashboard")]
+    pub(crate) fn rows(&self, now: u64) -> Vec<KeyRow<K>> {
+        let mut rows = Vec::new();
+        self.registry().for_each_entry(|key, entry| {
+            rows.push(KeyRow {
+                key: Some(Arc::clone(key)),
+                snapshot: Snapshot::of(entry, now),
+                entry: Arc::clone(entry),
+            });
+        });
+        rows
+    }
+
+    /// The overflow entry's row (`key` is `None`), if it is in use
+    /// (anything in flight or in its windows) or has history.
+    #[cfg(feature = "dashboard")]
+    pub(crate) fn overflow_row(&self, now: u64) -> Option<KeyRow<K>> {
+        let overflow = self.registry().overflow();
+        let at = effective_now(overflow, now);
+        if overflow.node.is_idle_at(at) && overflow.node.history(at).is_empty() {
+            return None;
+        }
+        Some(KeyRow {
+            key: None,
+            snapshot: Snapshot::of(overflow, now),
+            entry: Arc::clone(overflow),
+        })
+    }
+}
+
+/// One entry as the dashboard lists it.
+#[cfg(feature = "dashboard")]
+pub(crate) struct KeyRow<K> {
+    /// `None` for the overflow entry.
+    pub(crate) key: Option<Arc<K>>,
+    pub(crate) snapshot: Snapshot,
+    entry: Arc<Entry>,
+}
+
+#[cfg(feature = "dashboard")]
+impl<K> KeyRow<K> {
+    /// The entry's history at `now` (see [`StatsHandle::history`]).
+    pub(crate) fn history(&self, now: u64) -> Vec<MetricNode> {
+        self.entry.node.history(effective_now(&self.entry, now))
+    }
+}

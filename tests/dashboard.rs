@@ -1,0 +1,373 @@
+//! The dashboard router: the JSON against the handle, ordering and the
+//! overflow mark, mounting under a prefix, a self-contained page, and
+//! hostile requests to the limit-change endpoint.
+
+#![cfg(feature = "dashboard")]
+
+mod support;
+
+use axum::body::Body;
+use axum::routing::get;
+use axum::Router;
+use http::{HeaderName, Request, StatusCode};
+use serde_json::Value;
+use support::{clock, req, req_with, send};
+use tower_sliding_window::dashboard::{self, Options};
+use tower_sliding_window::{HeaderKey, PathKey, SlidingWindowLayer, StatsHandle};
+
+fn app(limit: u64, max_keys: usize) -> (Router, StatsHandle<String>) {
+    let layer = SlidingWindowLayer::qps(limit)
+        .key(PathKey)
+        .max_keys(max_keys)
+        .clock(clock());
+    let stats = layer.handle();
+    let app = Router::new()
+        .route("/{*path}", get(|| async { "ok" }))
+        .layer(layer);
+    (app, stats)
+}
+
+async fn json(app: &Router, uri: &str) -> Value {
+    let answer = send(app, req(uri)).await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+    assert_eq!(answer.header("content-type"), "application/json");
+    serde_json::from_str(&answer.body).expect("valid JSON")
+}
+
+#[tokio::test]
+async fn stats_match_the_handle_most_traffic_first() {
+    let (app, stats) = app(3, 2);
+    for (path, n) in [("/a", 1), ("/b", 5), ("/c", 2)] {
+        for _ in 0..n {
+            send(&app, req(path)).await;
+        }
+    }
+    let board = Router::new().nest("/limits", dashboard::router(stats.clone()));
+    let s = json(&board, "/limits/stats").await;
+    let keys = s["keys"].as_array().unwrap();
+    // Two keys of their own, then /c found no room: the overflow entry.
+    assert_eq!(keys.len(), stats.keys().len() + 1);
+    let traffic: Vec<u64> = keys
+        .iter()
+        .map(|k| k["traffic"].as_u64().unwrap())
+        .collect();
+    assert!(traffic.windows(2).all(|w| w[0] >= w[1]), "{traffic:?}");
+    for k in keys {
+        match k["kind"].as_str().unwrap() {
+            "key" => {
+                let key = k["key"].as_str().unwrap();
+                let snap = stats.snapshot(key).unwrap();
+                assert_eq!(k["snapshot"]["pass"], snap.pass);
+                assert_eq!(k["snapshot"]["block"], snap.block);
+                assert_eq!(k["snapshot"]["limit"], snap.limit);
+                assert_eq!(k["traffic"], snap.pass + snap.block);
+            }
+            "overflow" => {
+                assert!(k["key"].is_null());
+                let overflow = stats.overflow();
+                assert_eq!(k["snapshot"]["pass"], overflow.pass);
+                assert_eq!(k["snapshot"]["block"], overflow.block);
+            }
+            other => panic!("unexpected kind {other}"),
+        }
+    }
+    assert_eq!(keys[0]["key"], "/b", "the busiest key first");
+    assert_eq!(s["total"]["pass"], stats.total().pass);
+    assert_eq!(s["limits_editable"], false);
+}
+
+#[tokio::test]
+async fn history_is_the_handles() {
+    let clock = clock();
+    let layer = SlidingWindowLayer::qps(2).key(PathKey).clock(clock.clone());
+    let stats = layer.handle();
+    let app = Router::new()
+        .route("/{*path}", get(|| async { "ok" }))
+        .layer(layer);
+    for second in 0..3u64 {
+        for _ in 0..=second {
+            send(&app, req("/x")).await;
+        }
+        clock.advance(std::time::Duration::from_secs(1));
+    }
+    let board = dashboard::router(stats.clone());
+    let s = json(&board, "/stats").await;
+    let history = &s["keys"][0]["history"];
+    let want = stats.history("/x");
+    assert_eq!(want.len(), 3);
+    for (i, node) in want.iter().enumerate() {
+        assert_eq!(history["t"][i], node.timestamp_ms);
+        assert_eq!(history["pass"][i], node.pass);
+        assert_eq!(history["block"][i], node.block);
+    }
+}
+
+#[tokio::test]
+async fn history_can_be_limited_to_the_busiest_keys() {
+    let clock = clock();
+    let layer = SlidingWindowLayer::qps(100)
+        .key(PathKey)
+        .clock(clock.clone());
+    let stats = layer.handle();
+    let app = Router::new()
+        .route("/{*path}", get(|| async { "ok" }))
+        .layer(layer);
+    for (path, n) in [("/a", 3), ("/b", 2), ("/c", 1)] {
+        for _ in 0..n {
+            send(&app, req(path)).await;
+        }
+    }
+    clock.advance(std::time::Duration::from_millis(500));
+    let board = dashboard::router(stats.clone());
+    let s = json(&board, "/stats?history=2").await;
+    let keys = s["keys"].as_array().unwrap();
+    assert_eq!(keys.len(), 3);
+    let with: Vec<bool> = keys.iter().map(|k| !k["history"].is_null()).collect();
+    assert_eq!(with, [true, true, false], "the two busiest carry history");
+    let all = json(&board, "/stats?history=10").await;
+    assert!(all["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|k| k["history"].is_object()));
+    for bad in ["-1", "x", "1.5", "99999999999999999999999"] {
+        let answer = send(&board, req(&format!("/stats?history={bad}"))).await;
+        assert_eq!(answer.status, StatusCode::BAD_REQUEST, "history={bad}");
+    }
+}
+
+#[tokio::test]
+async fn option_keys_are_marked_missing() {
+    let layer = SlidingWindowLayer::qps(5)
+        .key(HeaderKey::new(HeaderName::from_static("x-tenant")))
+        .clock(clock());
+    let stats = layer.handle();
+    let app = Router::new()
+        .route("/", get(|| async { "ok" }))
+        .layer(layer);
+    send(&app, req("/")).await;
+    send(&app, req_with("/", "x-tenant", "<script>")).await;
+    let s = json(&dashboard::router(stats), "/stats").await;
+    let kinds: Vec<(&str, &Value)> = s["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| (k["kind"].as_str().unwrap(), &k["key"]))
+        .collect();
+    assert!(kinds.contains(&("missing", &Value::Null)), "{kinds:?}");
+    assert!(
+        kinds.contains(&("key", &Value::from("<script>"))),
+        "{kinds:?}"
+    );
+}
+
+#[tokio::test]
+async fn the_page_is_self_contained_under_any_prefix() {
+    let (_, stats) = app(5, 10);
+    let board = Router::new().nest("/ops/limits", dashboard::router(stats));
+    let page = send(&board, req("/ops/limits")).await;
+    assert_eq!(page.status, StatusCode::OK);
+    assert!(page.header("content-type").starts_with("text/html"));
+    // No request leaves the service: no absolute URL, no external script,
+    // style or image; the script fetches `stats` relative to the page.
+    for outside in ["http://", "https://", "src=", "href=", "@import", "url("] {
+        assert!(
+            !page.body.contains(outside),
+            "the page contains {outside:?}"
+        );
+    }
+    assert!(page.body.contains("base + \"stats?history=\""));
+    assert_eq!(
+        send(&board, req("/ops/limits/stats")).await.status,
+        StatusCode::OK
+    );
+}
+
+fn post(uri: &str, token: Option<&str>, body: impl Into<Body>) -> Request<Body> {
+    let mut request = Request::post(uri).header("content-type", "application/json");
+    if let Some(token) = token {
+        request = request.header("x-admin-token", token);
+    }
+    request.body(body.into()).unwrap()
+}
+
+fn editable(stats: StatsHandle<String>) -> Router {
+    dashboard::router_with(
+        stats,
+        Options::new().allow_limit_changes(|parts| {
+            parts
+                .headers
+                .get("x-admin-token")
+                .is_some_and(|t| t == "s3cret")
+        }),
+    )
+}
+
+#[tokio::test]
+async fn limit_changes_are_off_by_default() {
+    let (app, stats) = app(5, 10);
+    send(&app, req("/a")).await;
+    let board = dashboard::router(stats.clone());
+    let answer = send(
+        &board,
+        post("/limit", Some("s3cret"), r#"{"key":"/a","limit":1}"#),
+    )
+    .await;
+    assert!(answer.status.is_client_error(), "{answer:?}");
+    assert_eq!(stats.snapshot("/a").unwrap().limit, 5);
+}
+
+#[tokio::test]
+async fn limit_changes_need_the_check_and_valid_input() {
+    let (app, stats) = app(5, 10);
+    send(&app, req("/a")).await;
+    let board = editable(stats.clone());
+    let s = json(&board, "/stats").await;
+    assert_eq!(s["limits_editable"], true);
+
+    let cases: Vec<(Option<&str>, Body, StatusCode)> = vec![
+        // Missing and wrong credentials.
+        (
+            None,
+            r#"{"key":"/a","limit":1}"#.into(),
+            StatusCode::FORBIDDEN,
+        ),
+        (
+            Some("guess"),
+            r#"{"key":"/a","limit":1}"#.into(),
+            StatusCode::FORBIDDEN,
+        ),
+        // Not JSON, wrong shapes, invalid bytes.
+        (Some("s3cret"), "limit=1".into(), StatusCode::BAD_REQUEST),
+        (Some("s3cret"), "".into(), StatusCode::BAD_REQUEST),
+        (
+            Some("s3cret"),
+            vec![0xff, 0xfe, b'{'].into(),
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            Some("s3cret"),
+            r#"{"key":"/a"}"#.into(),
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            Some("s3cret"),
+            r#"{"key":"/a","limit":1,"x":2}"#.into(),
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            Some("s3cret"),
+            r#"["/a",1]"#.into(),
+            StatusCode::BAD_REQUEST,
+        ),
+        // Bad numbers.
+        (
+            Some("s3cret"),
+            r#"{"key":"/a","limit":-1}"#.into(),
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            Some("s3cret"),
+            r#"{"key":"/a","limit":1.5}"#.into(),
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            Some("s3cret"),
+            r#"{"key":"/a","limit":"7"}"#.into(),
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            Some("s3cret"),
+            r#"{"key":"/a","limit":1e30}"#.into(),
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            Some("s3cret"),
+            r#"{"key":"/a","limit":18446744073709551616}"#.into(),
+            StatusCode::BAD_REQUEST,
+        ),
+        // A key with no entry.
+        (
+            Some("s3cret"),
+            r#"{"key":"/nobody","limit":1}"#.into(),
+            StatusCode::NOT_FOUND,
+        ),
+        (
+            Some("s3cret"),
+            r#"{"key":null,"limit":1}"#.into(),
+            StatusCode::NOT_FOUND,
+        ),
+        // A huge body.
+        (
+            Some("s3cret"),
+            format!(r#"{{"key":"{}","limit":1}}"#, "a".repeat(1 << 20)).into(),
+            StatusCode::PAYLOAD_TOO_LARGE,
+        ),
+    ];
+    for (i, (token, body, want)) in cases.into_iter().enumerate() {
+        let answer = send(&board, post("/limit", token, body)).await;
+        assert_eq!(answer.status, want, "case {i}, {token:?}: {}", answer.body);
+        assert_eq!(stats.snapshot("/a").unwrap().limit, 5, "nothing changed");
+    }
+
+    let answer = send(
+        &board,
+        post("/limit", Some("s3cret"), r#"{"key":"/a","limit":1}"#),
+    )
+    .await;
+    assert_eq!(answer.status, StatusCode::NO_CONTENT, "{}", answer.body);
+    assert_eq!(stats.snapshot("/a").unwrap().limit, 1);
+    let u64_max = format!(r#"{{"key":"/a","limit":{}}}"#, u64::MAX);
+    let answer = send(&board, post("/limit", Some("s3cret"), u64_max)).await;
+    assert_eq!(answer.status, StatusCode::NO_CONTENT);
+    assert_eq!(stats.snapshot("/a").unwrap().limit, u64::MAX);
+}
+
+#[tokio::test]
+async fn the_check_runs_before_the_body_is_read() {
+    let (app, stats) = app(5, 10);
+    send(&app, req("/a")).await;
+    let board = editable(stats);
+    // A body that never ends: refused at once by the check.
+    let endless = Body::new(futures_stream());
+    let answer = tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        send(&board, post("/limit", None, endless)),
+    )
+    .await
+    .expect("answered without reading the body");
+    assert_eq!(answer.status, StatusCode::FORBIDDEN);
+}
+
+/// A body stream that never yields.
+fn futures_stream() -> impl futures_core_like::Stream {
+    futures_core_like::Pending
+}
+
+mod futures_core_like {
+    //! The smallest never-ending body stream, without a stream crate.
+    use std::pin::Pin;
+    use std::task::{Context, Poll};
+
+    pub trait Stream:
+        http_body::Body<Data = bytes::Bytes, Error = std::convert::Infallible> + Send + 'static
+    {
+    }
+    impl<T> Stream for T where
+        T: http_body::Body<Data = bytes::Bytes, Error = std::convert::Infallible> + Send + 'static
+    {
+    }
+
+    pub struct Pending;
+
+    impl http_body::Body for Pending {
+        type Data = bytes::Bytes;
+        type Error = std::convert::Infallible;
+        fn poll_frame(
+            self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+        ) -> Poll<Option<Result<http_body::Frame<bytes::Bytes>, Self::Error>>> {
+            Poll::Pending
+        }
+    }
+}

@@ -1,0 +1,253 @@
+//! The dashboard in a real browser: headless Chromium loads the page from a
+//! running server while load is applied, and the test reads the DOM the
+//! page's script built (`--dump-dom`). Also takes the screenshot in
+//! `docs/dashboard.png` and loads the page with 1000 keys.
+//!
+//! Needs `chromium` (`.ci/run` installs it). Without it the test fails when
+//! `CI=true`, and otherwise prints why and returns.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::routing::get;
+use axum::Router;
+use http::Request;
+use tokio::net::TcpListener;
+use tokio::process::Command;
+use tower::ServiceExt;
+use tower_sliding_window::{dashboard, PathKey, SlidingWindowLayer, StatsHandle};
+
+/// The browser binary, if one is installed.
+fn chromium() -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    for name in ["chromium", "chromium-browser", "google-chrome"] {
+        for dir in std::env::split_paths(&path) {
+            let candidate = dir.join(name);
+            if candidate.is_file() {
+                return Some(candidate);
+            }
+        }
+    }
+    None
+}
+
+/// Runs headless Chromium on `url` with `extra` arguments and returns its
+/// standard output.
+async fn browse(browser: &Path, url: &str, extra: &[&str]) -> (String, String) {
+    static RUN: AtomicU64 = AtomicU64::new(0);
+    let profile = std::env::temp_dir().join(format!(
+        "tsw-dashboard-{}-{}",
+        std::process::id(),
+        RUN.fetch_add(1, Ordering::Relaxed)
+    ));
+    let mut command = Command::new(browser);
+    command
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--no-first-run",
+            "--hide-scrollbars",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .args(extra)
+        .arg(url)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let output = tokio::time::timeout(Duration::from_secs(120), command.output())
+        .await
+        .expect("chromium finished within 120 s")
+        .expect("chromium starts");
+    let _ = std::fs::remove_dir_all(&profile);
+    assert!(
+        output.status.success(),
+        "chromium failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    (
+        String::from_utf8(output.stdout).expect("UTF-8 DOM"),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// The page after its script has run for a few seconds of virtual time
+/// (network waits included: virtual time stops while a fetch is pending).
+async fn dom(browser: &Path, url: &str) -> String {
+    browse(browser, url, &["--virtual-time-budget=2500", "--dump-dom"])
+        .await
+        .0
+}
+
+/// The rows the page drew: (class, data-key, the row's cells as text).
+fn rows(dom: &str) -> Vec<(String, String, String)> {
+    let body = dom
+        .split("<tbody>")
+        .nth(1)
+        .and_then(|rest| rest.split("</tbody>").next())
+        .unwrap_or_else(|| panic!("no table body in the page:\n{dom}"));
+    body.split("<tr ")
+        .skip(1)
+        .map(|row| {
+            let attr = |name: &str| {
+                row.split(&format!("{name}=\""))
+                    .nth(1)
+                    .and_then(|v| v.split('"').next())
+                    .unwrap_or_default()
+                    .to_owned()
+            };
+            (attr("class"), attr("data-key"), row.to_owned())
+        })
+        .collect()
+}
+
+/// The text of the cell with class `class` in a row.
+fn cell<'a>(row: &'a str, class: &str) -> &'a str {
+    row.split(&format!("<td class=\"{class}\">"))
+        .nth(1)
+        .and_then(|v| v.split("</td>").next())
+        .unwrap_or_else(|| panic!("no {class} cell in {row}"))
+}
+
+struct Server {
+    addr: SocketAddr,
+    app: Router,
+    stats: StatsHandle<String>,
+}
+
+async fn serve() -> Server {
+    let layer = SlidingWindowLayer::qps(20).key(PathKey).max_keys(2048);
+    let stats = layer.handle();
+    let app = Router::new()
+        .route(
+            "/api/{*rest}",
+            get(|| async {
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                "ok"
+            }),
+        )
+        // Only matched routes: the browser's favicon request is no key.
+        .route_layer(layer);
+    let served = app
+        .clone()
+        .nest("/limits", dashboard::router(stats.clone()));
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, served).await });
+    Server { addr, app, stats }
+}
+
+/// Sends requests to a few routes until `stop`, each at its own rate,
+/// some over the limit.
+fn load(app: Router, stop: Arc<AtomicBool>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut round = 0u64;
+        while !stop.load(Ordering::Relaxed) {
+            for (route, every) in [("/api/search", 1), ("/api/users", 2), ("/api/login", 5)] {
+                if round % every == 0 {
+                    let request = Request::get(route).body(Body::empty()).unwrap();
+                    let _ = app.clone().oneshot(request).await;
+                }
+            }
+            round += 1;
+            tokio::time::sleep(Duration::from_millis(15)).await;
+        }
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_renders_live_in_chromium() {
+    let Some(browser) = chromium() else {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "chromium is not installed (CI=true: .ci/run installs it)"
+        );
+        eprintln!("skipping the browser test: chromium is not installed");
+        return;
+    };
+    let server = serve().await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = load(server.app.clone(), Arc::clone(&stop));
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+
+    let url = format!("http://{}/limits", server.addr);
+    let first = dom(&browser, &url).await;
+    let first_rows = rows(&first);
+    for key in ["/api/search", "/api/users", "/api/login"] {
+        assert!(
+            first_rows
+                .iter()
+                .any(|(class, k, _)| class == "key" && k == key),
+            "{key} is not on the page:\n{first}"
+        );
+    }
+    // The busiest route first, as the JSON orders it.
+    assert_eq!(first_rows[0].1, "/api/search", "{first}");
+    let search = &first_rows[0].2;
+    assert!(cell(search, "limit") == "20", "{search}");
+    assert!(search.contains("<polyline class=\"pass\""), "{search}");
+
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let second = dom(&browser, &url).await;
+    let second_rows = rows(&second);
+    let figures = |rows: &[(String, String, String)]| -> Vec<String> {
+        rows.iter()
+            .map(|(_, key, row)| {
+                format!(
+                    "{key} {} {} {}",
+                    cell(row, "pass"),
+                    cell(row, "block"),
+                    cell(row, "chart")
+                )
+            })
+            .collect()
+    };
+    assert_ne!(
+        figures(&first_rows),
+        figures(&second_rows),
+        "the numbers did not change under load"
+    );
+
+    // The screenshot for the README, under the same load.
+    let shot = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/dashboard.png");
+    let (_, log) = browse(
+        &browser,
+        &url,
+        &[
+            "--window-size=1100,300",
+            "--virtual-time-budget=2500",
+            &format!("--screenshot={}", shot.display()),
+        ],
+    )
+    .await;
+    let png = std::fs::read(&shot)
+        .unwrap_or_else(|e| panic!("no screenshot at {} ({e}):\n{log}", shot.display()));
+    assert!(png.starts_with(b"\x89PNG"), "a PNG file");
+    stop.store(true, Ordering::Relaxed);
+    load.await.unwrap();
+
+    // 1000 keys: every one gets a row.
+    for i in 0..1000 {
+        let request = Request::get(format!("/api/bulk/{i}"))
+            .body(Body::empty())
+            .unwrap();
+        server.app.clone().oneshot(request).await.unwrap();
+    }
+    let keys = server.stats.keys().len();
+    assert!(keys >= 1000, "{keys} keys");
+    let page = dom(&browser, &url).await;
+    let drawn = rows(&page);
+    assert!(drawn.len() >= keys, "{} rows for {keys} keys", drawn.len());
+    let bulk = drawn
+        .iter()
+        .filter(|(_, k, _)| k.starts_with("/api/bulk/"))
+        .count();
+    assert_eq!(bulk, 1000);
+}
