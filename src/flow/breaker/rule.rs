@@ -83,6 +83,40 @@ impl Breaker {
 
     /// Opens when more than `count` completions in the stat interval were
     /// failures, as the layer's classifier decides.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use std::time::Duration;
+    /// use axum::{body::Body, http::StatusCode, routing::get, Router};
+    /// use tower::ServiceExt;
+    /// use tower_sliding_window::breaker::{Breaker, BreakerState};
+    /// use tower_sliding_window::clock::ManualClock;
+    /// use tower_sliding_window::SlidingWindowLayer;
+    ///
+    /// let clock = ManualClock::new(0);
+    /// let layer = SlidingWindowLayer::qps(1_000)
+    ///     .clock(clock.clone())
+    ///     .breaker(Breaker::error_count(2).min_requests(1));
+    /// let stats = layer.handle();
+    /// let app = Router::new()
+    ///     .route("/", get(|| async { StatusCode::BAD_GATEWAY }))
+    ///     .layer(layer);
+    /// let send = || async {
+    ///     let request = http::Request::get("/").body(Body::empty()).unwrap();
+    ///     app.clone().oneshot(request).await.unwrap().status()
+    /// };
+    ///
+    /// // Two failures are not more than two: still closed.
+    /// assert_eq!(send().await, StatusCode::BAD_GATEWAY);
+    /// assert_eq!(send().await, StatusCode::BAD_GATEWAY);
+    /// assert_eq!(stats.breakers(&()), [BreakerState::Closed]);
+    /// // The third opens it, and the next request is cut off.
+    /// assert_eq!(send().await, StatusCode::BAD_GATEWAY);
+    /// assert_eq!(send().await, StatusCode::SERVICE_UNAVAILABLE);
+    /// assert!(matches!(stats.breakers(&())[..], [BreakerState::Open { .. }]));
+    /// # }
+    /// ```
     pub fn error_count(count: u64) -> Self {
         Self::with(Measure::ErrorCount { count })
     }
