@@ -8,46 +8,12 @@
 
 mod support;
 
-use std::fmt::Write as _;
-use std::sync::{Arc, Mutex};
-
 use axum::routing::get;
 use axum::Router;
 use http::{HeaderName, StatusCode};
 use tower_sliding_window::{HeaderKey, SlidingWindowLayer};
 
-use support::{at, clock, req, req_with, send};
-
-/// A `tracing` subscriber that keeps every event as one line of text:
-/// the level, then `name=value` for each field.
-#[derive(Clone, Default)]
-struct Capture(Arc<Mutex<Vec<String>>>);
-
-struct Fields<'a>(&'a mut String);
-
-impl tracing::field::Visit for Fields<'_> {
-    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
-        let _ = write!(self.0, " {}={:?}", field.name(), value);
-    }
-}
-
-impl tracing::Subscriber for Capture {
-    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
-        true
-    }
-    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
-        tracing::span::Id::from_u64(1)
-    }
-    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
-    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
-    fn event(&self, event: &tracing::Event<'_>) {
-        let mut line = event.metadata().level().to_string();
-        event.record(&mut Fields(&mut line));
-        self.0.lock().expect("not poisoned").push(line);
-    }
-    fn enter(&self, _: &tracing::span::Id) {}
-    fn exit(&self, _: &tracing::span::Id) {}
-}
+use support::{at, clock, req, req_with, send, Capture};
 
 #[tokio::test]
 async fn a_block_emits_a_debug_event_naming_the_policy_not_the_key() {

@@ -6,6 +6,8 @@
 #![allow(dead_code)]
 
 use std::convert::Infallible;
+use std::fmt::Write as _;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::body::Body;
@@ -120,4 +122,35 @@ pub fn at(clock: &ManualClock) -> String {
 /// Shorthand for milliseconds.
 pub fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
+}
+
+/// A `tracing` subscriber that keeps every event as one line of text:
+/// the level, then `name=value` for each field.
+#[derive(Clone, Default)]
+pub struct Capture(pub Arc<Mutex<Vec<String>>>);
+
+struct Fields<'a>(&'a mut String);
+
+impl tracing::field::Visit for Fields<'_> {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        let _ = write!(self.0, " {}={:?}", field.name(), value);
+    }
+}
+
+impl tracing::Subscriber for Capture {
+    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+        true
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, event: &tracing::Event<'_>) {
+        let mut line = event.metadata().level().to_string();
+        event.record(&mut Fields(&mut line));
+        self.0.lock().expect("not poisoned").push(line);
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
 }
