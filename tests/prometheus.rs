@@ -412,3 +412,42 @@ async fn totals_never_go_backwards_under_concurrent_load() {
         "six tenants, room for three: the overflow entry was used"
     );
 }
+
+#[tokio::test]
+async fn a_tripped_breaker_shows_in_its_keys_gauge() {
+    use tower_sliding_window::breaker::{Breaker, BreakerState};
+
+    let clock = clock();
+    let layer = SlidingWindowLayer::qps(100)
+        .key(HeaderKey::new(HeaderName::from_static("x-tenant")))
+        .breaker(Breaker::error_count(1).min_requests(1))
+        .breaker(Breaker::error_ratio(1.0).min_requests(10))
+        .clock(clock.clone());
+    let stats = layer.handle();
+    let app = Router::new()
+        .route("/", routing::get(|| async { "ok" }))
+        .route(
+            "/fail",
+            routing::get(|| async { StatusCode::INTERNAL_SERVER_ERROR }),
+        )
+        .layer(layer);
+    send(&app, req_with("/", "x-tenant", "healthy")).await;
+    send(&app, req_with("/fail", "x-tenant", "failing")).await;
+    send(&app, req_with("/fail", "x-tenant", "failing")).await;
+    assert!(matches!(
+        stats.breakers(&key("failing"))[..],
+        [BreakerState::Open { .. }, BreakerState::Closed]
+    ));
+
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(stats.collector()));
+    let (_, samples) = scrape(&registry);
+    let gauge = "sliding_window_breakers_not_closed";
+    assert_eq!(get(&samples, gauge, "failing", "key"), 1.0);
+    assert_eq!(get(&samples, gauge, "healthy", "key"), 0.0);
+
+    let mut totals = Registry::default();
+    totals.register_collector(Box::new(stats.collector().totals_only()));
+    let (_, samples) = scrape(&totals);
+    assert_eq!(get(&samples, gauge, "", ""), 1.0);
+}

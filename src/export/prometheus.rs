@@ -34,6 +34,7 @@ use crate::stat::Counts;
 /// | `sliding_window_response_time_seconds` | histogram (`_sum`, `_count`, one `+Inf` bucket) | time from admission to response, over completed requests |
 /// | `sliding_window_in_flight` | gauge | requests in flight now |
 /// | `sliding_window_limit` | gauge | the limit per window now |
+/// | `sliding_window_breakers_not_closed` | gauge | the key's circuit breakers that are open or half-open now (0 without breakers) |
 ///
 /// # Labels
 ///
@@ -165,8 +166,9 @@ struct Row {
     key: String,
     kind: Kind,
     counts: Counts,
-    /// `None` for the evicted sum, which has no gauges.
-    gauges: Option<(u64, u64)>,
+    /// In flight, limit, breakers not closed; `None` for the evicted sum,
+    /// which has no gauges.
+    gauges: Option<(u64, u64, u64)>,
 }
 
 impl Row {
@@ -175,7 +177,11 @@ impl Row {
             key,
             kind,
             counts: lifetime.counts,
-            gauges: Some((lifetime.concurrency, lifetime.limit)),
+            gauges: Some((
+                lifetime.concurrency,
+                lifetime.limit,
+                lifetime.breakers_not_closed,
+            )),
         }
     }
 }
@@ -252,11 +258,11 @@ impl<K: KeyLabel + Clone + Eq + Hash + Send + Sync + 'static> PrometheusCollecto
             key: String::new(),
             kind: Kind::Key,
             counts: Counts::default(),
-            gauges: Some((0, 0)),
+            gauges: Some((0, 0, 0)),
         };
         for row in &rows {
             total.counts.merge(&row.counts);
-            if let (Some((c, l)), Some((tc, tl))) = (row.gauges, total.gauges.as_mut()) {
+            if let (Some((c, l, b)), Some((tc, tl, tb))) = (row.gauges, total.gauges.as_mut()) {
                 // The idle overflow entry adds its limit only when in use,
                 // as in `StatsHandle::total`.
                 if row.kind == Kind::Overflow && row.counts.is_empty() && c == 0 {
@@ -264,6 +270,7 @@ impl<K: KeyLabel + Clone + Eq + Hash + Send + Sync + 'static> PrometheusCollecto
                 }
                 *tc = tc.saturating_add(c);
                 *tl = tl.saturating_add(l);
+                *tb = tb.saturating_add(b);
             }
         }
         vec![total]
@@ -273,11 +280,11 @@ impl<K: KeyLabel + Clone + Eq + Hash + Send + Sync + 'static> PrometheusCollecto
 /// A counter, a gauge or the RT histogram, written for every row.
 enum Series {
     Counter(fn(&Counts) -> u64),
-    Gauge(fn((u64, u64)) -> u64),
+    Gauge(fn((u64, u64, u64)) -> u64),
     Rt,
 }
 
-const METRICS: [(&str, &str, Series); 7] = [
+const METRICS: [(&str, &str, Series); 8] = [
     (
         "sliding_window_pass",
         "Requests admitted by the sliding-window limiter.",
@@ -306,12 +313,17 @@ const METRICS: [(&str, &str, Series); 7] = [
     (
         "sliding_window_in_flight",
         "Requests in flight now.",
-        Series::Gauge(|(concurrency, _)| concurrency),
+        Series::Gauge(|(concurrency, _, _)| concurrency),
     ),
     (
         "sliding_window_limit",
         "The limit per window now.",
-        Series::Gauge(|(_, limit)| limit),
+        Series::Gauge(|(_, limit, _)| limit),
+    ),
+    (
+        "sliding_window_breakers_not_closed",
+        "Circuit breakers of the key that are open or half-open now.",
+        Series::Gauge(|(_, _, breakers)| breakers),
     ),
 ];
 

@@ -23,6 +23,8 @@ pub(crate) struct Lifetime {
     pub(crate) counts: Counts,
     pub(crate) concurrency: u64,
     pub(crate) limit: u64,
+    /// The entry's circuit breakers that are open or half-open.
+    pub(crate) breakers_not_closed: u64,
 }
 
 #[cfg(feature = "prometheus")]
@@ -32,6 +34,7 @@ impl Lifetime {
             counts: entry.node.lifetime_counts(),
             concurrency: entry.node.cur_concurrency(),
             limit: entry.limit(),
+            breakers_not_closed: entry.breakers.not_closed(),
         }
     }
 }

@@ -105,6 +105,11 @@ impl Breakers {
         self.all().iter().map(|b| b.state(now)).collect()
     }
 
+    /// How many breakers are not closed (open, or half-open).
+    pub(crate) fn not_closed(&self) -> u64 {
+        self.all().iter().filter(|b| !b.is_closed()).count() as u64
+    }
+
     /// Whether every breaker is closed: nothing to lose if the key's entry
     /// goes.
     pub(crate) fn all_closed(&self) -> bool {
