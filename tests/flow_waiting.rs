@@ -57,7 +57,8 @@ async fn settle() {
 
 #[tokio::test(start_paused = true)]
 async fn throttle_lets_through_the_turns_within_max_wait_and_refuses_the_rest() {
-    // 10 per second: turns at +0, +100, +200 ms fit a 250 ms wait.
+    // 10 per second: turns at +0, +100, +200 ms fit a 250 ms wait (turns
+    // are taken up to 1 ms inside it, the timer's resolution).
     let layer = SlidingWindowLayer::qps(10).throttle(ms(250)).clock(clock());
     let stats = layer.handle();
     let app = app(layer);
@@ -99,10 +100,11 @@ async fn throttle_waits_are_spaced_by_interval_over_limit() {
 
 #[tokio::test(start_paused = true)]
 async fn throttle_spacing_below_a_millisecond_is_kept_in_nanoseconds() {
-    // 3 000 per second: 333 334 ns apart; within 1 ms, turns at 0, 333 334
-    // and 666 668 ns fit, 1 000 002 ns does not (alibaba/Sentinel#1615).
+    // 3 000 per second: 333 334 ns apart; within 1 ms (a 2 ms wait less the
+    // timer's 1 ms), turns at 0, 333 334 and 666 668 ns fit, 1 000 002 ns
+    // does not (alibaba/Sentinel#1615).
     let layer = SlidingWindowLayer::qps(3_000)
-        .throttle(ms(1))
+        .throttle(ms(2))
         .clock(clock());
     let app = app(layer);
     assert_eq!(burst(&app, 10).await, (3, 7));
@@ -183,14 +185,14 @@ async fn throttle_follows_per_key_rules_and_set_limit() {
             ok
         }
     };
-    // 10/s: 0, 100, 200 ms; 20/s: 0, 50, ..., 250 ms.
+    // Turns up to 249 ms away: 10/s: 0, 100, 200 ms; 20/s: 0, 50, ..., 200.
     assert_eq!(tenant("small").await, 3);
-    assert_eq!(tenant("big").await, 6);
+    assert_eq!(tenant("big").await, 5);
     stats.set_limit("small", 40);
-    // A second later, 25 ms apart: 0, 25, ..., 250 ms all fit.
+    // A second later, 25 ms apart: 0, 25, ..., 225 ms fit, 250 does not.
     clock.advance(ms(1_000));
     assert_eq!(tenant("small").await, 10);
-    assert_eq!(tenant("small").await, 1);
+    assert_eq!(tenant("small").await, 0);
 }
 
 #[tokio::test(start_paused = true)]
@@ -249,8 +251,8 @@ async fn a_handler_that_panics_after_a_wait_is_recorded_as_a_failure() {
 #[test]
 fn throttle_on_real_threads_never_shares_or_skips_a_turn() {
     // A frozen manual clock: exactly the turns within `max_wait` are handed
-    // out, however many threads race for them (10 per second, 1 s of wait:
-    // turns 0, 100, ..., 1000 ms).
+    // out, however many threads race for them (10 per second, 1 s of wait
+    // less the timer's 1 ms: turns 0, 100, ..., 900 ms).
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(4)
         .enable_all()
@@ -264,8 +266,8 @@ fn throttle_on_real_threads_never_shares_or_skips_a_turn() {
         let stats = layer.handle();
         let app = app(layer);
         let (ok, refused) = burst(&app, 200).await;
-        assert_eq!((ok, refused), (11, 189));
-        assert_eq!(stats.snapshot(&()).unwrap().pass, 11);
+        assert_eq!((ok, refused), (10, 190));
+        assert_eq!(stats.snapshot(&()).unwrap().pass, 10);
     });
 }
 
@@ -438,8 +440,9 @@ async fn warm_up_with_throttle_paces_at_the_warming_rate() {
         .throttle(ms(1_000))
         .clock(clock.clone());
     let app = app(layer);
-    // Cold: 10 per second, so turns 100 ms apart: 11 fit in a 1 s wait.
-    assert_eq!(burst(&app, 40).await.0, 11);
+    // Cold: 10 per second, so turns 100 ms apart: 10 fit in a 1 s wait
+    // (0 to 900 ms; 1 000 ms is not within 999).
+    assert_eq!(burst(&app, 40).await.0, 10);
 }
 
 #[test]

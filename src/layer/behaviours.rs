@@ -143,11 +143,17 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
 
     /// Paces each key's passes uniformly, `interval / limit` apart
     /// (Sentinel's rate limiter), instead of letting a window's worth through
-    /// at once. A request whose turn is at most `max_wait` away waits for it
-    /// inside its response future (no thread is blocked, nothing happens in
+    /// at once. A request whose turn is near enough waits for it inside its
+    /// response future (no thread is blocked, nothing happens in
     /// `poll_ready`), then reaches the inner service; a request whose turn is
     /// further away is refused at once with `Retry-After` (the time until a
-    /// turn would be within `max_wait`).
+    /// turn would be near enough).
+    ///
+    /// Near enough means at most `max_wait` minus one millisecond away:
+    /// tokio's timer fires on millisecond ticks, so a sleep can end up to a
+    /// millisecond after its deadline, and the whole wait then stays within
+    /// `max_wait` (while the runtime keeps up: a runtime whose threads are
+    /// all busy wakes sleepers late, whatever the timer).
     ///
     /// - Turns are taken with one compare-and-swap on the key's latest turn:
     ///   concurrent requests never share a turn and never skip one.

@@ -393,8 +393,12 @@ impl<S: Clone + Send + 'static, X: KeyExtractor, M: MakeClassifier, R> SlidingWi
             );
         };
         // Outside a tokio runtime nothing can wait: only a turn due now.
+        // Inside one, a turn is taken only if it is `TIMER_TICK` inside
+        // `max_wait`: tokio's timer fires on millisecond ticks, so the wait,
+        // timer included, stays within `max_wait` while the runtime keeps
+        // up.
         let max_wait = if wait::can_wait() {
-            max_wait
+            max_wait.saturating_sub(wait::TIMER_TICK)
         } else {
             Duration::ZERO
         };

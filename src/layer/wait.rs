@@ -37,6 +37,11 @@ pub(crate) enum Verdict {
 /// `Send` whatever it waits for.
 pub(crate) type Gate = Pin<Box<dyn Future<Output = Verdict> + Send + 'static>>;
 
+/// The resolution of tokio's timer: a sleep ends on the first millisecond
+/// tick at or after its deadline, up to this much late on a runtime that
+/// keeps up.
+pub(crate) const TIMER_TICK: Duration = Duration::from_millis(1);
+
 #[cfg(feature = "tokio")]
 std::thread_local! {
     /// Set once a timer could not be made on this thread (a tokio runtime

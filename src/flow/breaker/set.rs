@@ -106,6 +106,7 @@ impl Breakers {
     }
 
     /// How many breakers are not closed (open, or half-open).
+    #[cfg(feature = "prometheus")]
     pub(crate) fn not_closed(&self) -> u64 {
         self.all().iter().filter(|b| !b.is_closed()).count() as u64
     }
