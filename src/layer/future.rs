@@ -183,60 +183,59 @@ where
 {
     type Output = Result<Response<R::Body>, E>;
 
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let mut kind = self.project().kind;
-        loop {
-            match kind.as_mut().project() {
-                KindProj::Passed { future, completion } => {
-                    let Some(pending) = completion.as_mut() else {
-                        panic!("`ResponseFuture` polled after it completed");
-                    };
-                    // If the inner future panics, the guard stays marked as
-                    // in user code and its drop records the request as a
-                    // failure.
-                    pending.in_flight.enter_user_code();
-                    let poll = future.poll(cx);
-                    pending.in_flight.leave_user_code();
-                    let result = ready!(poll);
-                    let done = completion
-                        .take()
-                        .expect("checked above, and only taken here");
-                    return Poll::Ready(done.finish::<R, B, E>(result));
-                }
-                KindProj::Blocked { response } => {
-                    let response = response
-                        .take()
-                        .expect("`ResponseFuture` polled after it completed");
-                    return Poll::Ready(Ok((*response).map(R::rejected)));
-                }
-                KindProj::Waiting { gate, deferred } => {
-                    let verdict = ready!(gate.as_mut().poll(cx));
-                    let deferred = deferred
-                        .take()
-                        .expect("`ResponseFuture` polled after it completed");
-                    match verdict {
-                        Verdict::Pass => {
-                            // A panic in the inner `call` unwinds through
-                            // here; the guard, marked as in user code,
-                            // records it.
-                            let (future, completion) = deferred.forward();
-                            kind.set(Kind::Passed {
-                                future,
-                                completion: Some(completion),
-                            });
-                        }
-                        Verdict::Refuse {
-                            retry_after_ms,
-                            limit,
-                            window_pass,
-                        } => {
-                            let response = deferred.refuse(retry_after_ms, limit, window_pass);
-                            return Poll::Ready(Ok(response.map(R::rejected)));
-                        }
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut kind = self.as_mut().project().kind;
+        match kind.as_mut().project() {
+            KindProj::Passed { future, completion } => {
+                let Some(pending) = completion.as_mut() else {
+                    panic!("`ResponseFuture` polled after it completed");
+                };
+                // If the inner future panics, the guard stays marked as in
+                // user code and its drop records the request as a failure.
+                pending.in_flight.enter_user_code();
+                let poll = future.poll(cx);
+                pending.in_flight.leave_user_code();
+                let result = ready!(poll);
+                let done = completion
+                    .take()
+                    .expect("checked above, and only taken here");
+                return Poll::Ready(done.finish::<R, B, E>(result));
+            }
+            KindProj::Blocked { response } => {
+                let response = response
+                    .take()
+                    .expect("`ResponseFuture` polled after it completed");
+                return Poll::Ready(Ok((*response).map(R::rejected)));
+            }
+            KindProj::Waiting { gate, deferred } => {
+                let verdict = ready!(gate.as_mut().poll(cx));
+                let deferred = deferred
+                    .take()
+                    .expect("`ResponseFuture` polled after it completed");
+                match verdict {
+                    Verdict::Pass => {
+                        // A panic in the inner `call` unwinds through here;
+                        // the guard, marked as in user code, records it.
+                        let (future, completion) = deferred.forward();
+                        kind.set(Kind::Passed {
+                            future,
+                            completion: Some(completion),
+                        });
+                    }
+                    Verdict::Refuse {
+                        retry_after_ms,
+                        limit,
+                        window_pass,
+                    } => {
+                        let response = deferred.refuse(retry_after_ms, limit, window_pass);
+                        return Poll::Ready(Ok(response.map(R::rejected)));
                     }
                 }
             }
         }
+        // The gate passed: the inner service's future starts now. (Kept out
+        // of a loop so that the common case, `Passed`, is one match.)
+        self.poll(cx)
     }
 }
 

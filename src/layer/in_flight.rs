@@ -85,8 +85,10 @@ impl InFlight {
         let (now_ms, now_us) = node.clock().now_both();
         let rt = Duration::from_micros(now_us.saturating_sub(self.started_us));
         node.record_completion_at(now_ms, rt, failed);
-        self.entry
-            .complete_breakers(now_ms, rt, failed, self.probe.take());
+        if !self.entry.breakers.is_empty() {
+            self.entry
+                .complete_breakers(now_ms, rt, failed, self.probe.take());
+        }
         self.completed = true;
     }
 }
@@ -98,10 +100,12 @@ impl Drop for InFlight {
             // The inner service panicked: a failure, not a success, for
             // the breakers too (a probe that panics failed).
             node.increase_exception_qps(1);
-            let (now_ms, now_us) = node.clock().now_both();
-            let rt = Duration::from_micros(now_us.saturating_sub(self.started_us));
-            self.entry
-                .complete_breakers(now_ms, rt, true, self.probe.take());
+            if !self.entry.breakers.is_empty() {
+                let (now_ms, now_us) = node.clock().now_both();
+                let rt = Duration::from_micros(now_us.saturating_sub(self.started_us));
+                self.entry
+                    .complete_breakers(now_ms, rt, true, self.probe.take());
+            }
         }
         // Matched by the increase in `InFlight::start`.
         node.release_concurrency();

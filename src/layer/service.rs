@@ -176,43 +176,19 @@ where
         let at = effective_now(&entry, now);
         let behind = at - now;
 
-        // Circuit breakers before every flow rule: no request bypasses
-        // them. A probe slot taken here is freed at once if a flow rule
-        // below refuses the request (the guard is dropped), or when the
-        // request is cancelled.
-        let probe = match entry.enter_breakers(at) {
-            Ok(probe) => probe,
-            Err(half_open_in_ms) => return self.cut_off(&entry, at, half_open_in_ms),
-        };
-
-        // Concurrency and warm-up first, when configured (a plain limiter
-        // pays one predictable check of two configuration values): a place
-        // is reserved before the window is asked, so a request refused here
-        // records no pass, and from here on the guard's drop gives the place
-        // back on every path; warm-up moves the limit, never the admission
-        // step.
+        // Circuit breakers, concurrency and warm-up first, when configured
+        // (a plain limiter pays one predictable check of three values):
+        // see `prelude`.
         let behaviours = &window.behaviours;
-        let (reserved, limit) =
-            if behaviours.max_concurrency.is_none() && behaviours.warm_up.is_none() {
-                (None, limit)
-            } else {
-                match self.prelude(&entry, at, started_us, limit) {
-                    Ok(go) => go,
-                    Err(refused) => return refused,
-                }
-            };
-
-        // A probe keeps its slot through everything below, a wait
-        // included: it rides on the in-flight guard (taken now if no
-        // concurrency place was), whose drop frees the slot if the request
-        // is refused or dropped before it completes.
-        let reserved = match probe {
-            None => reserved,
-            Some(probe) => {
-                let mut in_flight =
-                    reserved.unwrap_or_else(|| InFlight::start(Arc::clone(&entry), started_us));
-                in_flight.hold_probe(Some(probe));
-                Some(in_flight)
+        let (reserved, limit) = if behaviours.max_concurrency.is_none()
+            && behaviours.warm_up.is_none()
+            && entry.breakers.is_empty()
+        {
+            (None, limit)
+        } else {
+            match self.prelude(&entry, at, started_us, limit) {
+                Ok(go) => go,
+                Err(refused) => return refused,
             }
         };
 
@@ -278,9 +254,12 @@ type Go = (Option<InFlight>, u64);
 
 /// # The paths a plain limiter does not take
 impl<S, X: KeyExtractor, M: MakeClassifier, R> SlidingWindow<S, X, M, R> {
-    /// Takes a concurrency place (when limited) and computes the warmed
-    /// limit (under warm-up): `Ok((place, limit))`, or the refusal of a
-    /// request that found no place.
+    /// What comes before the window, in order: the circuit breakers (no
+    /// request bypasses them), a concurrency place (reserved before the
+    /// window is asked, so a request refused here records no pass; from
+    /// here on the guard's drop gives it back on every path), and the warmed
+    /// limit (warm-up moves the limit, never the admission step). Returns
+    /// the place, if one was taken, and the limit, or the refusal.
     #[inline(never)]
     fn prelude<F>(
         &self,
@@ -290,6 +269,12 @@ impl<S, X: KeyExtractor, M: MakeClassifier, R> SlidingWindow<S, X, M, R> {
         limit: u64,
     ) -> Result<Go, ResponseFuture<F, M::Classifier, R>> {
         let window = self.registry.window();
+        // A probe slot taken here is freed at once if a rule below refuses
+        // the request (the guard is dropped), or when it is cancelled.
+        let probe = match entry.enter_breakers(at) {
+            Ok(probe) => probe,
+            Err(half_open_in_ms) => return Err(self.cut_off(entry, at, half_open_in_ms)),
+        };
         let reserved = match window.behaviours.max_concurrency {
             None => None,
             Some(max) => match InFlight::try_start(Arc::clone(entry), started_us, max) {
@@ -313,6 +298,19 @@ impl<S, X: KeyExtractor, M: MakeClassifier, R> SlidingWindow<S, X, M, R> {
                 state.limit_at(at, window.interval_ms, &curve)
             }
             _ => limit,
+        };
+        // A probe keeps its slot through everything after, a wait
+        // included: it rides on the in-flight guard (taken now if no
+        // concurrency place was), whose drop frees the slot if the request
+        // is refused or dropped before it completes.
+        let reserved = match probe {
+            None => reserved,
+            Some(probe) => {
+                let mut in_flight =
+                    reserved.unwrap_or_else(|| InFlight::start(Arc::clone(entry), started_us));
+                in_flight.hold_probe(Some(probe));
+                Some(in_flight)
+            }
         };
         Ok((reserved, limit))
     }
