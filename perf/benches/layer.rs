@@ -38,12 +38,14 @@
 //!   in short interleaved rounds and prints the per-round cost beyond the
 //!   no-op layer.
 
+mod noop;
 pub(crate) mod paired;
 pub(crate) mod sequential;
 
+use noop::NoopLayer;
+
 use std::convert::Infallible;
 use std::hint::black_box;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::body::Body;
@@ -54,7 +56,7 @@ use governor::clock::QuantaInstant;
 use governor::middleware::NoOpMiddleware;
 use http_body_util::BodyExt;
 use tokio::runtime::Runtime;
-use tower::{Layer, Service, ServiceExt};
+use tower::{Service, ServiceExt};
 use tower_governor::governor::GovernorConfigBuilder;
 use tower_governor::key_extractor::{GlobalKeyExtractor, KeyExtractor as GovernorKeyExtractor};
 use tower_governor::{GovernorError, GovernorLayer};
@@ -266,37 +268,6 @@ fn governor_never_rejecting<K: GovernorKeyExtractor>(
         .finish()
         .expect("a non-zero period and burst");
     GovernorLayer::new(config)
-}
-
-/// A layer that wraps each route in a service that only forwards: the least
-/// any `Router::layer` costs.
-#[derive(Debug, Clone, Copy)]
-struct NoopLayer;
-
-impl<S> Layer<S> for NoopLayer {
-    type Service = Forward<S>;
-
-    fn layer(&self, inner: S) -> Forward<S> {
-        Forward(inner)
-    }
-}
-
-/// The service of [`NoopLayer`].
-#[derive(Debug, Clone)]
-struct Forward<S>(S);
-
-impl<S: Service<R>, R> Service<R> for Forward<S> {
-    type Response = S::Response;
-    type Error = S::Error;
-    type Future = S::Future;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
-        self.0.poll_ready(cx)
-    }
-
-    fn call(&mut self, request: R) -> S::Future {
-        self.0.call(request)
-    }
 }
 
 /// Sends `contender`'s request through `app` and reads the response body

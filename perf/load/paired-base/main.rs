@@ -17,7 +17,6 @@
 
 use std::convert::Infallible;
 use std::hint::black_box;
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
@@ -25,10 +24,15 @@ use axum::http::{Request, StatusCode};
 use axum::routing::get;
 use axum::Router;
 use http_body_util::BodyExt;
-use tower::{Layer, Service, ServiceExt};
+use tower::{Service, ServiceExt};
 use tower_governor::governor::GovernorConfigBuilder;
 use tower_governor::key_extractor::GlobalKeyExtractor;
 use tower_governor::GovernorLayer;
+
+#[path = "../../benches/layer/noop.rs"]
+mod noop;
+
+use noop::NoopLayer;
 
 /// Requests per contender per round.
 const BATCH: u32 = 32;
@@ -72,35 +76,6 @@ async fn handler() -> &'static str {
     "ok"
 }
 
-/// A layer whose service only forwards.
-#[derive(Debug, Clone, Copy)]
-struct NoopLayer;
-
-impl<S> Layer<S> for NoopLayer {
-    type Service = Forward<S>;
-
-    fn layer(&self, inner: S) -> Forward<S> {
-        Forward(inner)
-    }
-}
-
-/// The service of [`NoopLayer`].
-#[derive(Debug, Clone)]
-struct Forward<S>(S);
-
-impl<S: Service<R>, R> Service<R> for Forward<S> {
-    type Response = S::Response;
-    type Error = S::Error;
-    type Future = S::Future;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
-        self.0.poll_ready(cx)
-    }
-
-    fn call(&mut self, request: R) -> S::Future {
-        self.0.call(request)
-    }
-}
 
 /// One request through `app`, its body read to the end.
 async fn serve_one(app: &mut Router) -> StatusCode {
