@@ -6,7 +6,7 @@ use std::hash::Hash;
 #[cfg(feature = "dashboard")]
 use super::Snapshot;
 use super::StatsHandle;
-#[cfg(feature = "prometheus")]
+#[cfg(any(feature = "prometheus", feature = "dashboard"))]
 use crate::stat::Counts;
 #[cfg(feature = "dashboard")]
 use crate::stat::MetricNode;
@@ -78,11 +78,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
     pub(crate) fn rows(&self, now: u64) -> Vec<KeyRow<K>> {
         let mut rows = Vec::new();
         self.registry().for_each_entry(|key, entry| {
-            rows.push(KeyRow {
-                key: Some(Arc::clone(key)),
-                snapshot: Snapshot::of(entry, now),
-                entry: Arc::clone(entry),
-            });
+            rows.push(KeyRow::read(Some(Arc::clone(key)), entry, now, true));
         });
         rows
     }
@@ -96,11 +92,9 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
         if overflow.node.is_idle_at(at) && overflow.node.history(at).is_empty() {
             return None;
         }
-        Some(KeyRow {
-            key: None,
-            snapshot: Snapshot::of(overflow, now),
-            entry: Arc::clone(overflow),
-        })
+        // In the total only while in use, as in `StatsHandle::total`.
+        let in_use = !overflow.node.is_idle_at(at);
+        Some(KeyRow::read(None, overflow, now, in_use))
     }
 }
 
@@ -110,11 +104,49 @@ pub(crate) struct KeyRow<K> {
     /// `None` for the overflow entry.
     pub(crate) key: Option<Arc<K>>,
     pub(crate) snapshot: Snapshot,
+    /// The window's counts behind `snapshot`, for a total read in the same
+    /// pass.
+    counts: Counts,
+    /// Whether [`total`] counts this row (the idle overflow entry does not).
+    in_total: bool,
     entry: Arc<Entry>,
+}
+
+/// Every row that counts summed, as [`StatsHandle::total`] sums the
+/// entries it visits: counts, concurrency, waiting and limits add up, with
+/// one window read per entry shared with the rows' snapshots.
+#[cfg(feature = "dashboard")]
+pub(crate) fn total<K>(rows: &[KeyRow<K>]) -> Snapshot {
+    let mut counts = Counts::default();
+    let (mut concurrency, mut waiting, mut limit) = (0u64, 0u64, 0u64);
+    for row in rows.iter().filter(|row| row.in_total) {
+        counts.merge(&row.counts);
+        concurrency = concurrency.saturating_add(row.snapshot.concurrency);
+        waiting = waiting.saturating_add(row.snapshot.waiting);
+        limit = limit.saturating_add(row.snapshot.limit);
+    }
+    let mut total = Snapshot::from_counts(&counts, concurrency, limit);
+    total.waiting = waiting;
+    total
 }
 
 #[cfg(feature = "dashboard")]
 impl<K> KeyRow<K> {
+    /// `entry`'s row, read at `now` (or at its newest bucket, if later).
+    fn read(key: Option<Arc<K>>, entry: &Arc<Entry>, now: u64, in_total: bool) -> Self {
+        let counts = entry.node.window_counts(effective_now(entry, now));
+        let mut snapshot =
+            Snapshot::from_counts(&counts, entry.node.cur_concurrency(), entry.limit());
+        snapshot.waiting = entry.waiting();
+        KeyRow {
+            key,
+            snapshot,
+            counts,
+            in_total,
+            entry: Arc::clone(entry),
+        }
+    }
+
     /// The entry's history at `now` (see [`StatsHandle::history`]).
     pub(crate) fn history(&self, now: u64) -> Vec<MetricNode> {
         self.entry.node.history(effective_now(&self.entry, now))

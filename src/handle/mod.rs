@@ -4,6 +4,8 @@
 mod export;
 mod snapshot;
 
+#[cfg(feature = "dashboard")]
+pub(crate) use export::total as rows_total;
 #[cfg(feature = "prometheus")]
 pub(crate) use export::Lifetime;
 pub use snapshot::Snapshot;

@@ -66,6 +66,8 @@ where
     let now = handle.now_ms();
     let mut rows = handle.rows(now);
     rows.extend(handle.overflow_row(now));
+    // The total from the rows just read: one window read per entry.
+    let total = crate::handle::rows_total(&rows);
     let mut listed: Vec<_> = rows
         .into_iter()
         .map(|row| {
@@ -97,7 +99,7 @@ where
         now_ms: now,
         window_ms: handle.window_ms(),
         limits_editable: editable,
-        total: handle.total(),
+        total,
         keys,
     };
     // Serializing plain numbers and strings into memory cannot fail.
