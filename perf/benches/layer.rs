@@ -38,14 +38,12 @@
 //!   in short interleaved rounds and prints the per-round cost beyond the
 //!   no-op layer.
 
-mod noop;
+mod common;
 pub(crate) mod paired;
 pub(crate) mod sequential;
 
-use noop::NoopLayer;
+use common::NoopLayer;
 
-use std::convert::Infallible;
-use std::hint::black_box;
 use std::time::Duration;
 
 use axum::body::Body;
@@ -56,7 +54,7 @@ use governor::clock::QuantaInstant;
 use governor::middleware::NoOpMiddleware;
 use http_body_util::BodyExt;
 use tokio::runtime::Runtime;
-use tower::{Service, ServiceExt};
+use tower::ServiceExt;
 use tower_governor::governor::GovernorConfigBuilder;
 use tower_governor::key_extractor::{GlobalKeyExtractor, KeyExtractor as GovernorKeyExtractor};
 use tower_governor::{GovernorError, GovernorLayer};
@@ -274,19 +272,7 @@ fn governor_never_rejecting<K: GovernorKeyExtractor>(
 /// to the end; returns the status.
 #[inline]
 pub(crate) async fn serve_one(contender: Contender, app: &mut Router) -> StatusCode {
-    let ready = ServiceExt::<Request<Body>>::ready(app)
-        .await
-        .unwrap_or_else(|never: Infallible| match never {});
-    let response = ready
-        .call(contender.request())
-        .await
-        .unwrap_or_else(|never| match never {});
-    let status = response.status();
-    let mut body = response.into_body();
-    while let Some(frame) = body.frame().await {
-        black_box(frame.expect("the handler's body cannot fail"));
-    }
-    status
+    common::serve(app, contender.request()).await
 }
 
 /// Panics unless `app` answers every one of [`CHECK_REQUESTS`] requests with

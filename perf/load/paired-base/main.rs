@@ -15,24 +15,20 @@
 //! difference to the no-op layer *in the same round*, and of the difference
 //! between the current layer and the base layer in the same round.
 
-use std::convert::Infallible;
-use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use axum::routing::get;
 use axum::Router;
-use http_body_util::BodyExt;
-use tower::{Service, ServiceExt};
 use tower_governor::governor::GovernorConfigBuilder;
 use tower_governor::key_extractor::GlobalKeyExtractor;
 use tower_governor::GovernorLayer;
 
-#[path = "../../benches/layer/noop.rs"]
-mod noop;
+#[path = "../../benches/layer/common.rs"]
+mod common;
 
-use noop::NoopLayer;
+use common::NoopLayer;
 
 /// Requests per contender per round.
 const BATCH: u32 = 32;
@@ -83,19 +79,7 @@ async fn serve_one(app: &mut Router) -> StatusCode {
         .header("x-api-key", "client-42")
         .body(Body::empty())
         .expect("a valid request");
-    let ready = ServiceExt::<Request<Body>>::ready(app)
-        .await
-        .unwrap_or_else(|never: Infallible| match never {});
-    let response = ready
-        .call(request)
-        .await
-        .unwrap_or_else(|never| match never {});
-    let status = response.status();
-    let mut body = response.into_body();
-    while let Some(frame) = body.frame().await {
-        black_box(frame.expect("the handler's body cannot fail"));
-    }
-    status
+    common::serve(app, request).await
 }
 
 /// The median and quartiles of `values`.
