@@ -14,14 +14,15 @@
 //! numbers against the limits. A fourth route, `/flaky`, fails from the 2nd
 //! to the 4th second: its circuit breaker opens (503 instead of calling it),
 //! probes once the route has healed, and closes again; the table's last
-//! column shows the breaker's state. Needs no crate feature.
+//! column shows the breaker's state.
 //!
-//! With the `dashboard` feature the server also serves the live dashboard
-//! while the load runs (its URL is printed first), and `--serve` keeps the
+//! The server also serves the live dashboard while the load runs (its URL is
+//! printed first; the crate's examples are built with the `dashboard`
+//! feature, see the dev-dependencies in Cargo.toml), and `--serve` keeps the
 //! server and the load running after the verdict, until Ctrl-C:
 //!
 //! ```sh
-//! cargo run --example demo --features dashboard -- --serve
+//! cargo run --example demo -- --serve
 //! ```
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -251,7 +252,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         // Only matched routes are limited; anything else is a plain 404.
         .route_layer(layer);
     // The dashboard, outside the limiter.
-    #[cfg(feature = "dashboard")]
     let app = app.nest(
         "/dashboard",
         tower_sliding_window::dashboard::router(stats.clone()),
@@ -261,11 +261,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let addr = listener.local_addr()?;
     tokio::spawn(async move { axum::serve(listener, app).await });
 
-    if cfg!(feature = "dashboard") {
-        println!("dashboard: http://{addr}/dashboard");
-    } else {
-        println!("(run with `--features dashboard` to watch the live dashboard)");
-    }
+    println!("dashboard: http://{addr}/dashboard");
     println!("server on http://{addr}, load for {LOAD_SECONDS} s:");
     for route in &ROUTES {
         println!(
