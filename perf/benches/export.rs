@@ -4,11 +4,14 @@
 //! busiest keys' history; the target is under 5 ms per response) and
 //! `full_4096_keys` (every key's history).
 //!
-//! The keys are filled through the layer on a manual clock: for 60 seconds,
-//! every key gets one pass and one block per second, so every key's
-//! history holds 59 or 60 seconds with both series non-zero (the worst
-//! case for the JSON's size). The clock then stays put, so every
-//! iteration serializes the same figures.
+//! The keys are filled through the layer on a manual clock: for 59
+//! seconds, every key gets one pass and one block per second, so every
+//! key's history holds 59 seconds with both series non-zero (the worst case
+//! for the JSON's size). In the 60th second, where the clock then stays
+//! put, key `i` gets one pass and `1 + i % 4` blocks: every key has traffic
+//! in its current window (no key is skipped as idle) and the busiest-first
+//! order has both differences and ties to sort. Every iteration serializes
+//! the same figures.
 
 use std::time::Duration;
 
@@ -40,20 +43,28 @@ pub(crate) fn bench(c: &mut Criterion) {
         .layer(layer);
     let paths: Vec<String> = (0..KEYS).map(|i| format!("/tenant/{i:04}")).collect();
     rt.block_on(async {
-        for _ in 0..SECONDS {
-            for path in &paths {
-                for _ in 0..2 {
+        for second in 0..SECONDS {
+            let last = second + 1 == SECONDS;
+            for (i, path) in paths.iter().enumerate() {
+                let requests = if last { 2 + i % 4 } else { 2 };
+                for _ in 0..requests {
                     let request = Request::get(path.as_str()).body(Body::empty()).unwrap();
                     app.clone().oneshot(request).await.unwrap();
                 }
             }
-            clock.advance(Duration::from_secs(1));
+            if !last {
+                clock.advance(Duration::from_secs(1));
+            }
         }
     });
     assert_eq!(stats.keys().len(), KEYS, "every key has its own entry");
     let history = stats.history(paths[0].as_str());
-    assert!(history.len() >= 59, "{} seconds of history", history.len());
+    assert_eq!(history.len() as u64, SECONDS - 1, "seconds of history");
     assert!(history.iter().all(|s| s.pass == 1 && s.block == 1));
+    for (i, path) in paths.iter().enumerate() {
+        let now = stats.snapshot(path.as_str()).expect("an entry");
+        assert_eq!((now.pass, now.block), (1, 1 + i as u64 % 4), "{path}");
+    }
 
     let board = dashboard::router(stats);
     let get_stats = |uri: &'static str| {
