@@ -34,6 +34,75 @@ async fn json(app: &Router, uri: &str) -> Value {
     serde_json::from_str(&answer.body).expect("valid JSON")
 }
 
+/// The figures of a snapshot, as `keys` has a column for each.
+const FIGURES: [&str; 9] = [
+    "pass",
+    "block",
+    "success",
+    "exception",
+    "concurrency",
+    "waiting",
+    "limit",
+    "avg_rt_us",
+    "min_rt_us",
+];
+
+/// The `keys` columns of a `/stats` answer as one object per key, in
+/// order: `key`, `kind` ("key", "missing" or "overflow"), `traffic` (pass
+/// and block), `snapshot` (every figure) and `history` (`null` past the
+/// keys that carry one). Checks the layout on the way: every column as long
+/// as `key`, at most one missing and one overflow entry, each with a `null`
+/// key, and no more histories than keys.
+fn listed(s: &Value) -> Vec<Value> {
+    let keys = &s["keys"];
+    let labels = keys["key"].as_array().expect("a key column");
+    let n = labels.len();
+    let index = |name: &str| match &keys[name] {
+        Value::Null => None,
+        i => Some(i.as_u64().expect("an index") as usize),
+    };
+    let (missing, overflow) = (index("missing"), index("overflow"));
+    assert!(missing.is_none() || missing != overflow, "{keys}");
+    let histories = keys["history"].as_array().expect("a history column");
+    assert!(
+        histories.len() <= n,
+        "{} histories, {n} keys",
+        histories.len()
+    );
+    for figure in FIGURES {
+        let column = keys[figure].as_array().expect(figure);
+        assert_eq!(column.len(), n, "the {figure} column");
+    }
+    (0..n)
+        .map(|i| {
+            let kind = if Some(i) == overflow {
+                "overflow"
+            } else if Some(i) == missing {
+                "missing"
+            } else {
+                "key"
+            };
+            if kind != "key" {
+                assert!(labels[i].is_null(), "the {kind} entry has no key");
+            } else {
+                assert!(labels[i].is_string(), "key {i}: {}", labels[i]);
+            }
+            let snapshot: serde_json::Map<String, Value> = FIGURES
+                .iter()
+                .map(|&figure| (figure.to_owned(), keys[figure][i].clone()))
+                .collect();
+            let traffic = snapshot["pass"].as_u64().unwrap() + snapshot["block"].as_u64().unwrap();
+            serde_json::json!({
+                "key": labels[i],
+                "kind": kind,
+                "traffic": traffic,
+                "snapshot": snapshot,
+                "history": histories.get(i).cloned().unwrap_or(Value::Null),
+            })
+        })
+        .collect()
+}
+
 #[tokio::test]
 async fn stats_match_the_handle_most_traffic_first() {
     let (app, stats) = app(3, 2);
@@ -44,7 +113,7 @@ async fn stats_match_the_handle_most_traffic_first() {
     }
     let board = Router::new().nest("/limits", dashboard::router(stats.clone()));
     let s = json(&board, "/limits/stats").await;
-    let keys = s["keys"].as_array().unwrap();
+    let keys = listed(&s);
     // Two keys of their own, then /c found no room: the overflow entry.
     assert_eq!(keys.len(), stats.keys().len() + 1);
     let traffic: Vec<u64> = keys
@@ -52,7 +121,7 @@ async fn stats_match_the_handle_most_traffic_first() {
         .map(|k| k["traffic"].as_u64().unwrap())
         .collect();
     assert!(traffic.windows(2).all(|w| w[0] >= w[1]), "{traffic:?}");
-    for k in keys {
+    for k in &keys {
         match k["kind"].as_str().unwrap() {
             "key" => {
                 let key = k["key"].as_str().unwrap();
@@ -93,7 +162,7 @@ async fn history_is_the_handles() {
     }
     let board = dashboard::router(stats.clone());
     let s = json(&board, "/stats").await;
-    let history = &s["keys"][0]["history"];
+    let history = &listed(&s)[0]["history"];
     let want = stats.history("/x");
     assert_eq!(want.len(), 3);
     for (i, node) in want.iter().enumerate() {
@@ -121,16 +190,12 @@ async fn history_can_be_limited_to_the_busiest_keys() {
     clock.advance(std::time::Duration::from_millis(500));
     let board = dashboard::router(stats.clone());
     let s = json(&board, "/stats?history=2").await;
-    let keys = s["keys"].as_array().unwrap();
+    let keys = listed(&s);
     assert_eq!(keys.len(), 3);
     let with: Vec<bool> = keys.iter().map(|k| !k["history"].is_null()).collect();
     assert_eq!(with, [true, true, false], "the two busiest carry history");
     let all = json(&board, "/stats?history=10").await;
-    assert!(all["keys"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .all(|k| k["history"].is_object()));
+    assert!(listed(&all).iter().all(|k| k["history"].is_object()));
     for bad in ["-1", "x", "1.5", "99999999999999999999999"] {
         let answer = send(&board, req(&format!("/stats?history={bad}"))).await;
         assert_eq!(answer.status, StatusCode::BAD_REQUEST, "history={bad}");
@@ -149,9 +214,8 @@ async fn option_keys_are_marked_missing() {
     send(&app, req("/")).await;
     send(&app, req_with("/", "x-tenant", "<script>")).await;
     let s = json(&dashboard::router(stats), "/stats").await;
-    let kinds: Vec<(&str, &Value)> = s["keys"]
-        .as_array()
-        .unwrap()
+    let keys = listed(&s);
+    let kinds: Vec<(&str, &Value)> = keys
         .iter()
         .map(|k| (k["kind"].as_str().unwrap(), &k["key"]))
         .collect();
@@ -392,15 +456,124 @@ async fn the_total_leaves_out_an_idle_overflow_entry_listed_for_its_history() {
     clock.advance(std::time::Duration::from_secs(2));
     let board = dashboard::router(stats.clone());
     let s = json(&board, "/stats").await;
-    let kinds: Vec<&str> = s["keys"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|k| k["kind"].as_str().unwrap())
-        .collect();
+    let keys = listed(&s);
+    let kinds: Vec<&str> = keys.iter().map(|k| k["kind"].as_str().unwrap()).collect();
     assert!(kinds.contains(&"overflow"), "{kinds:?}");
     let total = stats.total();
     assert_eq!(s["total"], serde_json::to_value(total).unwrap());
     // Only `/own`'s limit: the idle overflow entry adds none.
     assert_eq!(total.limit, 5);
+}
+
+/// Labels that JSON has to escape, or that order only by their later bytes.
+const AWKWARD: [&str; 12] = [
+    "",
+    "\u{0}",
+    "a",
+    "a\u{0}",
+    "ab",
+    "quote \" and backslash \\",
+    "controls \u{1}\u{8}\u{9}\u{a}\u{c}\u{d}\u{1b}\u{1f} and DEL \u{7f}",
+    "é 😀 \u{2028}\u{2029} </script>",
+    "/a/long/common/prefix/of/many/bytes/x",
+    "/a/long/common/prefix/of/many/bytes/y",
+    "/a/long/common/prefix/of/many/bytes",
+    "/a/long/common/prefix/of/many/bytes/x/",
+];
+
+/// A layer keyed by the `x-k` header's index into [`AWKWARD`].
+fn awkward_app() -> (Router, StatsHandle<String>) {
+    let layer = SlidingWindowLayer::qps(5)
+        .key(|parts: &http::request::Parts| {
+            let i: usize = parts.headers["x-k"].to_str().unwrap().parse().unwrap();
+            AWKWARD[i].to_owned()
+        })
+        .clock(clock());
+    let stats = layer.handle();
+    let app = Router::new()
+        .route("/", get(|| async { "ok" }))
+        .layer(layer);
+    (app, stats)
+}
+
+#[tokio::test]
+async fn awkward_labels_read_back_as_they_are_in_label_order() {
+    let (app, stats) = awkward_app();
+    // Equal traffic everywhere: the order is the labels' byte order.
+    for i in 0..AWKWARD.len() {
+        send(&app, req_with("/", "x-k", &i.to_string())).await;
+    }
+    let s = json(&dashboard::router(stats.clone()), "/stats").await;
+    let keys = listed(&s);
+    let labels: Vec<&str> = keys.iter().map(|k| k["key"].as_str().unwrap()).collect();
+    let mut want = AWKWARD.to_vec();
+    want.sort_unstable();
+    assert_eq!(labels, want);
+    for k in &keys {
+        let snap = stats.snapshot(k["key"].as_str().unwrap()).unwrap();
+        assert_eq!(k["snapshot"]["pass"], snap.pass);
+    }
+}
+
+#[tokio::test]
+async fn header_keys_with_invalid_bytes_are_listed() {
+    let layer = SlidingWindowLayer::qps(5)
+        .key(HeaderKey::new(HeaderName::from_static("x-tenant")))
+        .clock(clock());
+    let stats = layer.handle();
+    let app = Router::new()
+        .route("/", get(|| async { "ok" }))
+        .layer(layer);
+    let request = Request::get("/")
+        .header(
+            "x-tenant",
+            http::HeaderValue::from_bytes(b"t\xff\xfe\"\\").unwrap(),
+        )
+        .body(Body::empty())
+        .unwrap();
+    send(&app, request).await;
+    let s = json(&dashboard::router(stats.clone()), "/stats").await;
+    let keys = listed(&s);
+    assert_eq!(keys.len(), 1);
+    let held = stats.keys().pop().flatten().expect("a key for the header");
+    assert_eq!(keys[0]["key"].as_str(), Some(held.as_str()));
+    assert_eq!(keys[0]["kind"], "key");
+}
+
+#[tokio::test]
+async fn no_keys_is_empty_columns() {
+    let (_, stats) = app(5, 10);
+    let s = json(&dashboard::router(stats.clone()), "/stats").await;
+    assert!(listed(&s).is_empty());
+    assert!(s["keys"]["missing"].is_null());
+    assert!(s["keys"]["overflow"].is_null());
+    assert_eq!(s["keys"]["history"], serde_json::json!([]));
+    assert_eq!(s["total"], serde_json::to_value(stats.total()).unwrap());
+    assert_eq!(s["total"]["pass"], 0);
+}
+
+#[tokio::test]
+async fn the_overflow_and_missing_entries_are_marked_by_index() {
+    let layer = SlidingWindowLayer::qps(5)
+        .key(HeaderKey::new(HeaderName::from_static("x-tenant")))
+        .max_keys(2)
+        .clock(clock());
+    let stats = layer.handle();
+    let app = Router::new()
+        .route("/", get(|| async { "ok" }))
+        .layer(layer);
+    // The missing key, then one tenant, then tenants that find no room.
+    send(&app, req("/")).await;
+    for tenant in ["a", "b", "b", "c", "c", "c"] {
+        send(&app, req_with("/", "x-tenant", tenant)).await;
+    }
+    let s = json(&dashboard::router(stats.clone()), "/stats?history=1").await;
+    let keys = listed(&s);
+    let kinds: Vec<&str> = keys.iter().map(|k| k["kind"].as_str().unwrap()).collect();
+    // The overflow entry holds b's and c's five requests: the busiest.
+    assert_eq!(kinds, ["overflow", "missing", "key"], "{s}");
+    assert_eq!(keys[0]["traffic"], 5);
+    assert_eq!(keys[0]["snapshot"]["pass"], stats.overflow().pass);
+    assert!(keys[0]["history"].is_object());
+    assert!(keys[1]["history"].is_null());
 }

@@ -71,14 +71,18 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
         Lifetime::of(self.registry().overflow())
     }
 
-    /// Every key holding an entry, with its snapshot read at `now`; each
-    /// row can read its history afterwards (see [`KeyRow::history`]), so a
-    /// caller reads histories only for the rows it keeps. No key is cloned.
+    /// Every key holding an entry, with its snapshot read at `now` and
+    /// `key(k)` as its [`KeyRow::key`] (say, the key's label copied where
+    /// the caller wants it): the key is visited while its entry is at hand
+    /// and is neither cloned nor kept. Each row can read its history
+    /// afterwards (see [`KeyRow::history`]), so a caller reads histories
+    /// only for the rows it keeps.
     #[cfg(feature = "dashboard")]
-    pub(crate) fn rows(&self, now: u64) -> Vec<KeyRow<K>> {
-        let mut rows = Vec::new();
-        self.registry().for_each_entry(|key, entry| {
-            rows.push(KeyRow::read(Some(Arc::clone(key)), entry, now, true));
+    pub(crate) fn rows<T>(&self, now: u64, mut key: impl FnMut(&K) -> T) -> Vec<KeyRow<T>> {
+        // Room for every entry and the overflow row: no regrowth.
+        let mut rows = Vec::with_capacity(self.registry().entries_len() + 1);
+        self.registry().for_each_entry(|k, entry| {
+            rows.push(KeyRow::read(Some(key(k)), entry, now, true));
         });
         rows
     }
@@ -86,7 +90,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
     /// The overflow entry's row (`key` is `None`), if it is in use
     /// (anything in flight or in its windows) or has history.
     #[cfg(feature = "dashboard")]
-    pub(crate) fn overflow_row(&self, now: u64) -> Option<KeyRow<K>> {
+    pub(crate) fn overflow_row<T>(&self, now: u64) -> Option<KeyRow<T>> {
         let overflow = self.registry().overflow();
         let at = effective_now(overflow, now);
         if overflow.node.is_idle_at(at) && overflow.node.history(at).is_empty() {
@@ -100,9 +104,10 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
 
 /// One entry as the dashboard lists it.
 #[cfg(feature = "dashboard")]
-pub(crate) struct KeyRow<K> {
-    /// `None` for the overflow entry.
-    pub(crate) key: Option<Arc<K>>,
+pub(crate) struct KeyRow<T> {
+    /// What [`StatsHandle::rows`] made of the key; `None` for the overflow
+    /// entry.
+    pub(crate) key: Option<T>,
     pub(crate) snapshot: Snapshot,
     /// The window's counts behind `snapshot`, for a total read in the same
     /// pass.
@@ -116,7 +121,7 @@ pub(crate) struct KeyRow<K> {
 /// entries it visits: counts, concurrency, waiting and limits add up, with
 /// one window read per entry shared with the rows' snapshots.
 #[cfg(feature = "dashboard")]
-pub(crate) fn total<K>(rows: &[KeyRow<K>]) -> Snapshot {
+pub(crate) fn total<T>(rows: &[KeyRow<T>]) -> Snapshot {
     let mut counts = Counts::default();
     let (mut concurrency, mut waiting, mut limit) = (0u64, 0u64, 0u64);
     for row in rows.iter().filter(|row| row.in_total) {
@@ -131,9 +136,9 @@ pub(crate) fn total<K>(rows: &[KeyRow<K>]) -> Snapshot {
 }
 
 #[cfg(feature = "dashboard")]
-impl<K> KeyRow<K> {
+impl<T> KeyRow<T> {
     /// `entry`'s row, read at `now` (or at its newest bucket, if later).
-    fn read(key: Option<Arc<K>>, entry: &Arc<Entry>, now: u64, in_total: bool) -> Self {
+    fn read(key: Option<T>, entry: &Arc<Entry>, now: u64, in_total: bool) -> Self {
         let counts = entry.node.window_counts(effective_now(entry, now));
         let mut snapshot =
             Snapshot::from_counts(&counts, entry.node.cur_concurrency(), entry.limit());

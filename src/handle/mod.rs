@@ -6,6 +6,8 @@ mod snapshot;
 
 #[cfg(feature = "dashboard")]
 pub(crate) use export::total as rows_total;
+#[cfg(feature = "dashboard")]
+pub(crate) use export::KeyRow;
 #[cfg(feature = "prometheus")]
 pub(crate) use export::Lifetime;
 pub use snapshot::Snapshot;

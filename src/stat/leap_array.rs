@@ -343,11 +343,6 @@ impl<B> LeapArray<B> {
         })
     }
 
-    /// The starts of the buckets of the window at `time_ms`, oldest first.
-    pub(crate) fn window_starts(&self, time_ms: u64) -> impl Iterator<Item = u64> + '_ {
-        self.window_slots(time_ms).map(|(_, start)| start)
-    }
-
     /// Whether a bucket starting at `start` counts in the window at `time_ms`.
     #[inline]
     pub(crate) fn in_window(&self, start: u64, time_ms: u64) -> bool {

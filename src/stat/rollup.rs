@@ -265,8 +265,9 @@ impl Rollup {
     /// Calls `f` with every rollup bucket in the window at `now` and its
     /// start (no sequence lock: call inside [`read`](Self::read)).
     pub(crate) fn for_each_rolled(&self, now: u64, mut f: impl FnMut(u64, Counts)) {
-        for start in self.ring.window_starts(now) {
-            if let Some(bucket) = self.ring.held(start) {
+        // Slots and starts together: no division per bucket.
+        for (idx, start) in self.ring.window_slots(now) {
+            if let Some(bucket) = self.ring.held_at(idx, start) {
                 f(start, bucket.counts());
             }
         }

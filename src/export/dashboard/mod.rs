@@ -29,8 +29,8 @@
 //!   prefix: under `nest("/limits", ..)` it is at `/limits`.
 //! - `GET /stats`: the JSON the page reads (below): every key's snapshot
 //!   and history. `GET /stats?history=N` includes the history of the `N`
-//!   busiest keys only (`null` for the others): the page asks for the 100
-//!   busiest, which keeps a table of thousands of keys cheap to serve.
+//!   busiest keys only: the page asks for the 100 busiest, which keeps a
+//!   table of thousands of keys cheap to serve.
 //! - `POST /limit`: changes a key's limit, only when enabled with
 //!   [`Options::allow_limit_changes`] (otherwise the route does not exist).
 //!
@@ -44,27 +44,46 @@
 //!
 //! # The JSON
 //!
+//! The keys are listed as columns: index `i` of every array under `keys`
+//! is the `i`-th key, the keys with the most traffic in the current window
+//! (passes and blocks) first, keys of equal traffic in the byte order of
+//! their labels (the missing key and the overflow entry before the others).
+//! Numbers are whole; response times are microseconds, `null` when the
+//! window has no completion.
+//!
 //! ```text
 //! {
 //!   "now_ms": 1732345678123,        // the layer's clock
 //!   "window_ms": 1000,              // every key's window
 //!   "limits_editable": false,
-//!   "total": { snapshot },          // StatsHandle::total
-//!   "keys": [                       // most traffic in the current window first
-//!     {
-//!       "key": "/search",           // KeyLabel; null for the missing key and the overflow
-//!       "kind": "key",              // "key", "missing" (None) or "overflow"
-//!       "traffic": 103,             // passes + blocks in the current window
-//!       "snapshot": { "pass": 100, "block": 3, "success": 99, "exception": 0,
-//!                     "concurrency": 1, "limit": 100, "avg_rt_us": 840, "min_rt_us": 120 },
-//!       "history": {                // StatsHandle::history, one column per figure (or null)
-//!         "t": [1732345677000, ...], "pass": [...], "block": [...],
-//!         "success": [...], "exception": [...], "rt_us": [812, null, ...]
-//!       }
-//!     }
-//!   ]
+//!   "total": {                      // StatsHandle::total
+//!     "pass": 103, "block": 3, "success": 99, "exception": 0,
+//!     "concurrency": 1, "waiting": 0, "limit": 300,
+//!     "avg_rt_us": 840, "min_rt_us": 120
+//!   },
+//!   "keys": {
+//!     "key": ["/search", "/users", null],   // KeyLabel; null for the missing key and the overflow
+//!     "missing": null,              // index of the missing key (a None key), or null
+//!     "overflow": 2,                // index of the overflow entry, or null
+//!     // one column per Snapshot figure, read in the same pass as "total":
+//!     "pass": [100, 3, 0], "block": [3, 0, 0], "success": [99, 3, 0],
+//!     "exception": [0, 0, 0], "concurrency": [1, 0, 0], "waiting": [0, 0, 0],
+//!     "limit": [100, 100, 100], "avg_rt_us": [840, 95, null], "min_rt_us": [120, 80, null],
+//!     // StatsHandle::history of the first keys (all of them, or the
+//!     // busiest N with ?history=N), one column per figure:
+//!     "history": [
+//!       { "t": [1732345677000, ...], "pass": [...], "block": [...],
+//!         "success": [...], "exception": [...], "rt_us": [812, null, ...] },
+//!       ...
+//!     ]
+//!   }
 //! }
 //! ```
+//!
+//! The overflow entry is listed while it is in use or has history; the
+//! total counts it only while it is in use, as [`StatsHandle::total`]
+//! does. Labels are JSON strings with quotes, backslashes and control
+//! characters escaped.
 //!
 //! # Keys
 //!
@@ -99,6 +118,7 @@
 //! # let _: axum::Router = admin;
 //! ```
 
+mod json;
 mod limit;
 mod stats;
 

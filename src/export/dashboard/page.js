@@ -32,15 +32,15 @@
 
   // One polyline per series over the last minute: seconds without events
   // are zeros.
-  function chart(k, nowMs, windowMs) {
-    var h = k.history, last = nowMs - nowMs % 1000 - 1000;
-    if (h === null) return '<span class="no-chart">–</span>';
+  function chart(h, limit, nowMs, windowMs) {
+    var last = nowMs - nowMs % 1000 - 1000;
+    if (!h) return '<span class="no-chart">–</span>';
     var pass = new Array(SECONDS).fill(0), block = new Array(SECONDS).fill(0);
     for (var i = 0; i < h.t.length; i++) {
       var slot = SECONDS - 1 - Math.round((last - h.t[i]) / 1000);
       if (slot >= 0 && slot < SECONDS) { pass[slot] = h.pass[i]; block[slot] = h.block[i]; }
     }
-    var perSecondLimit = k.snapshot.limit * 1000 / windowMs;
+    var perSecondLimit = limit * 1000 / windowMs;
     var top = Math.max(1, perSecondLimit, Math.max.apply(null, pass), Math.max.apply(null, block));
     function points(values) {
       var out = [];
@@ -56,29 +56,37 @@
       '<polyline class="block" points="' + points(block) + '"></polyline></svg>';
   }
 
-  function name(k) {
-    if (k.kind === "overflow") return '<i>keys without room</i><span class="tag">overflow</span>';
-    if (k.kind === "missing") return '<i>no key</i><span class="tag">missing</span>';
-    return esc(k.key);
+  // The keys are columns (see the module docs): row `i` of the table is
+  // index `i` of every column.
+  function kind(keys, i) {
+    if (i === keys.overflow) return "overflow";
+    if (i === keys.missing) return "missing";
+    return "key";
+  }
+
+  function name(kind, key) {
+    if (kind === "overflow") return '<i>keys without room</i><span class="tag">overflow</span>';
+    if (kind === "missing") return '<i>no key</i><span class="tag">missing</span>';
+    return esc(key);
   }
 
   function render(s) {
-    var html = [];
-    for (var i = 0; i < s.keys.length; i++) {
-      var k = s.keys[i], snap = k.snapshot;
-      html.push('<tr class="' + k.kind + '" data-key="' + esc(k.key === null ? "" : k.key) + '">' +
-        '<td class="name">' + name(k) + "</td>" +
-        '<td class="pass">' + rate(snap.pass, s.window_ms) + "</td>" +
-        '<td class="block">' + rate(snap.block, s.window_ms) + "</td>" +
-        '<td class="chart">' + chart(k, s.now_ms, s.window_ms) + "</td>" +
-        '<td class="rt">' + rt(snap.avg_rt_us) + "</td>" +
-        '<td class="concurrency">' + snap.concurrency + "</td>" +
-        '<td class="limit">' + snap.limit + "</td></tr>");
+    var k = s.keys, n = k.key.length, html = [];
+    for (var i = 0; i < n; i++) {
+      var what = kind(k, i), key = k.key[i];
+      html.push('<tr class="' + what + '" data-key="' + esc(key === null ? "" : key) + '">' +
+        '<td class="name">' + name(what, key) + "</td>" +
+        '<td class="pass">' + rate(k.pass[i], s.window_ms) + "</td>" +
+        '<td class="block">' + rate(k.block[i], s.window_ms) + "</td>" +
+        '<td class="chart">' + chart(k.history[i], k.limit[i], s.now_ms, s.window_ms) + "</td>" +
+        '<td class="rt">' + rt(k.avg_rt_us[i]) + "</td>" +
+        '<td class="concurrency">' + k.concurrency[i] + "</td>" +
+        '<td class="limit">' + k.limit[i] + "</td></tr>");
     }
     rows.innerHTML = html.join("");
     var t = s.total;
     summary.innerHTML =
-      '<div>keys<b id="total-keys">' + s.keys.length + "</b></div>" +
+      '<div>keys<b id="total-keys">' + n + "</b></div>" +
       '<div>pass/s<b id="total-pass">' + rate(t.pass, s.window_ms) + "</b></div>" +
       '<div>block/s<b id="total-block">' + rate(t.block, s.window_ms) + "</b></div>" +
       '<div>in flight<b id="total-concurrency">' + t.concurrency + "</b></div>" +
@@ -90,8 +98,9 @@
   function showForm(s) {
     form.hidden = false;
     var list = [];
-    for (var i = 0; i < s.keys.length && i < 200; i++) {
-      if (s.keys[i].kind === "key") list.push('<option value="' + esc(s.keys[i].key) + '">');
+    var k = s.keys;
+    for (var i = 0; i < k.key.length && i < 200; i++) {
+      if (kind(k, i) === "key") list.push('<option value="' + esc(k.key[i]) + '">');
     }
     document.getElementById("change-keys").innerHTML = list.join("");
   }

@@ -1,109 +1,191 @@
 //! The JSON of `GET /stats`.
 
 use std::hash::Hash;
+use std::ops::Range;
+use std::time::Duration;
 
-use serde::ser::SerializeMap;
-use serde::{Serialize, Serializer};
-
+use super::json::Json;
 use crate::export::KeyLabel;
+use crate::handle::KeyRow;
 use crate::stat::MetricNode;
 use crate::{Snapshot, StatsHandle};
 
-#[derive(Serialize)]
-struct Stats<'a> {
-    now_ms: u64,
-    window_ms: u64,
-    limits_editable: bool,
-    total: Snapshot,
-    keys: Vec<KeyStats<'a>>,
-}
-
-#[derive(Serialize)]
-struct KeyStats<'a> {
-    key: Option<&'a str>,
-    kind: &'static str,
-    traffic: u64,
-    snapshot: Snapshot,
-    history: Option<Columns>,
-}
-
-/// A key's history, one column per figure, written straight from the
-/// `MetricNode`s (no column is collected first).
-struct Columns(Vec<MetricNode>);
-
-impl Serialize for Columns {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        /// One column, serialized as a sequence as it is read.
-        struct Column<'a, T, F: Fn(&MetricNode) -> T>(&'a [MetricNode], F);
-        impl<T: Serialize, F: Fn(&MetricNode) -> T> Serialize for Column<'_, T, F> {
-            fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-                serializer.collect_seq(self.0.iter().map(&self.1))
-            }
-        }
-        let nodes = &self.0[..];
-        let mut map = serializer.serialize_map(Some(6))?;
-        map.serialize_entry("t", &Column(nodes, |n| n.timestamp_ms))?;
-        map.serialize_entry("pass", &Column(nodes, |n| n.pass))?;
-        map.serialize_entry("block", &Column(nodes, |n| n.block))?;
-        map.serialize_entry("success", &Column(nodes, |n| n.success))?;
-        map.serialize_entry("exception", &Column(nodes, |n| n.exception))?;
-        map.serialize_entry(
-            "rt_us",
-            &Column(nodes, |n| {
-                n.rt.map(|rt| u64::try_from(rt.as_micros()).unwrap_or(u64::MAX))
-            }),
-        )?;
-        map.end()
-    }
-}
+/// Bytes a key's history takes at most, about: 60 seconds of a 13-digit
+/// timestamp and five small numbers.
+const HISTORY_BYTES: usize = 60 * 40 + 64;
 
 /// Every key's snapshot, the busiest first, with the history of the first
-/// `with_history` keys (all by default).
+/// `with_history` keys (all by default), in the layout the module docs
+/// describe.
 pub(super) fn json<K>(handle: &StatsHandle<K>, editable: bool, with_history: usize) -> Vec<u8>
 where
     K: KeyLabel + Clone + Eq + Hash + Send + Sync + 'static,
 {
     let now = handle.now_ms();
-    let mut rows = handle.rows(now);
+    // Every label copied once into one buffer as its entry is read: sorting
+    // compares labels many times, and comparing them where they lie (one
+    // allocation per key, all over the heap) would cost a cache miss per
+    // comparison. A row's key is its label's place in the buffer, `None`
+    // for the missing key.
+    let mut labels = String::new();
+    let mut rows = handle.rows(now, |key| {
+        key.label().map(|label| {
+            let from = labels.len();
+            labels.push_str(&label);
+            from..labels.len()
+        })
+    });
     rows.extend(handle.overflow_row(now));
     // The total from the rows just read: one window read per entry.
     let total = crate::handle::rows_total(&rows);
-    let mut listed: Vec<_> = rows
-        .into_iter()
-        .map(|row| {
-            let (label, kind) = match &row.key {
-                Some(key) => match key.label() {
-                    Some(label) => (Some(label.into_owned()), "key"),
-                    None => (None, "missing"),
-                },
-                None => (None, "overflow"),
-            };
-            let traffic = row.snapshot.pass.saturating_add(row.snapshot.block);
-            (traffic, label, kind, row)
-        })
-        .collect();
-    // Busiest first; equal traffic by key, so rows do not jump about.
-    listed.sort_unstable_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
-    let keys = listed
+    let label_of = |row: &KeyRow<Label>| row.key.clone().flatten().map(|r| &labels[r]);
+    let mut order: Vec<Listed> = rows
         .iter()
         .enumerate()
-        .map(|(i, (traffic, label, kind, row))| KeyStats {
-            key: label.as_deref(),
-            kind,
-            traffic: *traffic,
-            snapshot: row.snapshot,
-            history: (i < with_history).then(|| Columns(row.history(now))),
+        .map(|(i, row)| {
+            let label = label_of(row);
+            Listed {
+                traffic: row.snapshot.pass.saturating_add(row.snapshot.block),
+                labelled: label.is_some(),
+                prefix: label.map_or(0, prefix),
+                row: i,
+            }
         })
         .collect();
-    let stats = Stats {
-        now_ms: now,
-        window_ms: handle.window_ms(),
-        limits_editable: editable,
-        total,
-        keys,
-    };
-    // Serializing plain numbers and strings into memory cannot fail.
-    serde_json::to_vec(&stats).unwrap_or_default()
+    // Busiest first; equal traffic by key (the missing key and the overflow
+    // entry first), so rows do not jump about. The labels' first bytes
+    // decide most comparisons without reading the labels.
+    order.sort_unstable_by(|a, b| {
+        b.traffic
+            .cmp(&a.traffic)
+            .then(a.labelled.cmp(&b.labelled))
+            .then(a.prefix.cmp(&b.prefix))
+            .then_with(|| label_of(&rows[a.row]).cmp(&label_of(&rows[b.row])))
+    });
+    let with_history = with_history.min(order.len());
+
+    let mut out = Json::with_capacity(
+        512 + labels.len() + order.len() * (4 + 9 * 4) + with_history * HISTORY_BYTES,
+    );
+    out.raw("{\"now_ms\":");
+    out.u64(now);
+    out.raw(",\"window_ms\":");
+    out.u64(handle.window_ms());
+    out.raw(",\"limits_editable\":");
+    out.bool(editable);
+    out.raw(",\"total\":");
+    snapshot(&mut out, &total);
+
+    out.raw(",\"keys\":{\"key\":");
+    out.array(&order, |out, l| match label_of(&rows[l.row]) {
+        Some(label) => out.str(label),
+        None => out.raw("null"),
+    });
+    let missing = order
+        .iter()
+        .position(|l| matches!(rows[l.row].key, Some(None)));
+    let overflow = order.iter().position(|l| rows[l.row].key.is_none());
+    out.raw(",\"missing\":");
+    out.opt_u64(missing.map(|i| i as u64));
+    out.raw(",\"overflow\":");
+    out.opt_u64(overflow.map(|i| i as u64));
+    // One column per figure, each written by a loop of its own.
+    macro_rules! column {
+        ($name:literal, $write:ident, |$s:ident| $figure:expr) => {
+            out.raw(concat!(",\"", $name, "\":"));
+            out.array(&order, |out, l| {
+                let $s = &rows[l.row].snapshot;
+                out.$write($figure);
+            });
+        };
+    }
+    column!("pass", u64, |s| s.pass);
+    column!("block", u64, |s| s.block);
+    column!("success", u64, |s| s.success);
+    column!("exception", u64, |s| s.exception);
+    column!("concurrency", u64, |s| s.concurrency);
+    column!("waiting", u64, |s| s.waiting);
+    column!("limit", u64, |s| s.limit);
+    column!("avg_rt_us", opt_u64, |s| s.avg_rt.map(micros));
+    column!("min_rt_us", opt_u64, |s| s.min_rt.map(micros));
+    out.raw(",\"history\":");
+    out.array(&order[..with_history], |out, l| {
+        history(&mut *out, &rows[l.row].history(now));
+    });
+    out.raw("}}");
+    out.into_bytes()
+}
+
+/// A row's key: its label's place in the label buffer, `None` for the
+/// missing key.
+type Label = Option<Range<usize>>;
+
+/// A row in the listing, with what orders it.
+struct Listed {
+    /// Passes and blocks in the current window.
+    traffic: u64,
+    /// Whether the row has a label (not the missing key nor the overflow).
+    labelled: bool,
+    /// The label's first 16 bytes (see [`prefix`]).
+    prefix: u128,
+    /// Its index in the rows read.
+    row: usize,
+}
+
+/// `label`'s first 16 bytes as a number, zeros after its end: when two
+/// labels' prefixes differ, they order as the labels do (a label that ends
+/// first is padded with the smallest byte); only equal prefixes need the
+/// labels compared.
+fn prefix(label: &str) -> u128 {
+    let mut bytes = [0u8; 16];
+    let head = &label.as_bytes()[..label.len().min(16)];
+    bytes[..head.len()].copy_from_slice(head);
+    u128::from_be_bytes(bytes)
+}
+
+/// A snapshot as one object, every field named.
+fn snapshot(out: &mut Json, s: &Snapshot) {
+    out.raw("{\"pass\":");
+    out.u64(s.pass);
+    out.raw(",\"block\":");
+    out.u64(s.block);
+    out.raw(",\"success\":");
+    out.u64(s.success);
+    out.raw(",\"exception\":");
+    out.u64(s.exception);
+    out.raw(",\"concurrency\":");
+    out.u64(s.concurrency);
+    out.raw(",\"waiting\":");
+    out.u64(s.waiting);
+    out.raw(",\"limit\":");
+    out.u64(s.limit);
+    out.raw(",\"avg_rt_us\":");
+    out.opt_u64(s.avg_rt.map(micros));
+    out.raw(",\"min_rt_us\":");
+    out.opt_u64(s.min_rt.map(micros));
+    out.raw("}");
+}
+
+/// A key's history, one column per figure.
+fn history(out: &mut Json, nodes: &[MetricNode]) {
+    out.raw("{\"t\":");
+    out.array(nodes, |out, n| out.u64(n.timestamp_ms));
+    out.raw(",\"pass\":");
+    out.array(nodes, |out, n| out.u64(n.pass));
+    out.raw(",\"block\":");
+    out.array(nodes, |out, n| out.u64(n.block));
+    out.raw(",\"success\":");
+    out.array(nodes, |out, n| out.u64(n.success));
+    out.raw(",\"exception\":");
+    out.array(nodes, |out, n| out.u64(n.exception));
+    out.raw(",\"rt_us\":");
+    out.array(nodes, |out, n| out.opt_u64(n.rt.map(micros)));
+    out.raw("}");
+}
+
+/// Whole microseconds, as `Snapshot`'s serde form writes them.
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
 /// The `history` query parameter: how many keys carry their history
@@ -118,5 +200,40 @@ pub(super) fn history_param(query: Option<&str>) -> Result<Option<usize>, ()> {
     {
         Some(n) => n.parse().map(Some).map_err(|_| ()),
         None => Ok(None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::prefix;
+
+    #[test]
+    fn prefixes_order_as_their_labels() {
+        let labels = [
+            "",
+            "\u{0}",
+            "\u{0}\u{0}",
+            "a",
+            "a\u{0}",
+            "a\u{1}",
+            "ab",
+            "b",
+            "é",
+            "0123456789abcdef",
+            "0123456789abcdef\u{0}",
+            "0123456789abcdefX",
+            "0123456789abcdeg",
+            "\u{ff}",
+        ];
+        for a in labels {
+            for b in labels {
+                if prefix(a) != prefix(b) {
+                    assert_eq!(prefix(a) < prefix(b), a < b, "{a:?} against {b:?}");
+                }
+            }
+        }
+        // Equal prefixes where the labels differ: the caller compares them.
+        assert_eq!(prefix("a"), prefix("a\u{0}"));
+        assert_eq!(prefix("0123456789abcdef"), prefix("0123456789abcdefX"));
     }
 }
