@@ -4,6 +4,19 @@
 //! intermediate values, no escaping of field names known in advance) is
 //! what keeps a table of thousands of keys cheap to serve.
 
+/// "00", "01", .. "99" back to back: the two digits of every number below
+/// 100.
+const PAIRS: [u8; 200] = {
+    let mut pairs = [0u8; 200];
+    let mut i = 0;
+    while i < 100 {
+        pairs[2 * i] = b'0' + (i / 10) as u8;
+        pairs[2 * i + 1] = b'0' + (i % 10) as u8;
+        i += 1;
+    }
+    pairs
+};
+
 /// The JSON text being written.
 pub(super) struct Json {
     out: Vec<u8>,
@@ -29,7 +42,7 @@ impl Json {
         self.out.extend_from_slice(text.as_bytes());
     }
 
-    /// Appends `n` in decimal.
+    /// Appends `n` in decimal, two digits at a time.
     #[inline]
     pub(super) fn u64(&mut self, mut n: u64) {
         if n < 10 {
@@ -39,14 +52,19 @@ impl Json {
         }
         let mut digits = [0u8; 20];
         let mut at = digits.len();
-        loop {
+        while n >= 100 {
+            at -= 2;
+            let pair = 2 * (n % 100) as usize;
+            digits[at..at + 2].copy_from_slice(&PAIRS[pair..pair + 2]);
+            n /= 100;
+        }
+        if n >= 10 {
+            at -= 2;
+            let pair = 2 * n as usize;
+            digits[at..at + 2].copy_from_slice(&PAIRS[pair..pair + 2]);
+        } else {
             at -= 1;
-            // `n % 10` is below 10: the cast keeps it whole.
-            digits[at] = b'0' + (n % 10) as u8;
-            n /= 10;
-            if n == 0 {
-                break;
-            }
+            digits[at] = b'0' + n as u8;
         }
         self.out.extend_from_slice(&digits[at..]);
     }
@@ -135,7 +153,14 @@ mod tests {
 
     #[test]
     fn numbers_cover_the_whole_range() {
-        for n in [0, 1, 9, 10, 99, 100, 1_732_345_678_123, u64::MAX] {
+        let mut n = 1u64;
+        let mut samples = vec![0, u64::MAX, 1_732_345_678_123];
+        for _ in 0..20 {
+            samples.extend([n - 1, n, n + 1, n.saturating_mul(5)]);
+            n = n.saturating_mul(10);
+        }
+        samples.extend(0..1000);
+        for n in samples {
             assert_eq!(text(|j| j.u64(n)), n.to_string());
         }
         assert_eq!(text(|j| j.opt_u64(None)), "null");
