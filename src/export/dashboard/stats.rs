@@ -38,31 +38,9 @@ where
     rows.extend(handle.overflow_row(now));
     // The total from the rows just read: one window read per entry.
     let total = crate::handle::rows_total(&rows);
-    let label_of = |row: &KeyRow<Label>| row.key.clone().flatten().map(|r| &labels[r]);
-    let mut order: Vec<Listed> = rows
-        .iter()
-        .enumerate()
-        .map(|(i, row)| {
-            let label = label_of(row);
-            Listed {
-                traffic: row.snapshot.pass.saturating_add(row.snapshot.block),
-                labelled: label.is_some(),
-                prefix: label.map_or(0, prefix),
-                row: i,
-            }
-        })
-        .collect();
-    // Busiest first; equal traffic by key (the missing key and the overflow
-    // entry first), so rows do not jump about. The labels' first bytes
-    // decide most comparisons without reading the labels.
-    order.sort_unstable_by(|a, b| {
-        b.traffic
-            .cmp(&a.traffic)
-            .then(a.labelled.cmp(&b.labelled))
-            .then(a.prefix.cmp(&b.prefix))
-            .then_with(|| label_of(&rows[a.row]).cmp(&label_of(&rows[b.row])))
-    });
+    let order = order(&rows, &labels);
     let with_history = with_history.min(order.len());
+    let label_of = |row: &KeyRow<Label>| label(row, &labels);
 
     let mut out = Json::with_capacity(
         512 + labels.len() + order.len() * (4 + 9 * 4) + with_history * HISTORY_BYTES,
@@ -77,14 +55,14 @@ where
     snapshot(&mut out, &total);
 
     out.raw(",\"keys\":{\"key\":");
-    out.array(&order, |out, l| match label_of(&rows[l.row]) {
+    out.array(&order, |out, &i| match label_of(&rows[i]) {
         Some(label) => out.str(label),
         None => out.raw("null"),
     });
     let missing = order
         .iter()
-        .position(|l| matches!(rows[l.row].key, Some(None)));
-    let overflow = order.iter().position(|l| rows[l.row].key.is_none());
+        .position(|&i| matches!(rows[i].key, Some(None)));
+    let overflow = order.iter().position(|&i| rows[i].key.is_none());
     out.raw(",\"missing\":");
     out.opt_u64(missing.map(|i| i as u64));
     out.raw(",\"overflow\":");
@@ -93,8 +71,8 @@ where
     macro_rules! column {
         ($name:literal, $write:ident, |$s:ident| $figure:expr) => {
             out.raw(concat!(",\"", $name, "\":"));
-            out.array(&order, |out, l| {
-                let $s = &rows[l.row].snapshot;
+            out.array(&order, |out, &i| {
+                let $s = &rows[i].snapshot;
                 out.$write($figure);
             });
         };
@@ -109,8 +87,8 @@ where
     column!("avg_rt_us", opt_u64, |s| s.avg_rt.map(micros));
     column!("min_rt_us", opt_u64, |s| s.min_rt.map(micros));
     out.raw(",\"history\":");
-    out.array(&order[..with_history], |out, l| {
-        history(&mut *out, &rows[l.row].history(now));
+    out.array(&order[..with_history], |out, &i| {
+        history(&mut *out, &rows[i].history(now));
     });
     out.raw("}}");
     out.into_bytes()
@@ -120,16 +98,44 @@ where
 /// missing key.
 type Label = Option<Range<usize>>;
 
-/// A row in the listing, with what orders it.
-struct Listed {
-    /// Passes and blocks in the current window.
-    traffic: u64,
-    /// Whether the row has a label (not the missing key nor the overflow).
-    labelled: bool,
-    /// The label's first 16 bytes (see [`prefix`]).
-    prefix: u128,
-    /// Its index in the rows read.
-    row: usize,
+/// `row`'s label, if it has one (not the missing key nor the overflow).
+fn label<'a>(row: &KeyRow<Label>, labels: &'a str) -> Option<&'a str> {
+    row.key.clone().flatten().map(|range| &labels[range])
+}
+
+/// The indexes of `rows` in listing order: busiest first (passes and
+/// blocks in the current window); equal traffic by label (the missing key
+/// and the overflow entry first), so rows do not jump about between reads.
+fn order(rows: &[KeyRow<Label>], labels: &str) -> Vec<usize> {
+    /// What orders a row: the labels' first bytes decide most comparisons
+    /// without reading the labels.
+    struct Listed {
+        traffic: u64,
+        labelled: bool,
+        prefix: u128,
+        row: usize,
+    }
+    let mut listed: Vec<Listed> = rows
+        .iter()
+        .enumerate()
+        .map(|(i, row)| {
+            let label = label(row, labels);
+            Listed {
+                traffic: row.snapshot.pass.saturating_add(row.snapshot.block),
+                labelled: label.is_some(),
+                prefix: label.map_or(0, prefix),
+                row: i,
+            }
+        })
+        .collect();
+    listed.sort_unstable_by(|a, b| {
+        b.traffic
+            .cmp(&a.traffic)
+            .then(a.labelled.cmp(&b.labelled))
+            .then(a.prefix.cmp(&b.prefix))
+            .then_with(|| label(&rows[a.row], labels).cmp(&label(&rows[b.row], labels)))
+    });
+    listed.into_iter().map(|l| l.row).collect()
 }
 
 /// `label`'s first 16 bytes as a number, zeros after its end: when two
