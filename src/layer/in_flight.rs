@@ -87,7 +87,7 @@ impl InFlight {
         node.record_completion_at(now_ms, rt, failed);
         if !self.entry.breakers.is_empty() {
             self.entry
-                .complete_breakers(now_ms, rt, failed, self.probe.take());
+                .complete_breakers(now_ms, rt, failed, false, self.probe.take());
         }
         self.completed = true;
     }
@@ -104,7 +104,7 @@ impl Drop for InFlight {
                 let (now_ms, now_us) = node.clock().now_both();
                 let rt = Duration::from_micros(now_us.saturating_sub(self.started_us));
                 self.entry
-                    .complete_breakers(now_ms, rt, true, self.probe.take());
+                    .complete_breakers(now_ms, rt, true, true, self.probe.take());
             }
         }
         // Matched by the increase in `InFlight::start`.

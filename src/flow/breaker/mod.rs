@@ -160,6 +160,7 @@ mod rule;
 mod set;
 mod state;
 
+pub(crate) use circuit::Completion;
 pub use circuit::{CircuitBreaker, Permit};
 pub use rule::Breaker;
 pub(crate) use set::{Breakers, ProbeSet, MAX_BREAKERS};

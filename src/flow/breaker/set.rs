@@ -1,8 +1,9 @@
 //! `Breakers`: the breakers of one key, asked and fed together.
 
-use super::circuit::CircuitBreaker;
+use super::circuit::{CircuitBreaker, Completion};
 use super::rule::Breaker;
 use super::state::BreakerState;
+use crate::stat::StatisticNode;
 
 /// The most breakers one layer may have: a request's probe slots are one
 /// bit each in a `u64`.
@@ -34,12 +35,18 @@ pub(crate) struct Breakers(Option<Box<List>>);
 struct List(Box<[CircuitBreaker]>);
 
 impl Breakers {
-    pub(crate) fn new(rules: &[Breaker]) -> Self {
+    /// The breakers of a key whose statistics window has `sample_count`
+    /// buckets over `interval_ms` (those with that stat interval count on
+    /// it: see [`CircuitBreaker`]'s implementation details).
+    pub(crate) fn new(rules: &[Breaker], sample_count: usize, interval_ms: u64) -> Self {
         debug_assert!(rules.len() <= MAX_BREAKERS, "checked by the layer");
         if rules.is_empty() {
             return Breakers(None);
         }
-        let list = rules.iter().copied().map(CircuitBreaker::new).collect();
+        let list = rules
+            .iter()
+            .map(|&rule| CircuitBreaker::on_key(rule, sample_count, interval_ms))
+            .collect();
         Breakers(Some(Box::new(List(list))))
     }
 
@@ -82,12 +89,13 @@ impl Breakers {
         Ok(probes)
     }
 
-    /// Records a completion at `now` in every breaker; `probes`: the slots
-    /// the request held, whose breakers it decides.
+    /// Records `done` in every breaker; `probes`: the slots the request
+    /// held, whose breakers it decides; `key`: the key's statistics, which
+    /// have recorded `done` already.
     #[inline]
-    pub(crate) fn complete(&self, now: u64, rt_us: u64, failed: bool, probes: ProbeSet) {
+    pub(crate) fn complete(&self, done: Completion, probes: ProbeSet, key: &StatisticNode) {
         for (index, breaker) in self.all().iter().enumerate() {
-            breaker.complete(now, rt_us, failed, probes.holds(index));
+            breaker.complete(done, probes.holds(index), Some(key));
         }
     }
 
@@ -130,8 +138,16 @@ mod tests {
             .min_requests(1)
             .open_for(Duration::from_millis(10));
         let slow = quick.open_for(Duration::from_millis(1_000));
-        let breakers = Breakers::new(&[quick, slow]);
-        breakers.complete(0, 0, true, ProbeSet::default());
+        let breakers = Breakers::new(&[quick, slow], 1, 1_000);
+        let failed = Completion {
+            now: 0,
+            rt_us: 0,
+            failed: true,
+            panicked: false,
+        };
+        for breaker in breakers.all() {
+            breaker.complete(failed, false, None);
+        }
         // The first is half-open at 10, the second open until 1000.
         assert_eq!(breakers.enter(10), Err(990));
         assert_eq!(breakers.states(10)[0], BreakerState::HalfOpen);
