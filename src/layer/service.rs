@@ -177,12 +177,13 @@ where
         let behind = at - now;
 
         // Circuit breakers, concurrency and warm-up first, when configured
-        // (a plain limiter pays one predictable check of three values):
-        // see `prelude`.
+        // or, for breakers, when one is not closed (a plain limiter, or one
+        // whose breakers are all closed, pays one predictable check of three
+        // values): see `prelude`.
         let behaviours = &window.behaviours;
         let (reserved, limit) = if behaviours.max_concurrency.is_none()
             && behaviours.warm_up.is_none()
-            && entry.breakers.is_empty()
+            && entry.breakers.none_open()
         {
             (None, limit)
         } else {

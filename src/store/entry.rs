@@ -1,5 +1,4 @@
 use std::sync::Arc;
-use std::time::Duration;
 
 use crate::clock::SharedClock;
 use crate::flow::breaker::{Breaker, Breakers, Completion, ProbeSet};
@@ -128,14 +127,14 @@ impl Entry {
         }))
     }
 
-    /// Feeds a completion at `now` that took `rt` and `failed` or not (or
-    /// `panicked`) to the key's breakers, once the key's statistics have
-    /// recorded it; `probe`: the slots the request held, which it decides.
-    #[inline]
+    /// Feeds a completion at `now` that took `rt_us` microseconds and
+    /// `failed` or not (or `panicked`) to the key's breakers, once the key's
+    /// statistics have recorded it; `probe`: the slots the request held,
+    /// which it decides.
     pub(crate) fn complete_breakers(
         &self,
         now: u64,
-        rt: Duration,
+        rt_us: u64,
         failed: bool,
         panicked: bool,
         probe: Option<Probe>,
@@ -146,7 +145,7 @@ impl Entry {
         let held = probe.map_or(ProbeSet::default(), Probe::into_held);
         let done = Completion {
             now,
-            rt_us: u64::try_from(rt.as_micros()).unwrap_or(u64::MAX),
+            rt_us,
             failed,
             panicked,
         };

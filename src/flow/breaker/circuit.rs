@@ -181,6 +181,17 @@ pub(crate) struct Completion {
     pub(crate) panicked: bool,
 }
 
+/// How a completion moved its breaker: out of the closed state (exactly one
+/// completion reports each opening of a closed breaker), back into it
+/// (the probe's), or neither.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use]
+pub(crate) enum Moved {
+    No,
+    Opened,
+    Closed,
+}
+
 fn pack(success: u64, exception: u64) -> u64 {
     let half = |n: u64| n.min(u64::from(u32::MAX));
     half(success) | half(exception) << 32
@@ -222,6 +233,12 @@ impl CircuitBreaker {
     /// The breaker's settings.
     pub fn rule(&self) -> &Breaker {
         &self.rule
+    }
+
+    /// Whether it counts every completion in its own window (rather than
+    /// on the key's statistics).
+    pub(crate) fn counts_every_completion(&self) -> bool {
+        self.fresh.is_none()
     }
 
     /// Asks to let one request through at `now_ms`. `Ok` carries the permit
@@ -294,9 +311,15 @@ impl CircuitBreaker {
 
     /// Records `done`; `probe`: the request held the probe slot, and
     /// decides. `key`: the statistics of the key the breaker guards, which
-    /// have already recorded `done` (`None` outside the layer).
+    /// have already recorded `done` (`None` outside the layer). Says
+    /// whether the breaker left or re-entered the closed state.
     #[inline]
-    pub(crate) fn complete(&self, done: Completion, probe: bool, key: Option<&StatisticNode>) {
+    pub(crate) fn complete(
+        &self,
+        done: Completion,
+        probe: bool,
+        key: Option<&StatisticNode>,
+    ) -> Moved {
         match (&self.fresh, key) {
             (Some(fresh), Some(node)) => self.complete_on_key(done, probe, fresh, node),
             _ => self.complete_on_own(done, probe),
@@ -304,16 +327,16 @@ impl CircuitBreaker {
     }
 
     /// [`complete`](Self::complete) counting on the breaker's own window.
-    fn complete_on_own(&self, done: Completion, probe: bool) {
+    fn complete_on_own(&self, done: Completion, probe: bool) -> Moved {
         let Completion {
             now, rt_us, failed, ..
         } = done;
         if probe {
-            if self.decide(now, rt_us, failed) {
-                self.window.current_window(now).value().reset();
-                self.close();
+            if !self.decide(now, rt_us, failed) {
+                return Moved::No;
             }
-            return;
+            self.window.current_window(now).value().reset();
+            return self.close();
         }
         let bad = self.rule.is_bad(rt_us, failed);
         let bucket: &MetricBucket = self.window.current_window(now).value();
@@ -324,14 +347,21 @@ impl CircuitBreaker {
         // Only a closed breaker opens on its counts; completions of requests
         // let through before it opened count but decide nothing meanwhile.
         if self.is_closed() && self.rule.exceeded(bucket.success(), bucket.exception()) {
-            self.open_from_closed(now);
+            return self.open_from_closed(now);
         }
+        Moved::No
     }
 
     /// [`complete`](Self::complete) counting on the key's statistics: a
     /// good completion of a request that did not panic costs nothing.
     #[inline]
-    fn complete_on_key(&self, done: Completion, probe: bool, fresh: &Fresh, node: &StatisticNode) {
+    fn complete_on_key(
+        &self,
+        done: Completion,
+        probe: bool,
+        fresh: &Fresh,
+        node: &StatisticNode,
+    ) -> Moved {
         let Completion {
             now,
             rt_us,
@@ -339,15 +369,15 @@ impl CircuitBreaker {
             panicked,
         } = done;
         if probe {
-            if self.decide(now, rt_us, failed) {
-                self.restart_on_key(now, fresh, node);
-                self.close();
+            if !self.decide(now, rt_us, failed) {
+                return Moved::No;
             }
-            return;
+            self.restart_on_key(now, fresh, node);
+            return self.close();
         }
         let bad = self.rule.is_bad(rt_us, failed);
         if !bad && !panicked {
-            return;
+            return Moved::No;
         }
         let slow = bad && matches!(self.rule.measure, Measure::SlowRatio { .. });
         if panicked || slow {
@@ -362,12 +392,13 @@ impl CircuitBreaker {
             }
         }
         if !bad || !self.is_closed() {
-            return;
+            return Moved::No;
         }
         let (total, bad) = self.counts_on_key(now, fresh, node);
         if self.rule.exceeded(total, bad) {
-            self.open_from_closed(now);
+            return self.open_from_closed(now);
         }
+        Moved::No
     }
 
     /// Completions and bad ones since the last close, within the window at
@@ -426,8 +457,8 @@ impl CircuitBreaker {
 
     /// Opens a closed breaker at `now` for `open_for`: one compare-and-swap,
     /// so of several completions that find the threshold exceeded at once,
-    /// one opens it (and logs it).
-    fn open_from_closed(&self, now: u64) {
+    /// one opens it (and logs it, and says so).
+    fn open_from_closed(&self, now: u64) -> Moved {
         let until = now.saturating_add(self.rule.open_for_ms);
         if self
             .state
@@ -440,7 +471,9 @@ impl CircuitBreaker {
             .is_ok()
         {
             self.log_transition("closed", "open");
+            return Moved::Opened;
         }
+        Moved::No
     }
 
     /// The probe's completion decides: `true` when it succeeded (the caller
@@ -462,10 +495,11 @@ impl CircuitBreaker {
     }
 
     /// Closes the breaker after a successful probe.
-    fn close(&self) {
+    fn close(&self) -> Moved {
         // Release: the fresh statistics are visible to whoever sees CLOSED.
         self.state.store(CLOSED, Ordering::Release);
         self.log_transition("half_open", "closed");
+        Moved::Closed
     }
 
     /// Frees the probe slot of a probe that was dropped or refused: the
@@ -524,7 +558,7 @@ impl Permit<'_> {
             panicked: false,
         };
         let probe = std::mem::replace(&mut self.probe, false);
-        self.breaker.complete(done, probe, None);
+        let _ = self.breaker.complete(done, probe, None);
     }
 }
 
@@ -581,7 +615,7 @@ mod tests {
     fn tripped(rule: Breaker) -> CircuitBreaker {
         let breaker = CircuitBreaker::new(rule.min_requests(1));
         for _ in 0..3 {
-            breaker.complete(done(0, 0, true), false, None);
+            let _ = breaker.complete(done(0, 0, true), false, None);
         }
         breaker
     }
@@ -601,7 +635,7 @@ mod tests {
     fn a_failed_probe_opens_again_from_its_completion() {
         let breaker = tripped(Breaker::error_count(1).open_for(Duration::from_millis(100)));
         assert_eq!(breaker.enter(200), Ok(true));
-        breaker.complete(done(250, 0, true), true, None);
+        let _ = breaker.complete(done(250, 0, true), true, None);
         assert_eq!(
             breaker.state(250),
             BreakerState::Open {
@@ -613,7 +647,7 @@ mod tests {
     #[test]
     fn completions_while_open_decide_nothing() {
         let breaker = tripped(Breaker::error_count(1).open_for(Duration::from_millis(100)));
-        breaker.complete(done(10, 0, false), false, None);
+        let _ = breaker.complete(done(10, 0, false), false, None);
         assert!(matches!(breaker.state(10), BreakerState::Open { .. }));
     }
 
@@ -637,7 +671,8 @@ mod tests {
         fn complete(&self, now: u64, rt_us: u64, failed: bool, probe: bool) {
             let rt = Duration::from_micros(rt_us);
             self.node.record_completion_at(now, rt, failed);
-            self.breaker
+            let _ = self
+                .breaker
                 .complete(done(now, rt_us, failed), probe, Some(&self.node));
         }
 
@@ -647,7 +682,7 @@ mod tests {
                 panicked: true,
                 ..done(now, 0, true)
             };
-            self.breaker.complete(done, false, Some(&self.node));
+            let _ = self.breaker.complete(done, false, Some(&self.node));
         }
 
         /// Buckets the breaker's own window holds at `now`.
