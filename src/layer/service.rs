@@ -13,12 +13,12 @@ use tower_http::classify::{
 };
 use tower_service::Service;
 
-use super::behaviours::Priority;
 use super::body::{BodyKind, InnerBody};
 #[cfg(feature = "tokio")]
 use super::future::Deferred;
 use super::future::{Completion, ResponseFuture};
 use super::in_flight::InFlight;
+use super::priority::Priority;
 use super::quota::quota;
 #[cfg(feature = "redis")]
 use super::remote;
