@@ -652,3 +652,77 @@ async fn a_probe_waiting_for_its_paced_turn_keeps_the_probe_slot() {
     assert_eq!(state(&stats, "/flaky"), BreakerState::Closed);
     assert_eq!(flaky.calls(), 2);
 }
+
+#[tokio::test]
+async fn panicking_handlers_count_as_failed_requests_for_a_closed_breaker() {
+    let clock = clock();
+    async fn handler() -> StatusCode {
+        panic!("the handler panics on purpose");
+    }
+    // More than 2 failures of at least 3 requests: the key's window counts
+    // a panic as an exception without a completion, so the breaker must
+    // count the request itself.
+    let layer = layer(&clock, Breaker::error_count(2).min_requests(3));
+    let stats = layer.handle();
+    let app = Router::new()
+        .route("/p", get(handler))
+        .route("/ok", get(|| async { "fine" }))
+        .layer(layer);
+    for round in 0..3 {
+        if round > 0 {
+            assert_eq!(state(&stats, "/p"), BreakerState::Closed, "round {round}");
+        }
+        let joined = tokio::spawn(app.clone().oneshot(req("/p"))).await;
+        assert!(joined.expect_err("the handler panicked").is_panic());
+    }
+    assert!(is_open(state(&stats, "/p")), "{}", at(&clock));
+    assert_eq!(send(&app, req("/p")).await.status, 503);
+    assert_eq!(send(&app, req("/ok")).await.status, 200);
+}
+
+#[tokio::test]
+async fn a_stat_interval_longer_than_the_window_remembers_older_failures() {
+    // The layer's window is 1 s; the breaker's interval is 10 s, so it
+    // counts on its own and still sees the failures of 5 s ago.
+    let clock = clock();
+    let flaky = Flaky::new(StatusCode::INTERNAL_SERVER_ERROR);
+    let layer = layer(
+        &clock,
+        Breaker::error_count(2)
+            .min_requests(1)
+            .stat_interval(Duration::from_secs(10)),
+    );
+    let stats = layer.handle();
+    let app = flaky.router(layer);
+    for _ in 0..2 {
+        assert_eq!(send(&app, req("/flaky")).await.status, 500);
+        clock.advance(Duration::from_secs(2));
+    }
+    assert_eq!(state(&stats, "/flaky"), BreakerState::Closed);
+    assert_eq!(stats.snapshot("/flaky").expect("seen").exception, 0);
+    assert_eq!(send(&app, req("/flaky")).await.status, 500);
+    assert!(is_open(state(&stats, "/flaky")), "{}", at(&clock));
+}
+
+#[tokio::test]
+async fn a_breaker_on_the_window_forgets_failures_that_left_it() {
+    // The default stat interval is the layer's window (1 s): failures two
+    // seconds apart never make three in one interval.
+    let clock = clock();
+    let flaky = Flaky::new(StatusCode::INTERNAL_SERVER_ERROR);
+    let layer = layer(&clock, Breaker::error_count(2).min_requests(1));
+    let stats = layer.handle();
+    let app = flaky.router(layer);
+    for _ in 0..5 {
+        assert_eq!(send(&app, req("/flaky")).await.status, 500);
+        assert_eq!(state(&stats, "/flaky"), BreakerState::Closed);
+        clock.advance(Duration::from_secs(2));
+    }
+    assert_eq!(
+        statuses(&app, "/flaky", 2).await,
+        [StatusCode::INTERNAL_SERVER_ERROR; 2]
+    );
+    assert_eq!(state(&stats, "/flaky"), BreakerState::Closed);
+    assert_eq!(send(&app, req("/flaky")).await.status, 500);
+    assert!(is_open(state(&stats, "/flaky")), "{}", at(&clock));
+}

@@ -17,7 +17,7 @@ use std::fmt;
 use std::hash::Hash;
 use std::sync::Arc;
 
-use crate::breaker::BreakerState;
+use crate::flow::breaker::BreakerState;
 use crate::key::IntoKey;
 use crate::stat::{Counts, MetricNode};
 use crate::store::{effective_now, Entry, Registry, RemoteSlot, Store};

@@ -3,9 +3,11 @@
 //! in the crate docs ("Flow behaviours").
 
 use std::num::NonZeroU64;
+#[cfg(feature = "tokio")]
 use std::sync::Arc;
 use std::time::Duration;
 
+#[cfg(feature = "tokio")]
 use http::request::Parts;
 
 use crate::flow::breaker::{Breaker, MAX_BREAKERS};
@@ -13,10 +15,6 @@ use crate::flow::WarmUpSettings;
 use crate::key::KeyExtractor;
 
 use super::builder::SlidingWindowLayer;
-
-/// Which requests may borrow quota under
-/// [`prioritized`](SlidingWindowLayer::prioritized).
-pub(crate) type Priority = Arc<dyn Fn(&Parts) -> bool + Send + Sync>;
 
 /// # Flow behaviours
 impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {

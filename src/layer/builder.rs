@@ -10,8 +10,8 @@ use http::{Response, StatusCode};
 use tower_http::classify::{ServerErrorsAsFailures, SharedClassifier};
 use tower_layer::Layer;
 
-use super::behaviours::Priority;
 use super::body::{InnerBody, TrackBody, WrapBody};
+use super::priority::Priority;
 use super::service::SlidingWindow;
 use crate::clock::{Clock, SharedClock};
 use crate::handle::StatsHandle;

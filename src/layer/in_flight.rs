@@ -83,11 +83,13 @@ impl InFlight {
         let node = &self.entry.node;
         // One clock reading serves the response time and the bucket.
         let (now_ms, now_us) = node.clock().now_both();
-        let rt = Duration::from_micros(now_us.saturating_sub(self.started_us));
-        node.record_completion_at(now_ms, rt, failed);
-        if !self.entry.breakers.is_empty() {
+        let rt_us = now_us.saturating_sub(self.started_us);
+        node.record_completion_at(now_ms, Duration::from_micros(rt_us), failed);
+        // Closed breakers that count on the key's statistics have nothing
+        // to do for a good completion: the key has just recorded it.
+        if self.probe.is_some() || self.entry.breakers.want(rt_us, failed) {
             self.entry
-                .complete_breakers(now_ms, rt, failed, self.probe.take());
+                .complete_breakers(now_ms, rt_us, failed, false, self.probe.take());
         }
         self.completed = true;
     }
@@ -102,9 +104,9 @@ impl Drop for InFlight {
             node.increase_exception_qps(1);
             if !self.entry.breakers.is_empty() {
                 let (now_ms, now_us) = node.clock().now_both();
-                let rt = Duration::from_micros(now_us.saturating_sub(self.started_us));
+                let rt_us = now_us.saturating_sub(self.started_us);
                 self.entry
-                    .complete_breakers(now_ms, rt, true, self.probe.take());
+                    .complete_breakers(now_ms, rt_us, true, true, self.probe.take());
             }
         }
         // Matched by the increase in `InFlight::start`.

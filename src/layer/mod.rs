@@ -8,6 +8,7 @@ mod breaker;
 mod builder;
 pub mod future;
 mod in_flight;
+mod priority;
 mod quota;
 #[cfg(feature = "redis")]
 mod remote;

@@ -13,12 +13,12 @@ use tower_http::classify::{
 };
 use tower_service::Service;
 
-use super::behaviours::Priority;
 use super::body::{BodyKind, InnerBody};
 #[cfg(feature = "tokio")]
 use super::future::Deferred;
 use super::future::{Completion, ResponseFuture};
 use super::in_flight::InFlight;
+use super::priority::Priority;
 use super::quota::quota;
 #[cfg(feature = "redis")]
 use super::remote;
@@ -177,12 +177,13 @@ where
         let behind = at - now;
 
         // Circuit breakers, concurrency and warm-up first, when configured
-        // (a plain limiter pays one predictable check of three values):
-        // see `prelude`.
+        // or, for breakers, when one is not closed (a plain limiter, or one
+        // whose breakers are all closed, pays one predictable check of three
+        // values): see `prelude`.
         let behaviours = &window.behaviours;
         let (reserved, limit) = if behaviours.max_concurrency.is_none()
             && behaviours.warm_up.is_none()
-            && entry.breakers.is_empty()
+            && entry.breakers.none_open()
         {
             (None, limit)
         } else {

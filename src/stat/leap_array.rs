@@ -386,6 +386,13 @@ impl<B> LeapArray<B> {
             .filter_map(move |(idx, start)| self.held_at(idx, start))
     }
 
+    /// Like [`values`](Self::values), with each bucket's start. No
+    /// allocation.
+    pub(crate) fn values_with_start(&self, now_ms: u64) -> impl Iterator<Item = (u64, &B)> + '_ {
+        self.window_slots(now_ms)
+            .filter_map(move |(idx, start)| self.held_at(idx, start).map(|value| (start, value)))
+    }
+
     /// Like [`values`](Self::values), with each bucket's window.
     pub fn list(&self, now_ms: u64) -> Vec<WindowWrap<'_, B>> {
         self.window_slots(now_ms)

@@ -535,6 +535,20 @@ impl StatisticNode {
         }
     }
 
+    /// The second window's buckets at `now` as `(start, success,
+    /// exception)`, oldest first: the completions and failures a circuit
+    /// breaker on the key reads instead of counting them again. No
+    /// allocation.
+    #[inline]
+    pub(crate) fn window_completions(
+        &self,
+        now: u64,
+    ) -> impl Iterator<Item = (u64, u64, u64)> + '_ {
+        self.sec()
+            .buckets(now)
+            .map(|(start, bucket)| (start, bucket.success(), bucket.exception()))
+    }
+
     /// Start of the second window's newest opened bucket, if any: admission
     /// moves a clock reading that lags behind it forward to it.
     #[inline]

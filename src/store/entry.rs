@@ -1,8 +1,7 @@
 use std::sync::Arc;
-use std::time::Duration;
 
 use crate::clock::SharedClock;
-use crate::flow::breaker::{Breaker, Breakers, ProbeSet};
+use crate::flow::breaker::{Breaker, Breakers, Completion, ProbeSet};
 use crate::flow::warm_up::WarmUp;
 use crate::flow::Pacer;
 use crate::stat::StatisticNode;
@@ -59,7 +58,7 @@ impl Entry {
                 window.strict,
             )
             .expect("the window was validated when the layer was built"),
-            breakers: Breakers::new(breakers),
+            breakers: Breakers::new(breakers, window.sample_count, window.interval_ms),
             limit: AtomicU64::new(limit),
             policy_tag: AtomicU64::new(policy_tag.map_or(DEFAULT_POLICY, |t| t & 0xFFFF_FFFF)),
             pinned,
@@ -128,23 +127,29 @@ impl Entry {
         }))
     }
 
-    /// Feeds a completion at `now` that took `rt` and `failed` or not to
-    /// the key's breakers; `probe`: the slots the request held, which it
-    /// decides.
-    #[inline]
+    /// Feeds a completion at `now` that took `rt_us` microseconds and
+    /// `failed` or not (or `panicked`) to the key's breakers, once the key's
+    /// statistics have recorded it; `probe`: the slots the request held,
+    /// which it decides.
     pub(crate) fn complete_breakers(
         &self,
         now: u64,
-        rt: Duration,
+        rt_us: u64,
         failed: bool,
+        panicked: bool,
         probe: Option<Probe>,
     ) {
         if self.breakers.is_empty() {
             return;
         }
         let held = probe.map_or(ProbeSet::default(), Probe::into_held);
-        let rt_us = u64::try_from(rt.as_micros()).unwrap_or(u64::MAX);
-        self.breakers.complete(now, rt_us, failed, held);
+        let done = Completion {
+            now,
+            rt_us,
+            failed,
+            panicked,
+        };
+        self.breakers.complete(done, held, &self.node);
     }
 }
 

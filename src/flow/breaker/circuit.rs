@@ -23,19 +23,36 @@
 //! that find the threshold exceeded at once, one opens the breaker (and
 //! logs it).
 //!
-//! The statistics are a one-bucket window of `stat_interval` (Sentinel's
-//! degrade rules count the same way): a completion adds one to the
-//! bucket's success count, and one to its exception count when it counts
-//! against the breaker. Closing after a successful probe resets the bucket
-//! (fresh statistics); a completion racing with that reset may be lost, which
-//! only delays the next opening by one completion.
+//! Statistics are counted one of two ways.
+//!
+//! - **On the key's statistics** (a breaker of the layer whose
+//!   `stat_interval` is the layer's window interval, the default): the key's
+//!   window already counts every completion (`success`) and every failure
+//!   (`exception`), bucket by bucket. The breaker reads them when a bad
+//!   completion comes in, and counts nothing for a good one. Its own window
+//!   has the same buckets and holds only what the key's window does not: a
+//!   completion whose handler panicked (`success`; the key counts it as an
+//!   exception only) and, for `slow_ratio`, the slow completions
+//!   (`exception`). Fresh statistics after a successful probe are a start:
+//!   buckets older than the bucket of the close are left out, and that
+//!   bucket counts from the close on (its counts then are kept as a
+//!   baseline and subtracted).
+//! - **Its own** (any other `stat_interval`, and a breaker built with
+//!   [`CircuitBreaker::new`]): a one-bucket window of `stat_interval`, as
+//!   Sentinel's degrade rules count. Every completion adds one to the
+//!   bucket's `success` count, and one to its `exception` count when it
+//!   counts against the breaker. Closing after a successful probe resets the
+//!   bucket.
+//!
+//! Either way, a completion racing with a close may be counted on either
+//! side of it, which moves the next opening by that one completion.
 
 use std::time::Duration;
 
-use super::rule::Breaker;
+use super::rule::{Breaker, Measure};
 use super::state::BreakerState;
-use crate::stat::{BucketLeapArray, MetricBucket};
-use crate::sync::{AtomicU64, Ordering};
+use crate::stat::{BucketLeapArray, MetricBucket, StatisticNode};
+use crate::sync::{fence, AtomicU64, Ordering};
 
 const TAG_BITS: u32 = 2;
 const TAG_MASK: u64 = (1 << TAG_BITS) - 1;
@@ -82,25 +99,146 @@ pub struct CircuitBreaker {
     rule: Breaker,
     /// The state word (see the module's implementation details).
     state: AtomicU64,
-    /// Completions in the current stat interval: `success` counts them all,
-    /// `exception` those that count against the breaker.
+    /// The breaker's own counts (see the module's implementation details):
+    /// every completion and the bad ones when it counts on its own; only
+    /// what the key's window does not count when it counts on the key's.
     window: BucketLeapArray,
+    /// `Some` when it counts on the key's statistics.
+    fresh: Option<Fresh>,
+}
+
+/// Where a breaker counting on its key's statistics starts counting: the
+/// bucket of its last close, and that bucket's counts at the close.
+///
+/// A sequence lock with one writer: only the request holding the probe
+/// writes, before it stores `CLOSED`. It marks `from` as being written,
+/// writes the baseline, then the new start; a reader that finds the mark,
+/// or a start that changed while it read the baseline, gets nothing (the
+/// completion it serves decides nothing), so a start is never read with
+/// another start's baseline.
+#[derive(Debug)]
+struct Fresh {
+    /// Start of the bucket of the last close (0: never closed after a
+    /// probe, every bucket counts), or [`WRITING`].
+    from: AtomicU64,
+    /// The key's `success` (low half) and `exception` (high half) counts of
+    /// that bucket at the close, each capped at `u32::MAX`.
+    baseline: AtomicU64,
+}
+
+/// `Fresh::from` while a close writes a new start.
+const WRITING: u64 = u64::MAX;
+
+impl Fresh {
+    fn new() -> Self {
+        Fresh {
+            from: AtomicU64::new(0),
+            baseline: AtomicU64::new(0),
+        }
+    }
+
+    /// Counting starts at the bucket starting at `from`, whose counts
+    /// `success` and `exception` so far are left out. Only the request
+    /// holding the probe calls it.
+    fn start_at(&self, from: u64, success: u64, exception: u64) {
+        self.from.store(WRITING, Ordering::Relaxed);
+        // Release fence: a reader whose baseline load sees the store below
+        // sees the mark above on its second load of `from` (or later).
+        fence(Ordering::Release);
+        self.baseline
+            .store(pack(success, exception), Ordering::Relaxed);
+        // Release: whoever reads this start reads the baseline above.
+        self.from.store(from, Ordering::Release);
+    }
+
+    /// The start and its baseline, `(from, success, exception)`; `None`
+    /// while a close writes them.
+    fn read(&self) -> Option<(u64, u64, u64)> {
+        let from = self.from.load(Ordering::Acquire);
+        let baseline = self.baseline.load(Ordering::Relaxed);
+        // Acquire fence: pairs with the writer's release fence, so a
+        // baseline from a newer close shows its mark (or start) below.
+        fence(Ordering::Acquire);
+        if from == WRITING || self.from.load(Ordering::Relaxed) != from {
+            return None;
+        }
+        let (success, exception) = unpack(baseline);
+        Some((from, success, exception))
+    }
+}
+
+/// A completion, as the layer reports it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Completion {
+    /// When it completed, in milliseconds.
+    pub(crate) now: u64,
+    /// How long it took, in microseconds.
+    pub(crate) rt_us: u64,
+    /// Whether it failed (the classifier's verdict, or a panic).
+    pub(crate) failed: bool,
+    /// Whether the handler panicked: the key's statistics then count an
+    /// exception but no success.
+    pub(crate) panicked: bool,
+}
+
+/// How a completion moved its breaker: out of the closed state (exactly one
+/// completion reports each opening of a closed breaker), back into it
+/// (the probe's), or neither.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use]
+pub(crate) enum Moved {
+    No,
+    Opened,
+    Closed,
+}
+
+fn pack(success: u64, exception: u64) -> u64 {
+    let half = |n: u64| n.min(u64::from(u32::MAX));
+    half(success) | half(exception) << 32
+}
+
+fn unpack(word: u64) -> (u64, u64) {
+    (word & u64::from(u32::MAX), word >> 32)
 }
 
 impl CircuitBreaker {
-    /// A closed breaker with the settings of `rule`.
+    /// A closed breaker with the settings of `rule`, counting completions
+    /// in its own window.
     pub fn new(rule: Breaker) -> Self {
         CircuitBreaker {
             rule,
             state: AtomicU64::new(CLOSED),
             window: BucketLeapArray::new(1, rule.stat_interval_ms)
                 .expect("one bucket over an interval checked by `Breaker`"),
+            fresh: None,
+        }
+    }
+
+    /// A closed breaker for a key whose statistics window has
+    /// `sample_count` buckets over `interval_ms`: it counts on them when
+    /// `rule`'s stat interval is that interval, else on its own.
+    pub(crate) fn on_key(rule: Breaker, sample_count: usize, interval_ms: u64) -> Self {
+        if rule.stat_interval_ms != interval_ms {
+            return Self::new(rule);
+        }
+        CircuitBreaker {
+            rule,
+            state: AtomicU64::new(CLOSED),
+            window: BucketLeapArray::new(sample_count, interval_ms)
+                .expect("the key's window shape, validated by the layer"),
+            fresh: Some(Fresh::new()),
         }
     }
 
     /// The breaker's settings.
     pub fn rule(&self) -> &Breaker {
         &self.rule
+    }
+
+    /// Whether it counts every completion in its own window (rather than
+    /// on the key's statistics).
+    pub(crate) fn counts_every_completion(&self) -> bool {
+        self.fresh.is_none()
     }
 
     /// Asks to let one request through at `now_ms`. `Ok` carries the permit
@@ -171,13 +309,34 @@ impl CircuitBreaker {
         }
     }
 
-    /// Records a completion at `now` that took `rt_us` and `failed` or not;
-    /// `probe`: the request held the probe slot, and decides.
+    /// Records `done`; `probe`: the request held the probe slot, and
+    /// decides. `key`: the statistics of the key the breaker guards, which
+    /// have already recorded `done` (`None` outside the layer). Says
+    /// whether the breaker left or re-entered the closed state.
     #[inline]
-    pub(crate) fn complete(&self, now: u64, rt_us: u64, failed: bool, probe: bool) {
+    pub(crate) fn complete(
+        &self,
+        done: Completion,
+        probe: bool,
+        key: Option<&StatisticNode>,
+    ) -> Moved {
+        match (&self.fresh, key) {
+            (Some(fresh), Some(node)) => self.complete_on_key(done, probe, fresh, node),
+            _ => self.complete_on_own(done, probe),
+        }
+    }
+
+    /// [`complete`](Self::complete) counting on the breaker's own window.
+    fn complete_on_own(&self, done: Completion, probe: bool) -> Moved {
+        let Completion {
+            now, rt_us, failed, ..
+        } = done;
         if probe {
-            self.decide(now, rt_us, failed);
-            return;
+            if !self.decide(now, rt_us, failed) {
+                return Moved::No;
+            }
+            self.window.current_window(now).value().reset();
+            return self.close();
         }
         let bad = self.rule.is_bad(rt_us, failed);
         let bucket: &MetricBucket = self.window.current_window(now).value();
@@ -187,9 +346,119 @@ impl CircuitBreaker {
         }
         // Only a closed breaker opens on its counts; completions of requests
         // let through before it opened count but decide nothing meanwhile.
-        if !self.is_closed() || !self.rule.exceeded(bucket.success(), bucket.exception()) {
-            return;
+        if self.is_closed() && self.rule.exceeded(bucket.success(), bucket.exception()) {
+            return self.open_from_closed(now);
         }
+        Moved::No
+    }
+
+    /// [`complete`](Self::complete) counting on the key's statistics: a
+    /// good completion of a request that did not panic costs nothing.
+    #[inline]
+    fn complete_on_key(
+        &self,
+        done: Completion,
+        probe: bool,
+        fresh: &Fresh,
+        node: &StatisticNode,
+    ) -> Moved {
+        let Completion {
+            now,
+            rt_us,
+            failed,
+            panicked,
+        } = done;
+        if probe {
+            if !self.decide(now, rt_us, failed) {
+                return Moved::No;
+            }
+            self.restart_on_key(now, fresh, node);
+            return self.close();
+        }
+        let bad = self.rule.is_bad(rt_us, failed);
+        if !bad && !panicked {
+            return Moved::No;
+        }
+        let slow = bad && matches!(self.rule.measure, Measure::SlowRatio { .. });
+        if panicked || slow {
+            let own: &MetricBucket = self.window.current_window(now).value();
+            if panicked {
+                // The key counted an exception but no completion.
+                own.add_success(1);
+            }
+            if slow {
+                // The key does not count slow completions.
+                own.add_exception(1);
+            }
+        }
+        if !bad || !self.is_closed() {
+            return Moved::No;
+        }
+        let (total, bad) = self.counts_on_key(now, fresh, node);
+        if self.rule.exceeded(total, bad) {
+            return self.open_from_closed(now);
+        }
+        Moved::No
+    }
+
+    /// Completions and bad ones since the last close, within the window at
+    /// `now`, from the key's counts and the breaker's own.
+    fn counts_on_key(&self, now: u64, fresh: &Fresh, node: &StatisticNode) -> (u64, u64) {
+        // A clock reading behind the key's newest bucket reads the window
+        // the completion was recorded in.
+        let now = node
+            .newest_bucket_start()
+            .map_or(now, |newest| now.max(newest));
+        let Some((from, base_success, base_exception)) = fresh.read() else {
+            // A close is writing a fresh start: this completion decides
+            // nothing (it is counted for the next one).
+            return (0, 0);
+        };
+        let (mut total, mut failed, mut slow) = (0u64, 0u64, 0u64);
+        for (start, success, exception) in node.window_completions(now) {
+            let (success, exception) = match start.cmp(&from) {
+                std::cmp::Ordering::Less => continue,
+                std::cmp::Ordering::Equal => (
+                    success.saturating_sub(base_success),
+                    exception.saturating_sub(base_exception),
+                ),
+                std::cmp::Ordering::Greater => (success, exception),
+            };
+            total = total.saturating_add(success);
+            failed = failed.saturating_add(exception);
+        }
+        for (start, own) in self.window.values_with_start(now) {
+            if start >= from {
+                total = total.saturating_add(own.success());
+                slow = slow.saturating_add(own.exception());
+            }
+        }
+        match self.rule.measure {
+            Measure::SlowRatio { .. } => (total, slow),
+            Measure::ErrorRatio { .. } | Measure::ErrorCount { .. } => (total, failed),
+        }
+    }
+
+    /// Fresh statistics from `now` on, for a breaker counting on the key's:
+    /// the bucket of `now` becomes the first that counts, with its counts
+    /// so far as the baseline, and the breaker's own bucket is reset.
+    fn restart_on_key(&self, now: u64, fresh: &Fresh, node: &StatisticNode) {
+        let now = node
+            .newest_bucket_start()
+            .map_or(now, |newest| now.max(newest));
+        let from = self.window.start_of(now);
+        let (success, exception) = node
+            .window_completions(now)
+            .find(|(start, ..)| *start == from)
+            .map_or((0, 0), |(_, success, exception)| (success, exception));
+        fresh.start_at(from, success, exception);
+        self.window.current_window(now).value().reset();
+    }
+
+    /// Opens a closed breaker at `now` for `open_for`: one compare-and-swap,
+    /// so of several completions that find the threshold exceeded at once,
+    /// one opens it (and logs it, and says so).
+    fn open_from_closed(&self, now: u64) -> Moved {
         let until = now.saturating_add(self.rule.open_for_ms);
         if self
             .state
@@ -202,27 +471,35 @@ impl CircuitBreaker {
             .is_ok()
         {
             self.log_transition("closed", "open");
+            return Moved::Opened;
         }
+        Moved::No
     }
 
-    /// The probe's completion decides: closed with fresh statistics, or open
-    /// again for `open_for`.
-    fn decide(&self, now: u64, rt_us: u64, failed: bool) {
+    /// The probe's completion decides: `true` when it succeeded (the caller
+    /// makes the statistics fresh, then [`close`](Self::close)s), else the
+    /// breaker is open again for `open_for`.
+    fn decide(&self, now: u64, rt_us: u64, failed: bool) -> bool {
         debug_assert_eq!(
             self.state.load(Ordering::Relaxed),
             PROBING,
             "only the probe leaves PROBING"
         );
         if self.rule.probe_succeeded(rt_us, failed) {
-            self.window.current_window(now).value().reset();
-            // Release: the reset above is visible to whoever sees CLOSED.
-            self.state.store(CLOSED, Ordering::Release);
-            self.log_transition("half_open", "closed");
-        } else {
-            let until = now.saturating_add(self.rule.open_for_ms);
-            self.state.store(open_until(until), Ordering::Release);
-            self.log_transition("half_open", "open");
+            return true;
         }
+        let until = now.saturating_add(self.rule.open_for_ms);
+        self.state.store(open_until(until), Ordering::Release);
+        self.log_transition("half_open", "open");
+        false
+    }
+
+    /// Closes the breaker after a successful probe.
+    fn close(&self) -> Moved {
+        // Release: the fresh statistics are visible to whoever sees CLOSED.
+        self.state.store(CLOSED, Ordering::Release);
+        self.log_transition("half_open", "closed");
+        Moved::Closed
     }
 
     /// Frees the probe slot of a probe that was dropped or refused: the
@@ -274,9 +551,14 @@ impl Permit<'_> {
     /// Records the request's completion at `now_ms`: it took `rt` and
     /// `failed` or not. A probe decides the breaker's state.
     pub fn complete(mut self, now_ms: u64, rt: Duration, failed: bool) {
-        let rt_us = u64::try_from(rt.as_micros()).unwrap_or(u64::MAX);
+        let done = Completion {
+            now: now_ms,
+            rt_us: u64::try_from(rt.as_micros()).unwrap_or(u64::MAX),
+            failed,
+            panicked: false,
+        };
         let probe = std::mem::replace(&mut self.probe, false);
-        self.breaker.complete(now_ms, rt_us, failed, probe);
+        let _ = self.breaker.complete(done, probe, None);
     }
 }
 
@@ -288,14 +570,52 @@ impl Drop for Permit<'_> {
     }
 }
 
+#[cfg(all(test, loom))]
+mod loom_models {
+    use super::*;
+    use loom::sync::Arc;
+    use loom::thread;
+
+    /// A close moves the start of fresh statistics while a completion reads
+    /// it: a reader that sees the new start sees its baseline, never the
+    /// old one (which would count the close's bucket from its beginning).
+    #[test]
+    fn a_fresh_start_is_read_with_its_baseline() {
+        loom::model(|| {
+            let fresh = Arc::new(Fresh::new());
+            fresh.start_at(500, 4, 3);
+            let closer = {
+                let fresh = Arc::clone(&fresh);
+                thread::spawn(move || fresh.start_at(1_500, 9, 2))
+            };
+            match fresh.read() {
+                None | Some((500, 4, 3)) | Some((1_500, 9, 2)) => {}
+                Some(torn) => panic!("a start read with another's baseline: {torn:?}"),
+            }
+            closer.join().unwrap();
+            assert_eq!(fresh.read(), Some((1_500, 9, 2)));
+        });
+    }
+}
+
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+    use crate::clock::{ManualClock, SharedClock};
+
+    fn done(now: u64, rt_us: u64, failed: bool) -> Completion {
+        Completion {
+            now,
+            rt_us,
+            failed,
+            panicked: false,
+        }
+    }
 
     fn tripped(rule: Breaker) -> CircuitBreaker {
         let breaker = CircuitBreaker::new(rule.min_requests(1));
         for _ in 0..3 {
-            breaker.complete(0, 0, true, false);
+            let _ = breaker.complete(done(0, 0, true), false, None);
         }
         breaker
     }
@@ -315,7 +635,7 @@ mod tests {
     fn a_failed_probe_opens_again_from_its_completion() {
         let breaker = tripped(Breaker::error_count(1).open_for(Duration::from_millis(100)));
         assert_eq!(breaker.enter(200), Ok(true));
-        breaker.complete(250, 0, true, true);
+        let _ = breaker.complete(done(250, 0, true), true, None);
         assert_eq!(
             breaker.state(250),
             BreakerState::Open {
@@ -327,7 +647,218 @@ mod tests {
     #[test]
     fn completions_while_open_decide_nothing() {
         let breaker = tripped(Breaker::error_count(1).open_for(Duration::from_millis(100)));
-        breaker.complete(10, 0, false, false);
+        let _ = breaker.complete(done(10, 0, false), false, None);
         assert!(matches!(breaker.state(10), BreakerState::Open { .. }));
+    }
+
+    /// A key's statistics (2 buckets over 1 s, as a `qps` layer's) and a
+    /// breaker counting on them; `complete` records as the layer does: the
+    /// key first, then the breaker.
+    struct OnKey {
+        node: StatisticNode,
+        breaker: CircuitBreaker,
+    }
+
+    impl OnKey {
+        fn new(rule: Breaker) -> Self {
+            let clock = SharedClock::new(ManualClock::new(0));
+            let node = StatisticNode::build(clock, 2, 1_000, false).unwrap();
+            let breaker = CircuitBreaker::on_key(rule, 2, 1_000);
+            assert!(breaker.fresh.is_some(), "counts on the key");
+            OnKey { node, breaker }
+        }
+
+        fn complete(&self, now: u64, rt_us: u64, failed: bool, probe: bool) {
+            let rt = Duration::from_micros(rt_us);
+            self.node.record_completion_at(now, rt, failed);
+            let _ = self
+                .breaker
+                .complete(done(now, rt_us, failed), probe, Some(&self.node));
+        }
+
+        fn panicked(&self, now: u64) {
+            self.node.increase_exception_qps(1);
+            let done = Completion {
+                panicked: true,
+                ..done(now, 0, true)
+            };
+            let _ = self.breaker.complete(done, false, Some(&self.node));
+        }
+
+        /// Buckets the breaker's own window holds at `now`.
+        fn own_buckets(&self, now: u64) -> usize {
+            self.breaker.window.values(now).count()
+        }
+    }
+
+    #[test]
+    fn another_stat_interval_counts_on_its_own() {
+        let rule = Breaker::error_count(1).stat_interval(Duration::from_secs(10));
+        let breaker = CircuitBreaker::on_key(rule, 2, 1_000);
+        assert!(breaker.fresh.is_none());
+        assert_eq!(breaker.window.sample_count(), 1);
+        assert_eq!(breaker.window.interval_ms(), 10_000);
+    }
+
+    #[test]
+    fn good_completions_on_the_key_touch_nothing_of_the_breaker() {
+        let key = OnKey::new(Breaker::error_ratio(0.5));
+        for now in 0..1_000 {
+            key.complete(now, 10, false, false);
+        }
+        assert_eq!(key.own_buckets(999), 0, "nothing counted twice");
+        assert_eq!(key.breaker.state(999), BreakerState::Closed);
+    }
+
+    #[test]
+    fn an_error_ratio_on_the_key_reads_its_completions_and_failures() {
+        let key = OnKey::new(Breaker::error_ratio(0.5).min_requests(4));
+        // 3 good completions, then 3 failures: 3 of 6 is not over half.
+        for _ in 0..3 {
+            key.complete(100, 10, false, false);
+        }
+        for _ in 0..3 {
+            key.complete(600, 10, true, false);
+        }
+        assert_eq!(key.breaker.state(600), BreakerState::Closed);
+        assert_eq!(key.own_buckets(600), 0, "failures are the key's to count");
+        // A 4th: 4 of 7.
+        key.complete(700, 10, true, false);
+        assert!(matches!(key.breaker.state(700), BreakerState::Open { .. }));
+    }
+
+    #[test]
+    fn a_sliding_window_forgets_what_left_it() {
+        let key = OnKey::new(Breaker::error_count(2).min_requests(1));
+        key.complete(0, 0, true, false);
+        key.complete(400, 0, true, false);
+        // At 1 000 the bucket [0, 500) has left the window: one failure,
+        // not three.
+        key.complete(1_000, 0, true, false);
+        assert_eq!(key.breaker.state(1_000), BreakerState::Closed);
+        key.complete(1_100, 0, true, false);
+        assert_eq!(key.breaker.state(1_100), BreakerState::Closed);
+        key.complete(1_200, 0, true, false);
+        assert!(matches!(
+            key.breaker.state(1_200),
+            BreakerState::Open { .. }
+        ));
+    }
+
+    #[test]
+    fn slow_completions_are_counted_by_the_breaker_only() {
+        let key = OnKey::new(Breaker::slow_ratio(Duration::from_millis(100), 0.5).min_requests(4));
+        for _ in 0..4 {
+            key.complete(0, 10_000, false, false);
+        }
+        // Two slow of six: under half; only the slow ones were counted.
+        for _ in 0..2 {
+            key.complete(10, 100_001, false, false);
+        }
+        assert_eq!(key.breaker.state(10), BreakerState::Closed);
+        let own: u64 = key
+            .breaker
+            .window
+            .values(10)
+            .map(MetricBucket::exception)
+            .sum();
+        assert_eq!(own, 2);
+        // Failures that are fast are not slow.
+        for _ in 0..4 {
+            key.complete(10, 10, true, false);
+        }
+        assert_eq!(key.breaker.state(10), BreakerState::Closed);
+        for _ in 0..5 {
+            key.complete(20, 200_000, false, false);
+        }
+        // 7 slow of 15.
+        assert_eq!(key.breaker.state(20), BreakerState::Closed);
+        key.complete(20, 200_000, false, false);
+        // 8 of 16 is not over half; a 9th of 17 is.
+        assert_eq!(key.breaker.state(20), BreakerState::Closed);
+        key.complete(20, 200_000, false, false);
+        assert!(matches!(key.breaker.state(20), BreakerState::Open { .. }));
+    }
+
+    #[test]
+    fn panics_count_as_failed_completions() {
+        let key = OnKey::new(Breaker::error_count(2).min_requests(3));
+        key.panicked(0);
+        key.panicked(0);
+        assert_eq!(key.breaker.state(0), BreakerState::Closed);
+        key.panicked(0);
+        assert!(matches!(key.breaker.state(0), BreakerState::Open { .. }));
+    }
+
+    #[test]
+    fn a_close_on_the_key_starts_fresh_statistics() {
+        let rule = Breaker::error_count(2)
+            .min_requests(1)
+            .open_for(Duration::from_millis(100));
+        let key = OnKey::new(rule);
+        for _ in 0..3 {
+            key.complete(0, 0, true, false);
+        }
+        assert!(matches!(key.breaker.state(0), BreakerState::Open { .. }));
+        // Half-open at 100, in the bucket that still holds the three
+        // failures; the probe succeeds.
+        assert_eq!(key.breaker.enter(150), Ok(true));
+        key.complete(150, 0, false, true);
+        assert_eq!(key.breaker.state(150), BreakerState::Closed);
+        // Two failures after the close are two, not five.
+        key.complete(200, 0, true, false);
+        key.complete(300, 0, true, false);
+        assert_eq!(key.breaker.state(300), BreakerState::Closed);
+        // A third opens it, from the next bucket on as well.
+        key.complete(600, 0, true, false);
+        assert!(matches!(key.breaker.state(600), BreakerState::Open { .. }));
+    }
+
+    #[test]
+    fn a_close_leaves_older_buckets_out() {
+        let rule = Breaker::error_count(1)
+            .min_requests(1)
+            .open_for(Duration::from_millis(400));
+        let key = OnKey::new(rule);
+        key.complete(400, 0, true, false);
+        key.complete(400, 0, true, false);
+        assert!(matches!(key.breaker.state(400), BreakerState::Open { .. }));
+        // The probe at 800 (bucket [500, 1 000)) succeeds; [0, 500) is
+        // still in the window but older than the close.
+        assert_eq!(key.breaker.enter(800), Ok(true));
+        key.complete(800, 0, false, true);
+        key.complete(900, 0, true, false);
+        assert_eq!(key.breaker.state(900), BreakerState::Closed);
+        key.complete(900, 0, true, false);
+        assert!(matches!(key.breaker.state(900), BreakerState::Open { .. }));
+    }
+
+    #[test]
+    fn a_close_leaves_older_slow_counts_out() {
+        let rule = Breaker::slow_ratio(Duration::from_millis(100), 0.5)
+            .min_requests(2)
+            .open_for(Duration::from_millis(400));
+        let key = OnKey::new(rule);
+        key.complete(400, 200_000, false, false);
+        key.complete(400, 200_000, false, false);
+        assert!(matches!(key.breaker.state(400), BreakerState::Open { .. }));
+        assert_eq!(key.breaker.enter(800), Ok(true));
+        key.complete(800, 10, false, true);
+        // One fast, one slow after the close: half, not over it. The two
+        // slow ones in [0, 500) no longer count.
+        key.complete(900, 10, false, false);
+        key.complete(900, 200_000, false, false);
+        assert_eq!(key.breaker.state(900), BreakerState::Closed);
+        key.complete(900, 200_000, false, false);
+        assert!(matches!(key.breaker.state(900), BreakerState::Open { .. }));
+    }
+
+    #[test]
+    fn baselines_are_packed_and_capped() {
+        assert_eq!(unpack(pack(3, 7)), (3, 7));
+        assert_eq!(
+            unpack(pack(u64::MAX, 1 << 40)),
+            (u64::from(u32::MAX), u64::from(u32::MAX))
+        );
     }
 }

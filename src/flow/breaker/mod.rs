@@ -25,10 +25,11 @@
 //!
 //! # States
 //!
-//! - **Closed**: requests pass. Each completion is counted in the breaker's
-//!   own window of `stat_interval`. When at least `min_requests` requests
-//!   completed in it and the measure is strictly over the threshold (a
-//!   ratio of 1.0 is met only by 100%), the breaker opens.
+//! - **Closed**: requests pass. Their completions are counted over the
+//!   breaker's `stat_interval` (see [Statistics](#statistics)). When at
+//!   least `min_requests` requests completed in it and the measure is
+//!   strictly over the threshold (a ratio of 1.0 is met only by 100%), the
+//!   breaker opens.
 //! - **Open**: every request of the key is answered
 //!   `503 Service Unavailable` with `Retry-After` (whole seconds until
 //!   half-open, at least 1) and counted as a block; the inner service is
@@ -52,13 +53,36 @@
 //! when it turns half-open or closes), which names the kind of breaker,
 //! never the key.
 //!
+//! # Statistics
+//!
+//! A breaker whose `stat_interval` is the layer's window interval (the
+//! default: both are 1 s for [`qps`](crate::SlidingWindowLayer::qps))
+//! counts on the key's own statistics: the key's window already counts
+//! every completion and every failure, bucket by bucket, so the breaker
+//! reads them instead of counting them again. Its measure is then the
+//! key's sliding window: the last `stat_interval`, in the window's buckets.
+//! Only what the key's window does not count is counted by the breaker, in
+//! a window of the same buckets: the slow completions of a `slow_ratio`
+//! breaker, and requests whose handler panicked (the key counts those as
+//! exceptions without a completion; the breaker counts them as failed
+//! completions). "Fresh statistics" after a successful probe means that
+//! the breaker counts from the probe's completion on: older buckets, and
+//! what the probe's bucket held by then, are left out.
+//!
+//! A breaker with any other `stat_interval` keeps its own window of one
+//! bucket of `stat_interval`, as Sentinel's degrade rules do: every
+//! completion is counted in it, and a close resets it.
+//!
 //! # Cost
 //!
-//! A layer without breakers pays one length check per request. With
-//! breakers, a request reads one atomic word per breaker while they are
-//! closed, and its completion adds one or two counts to each breaker's
-//! window (one bucket) and compares them with the threshold.
-//!
+//! A layer without breakers pays one check per request. With breakers, a
+//! request reads one atomic word per breaker while they are closed. When it
+//! completes well (not a failure, not slow, no panic), a breaker counting
+//! on the key's statistics does nothing more; a bad completion reads the
+//! key's window buckets and compares with the threshold. A breaker with its
+//! own stat interval adds one or two counts to its bucket on every
+//! completion.
+
 //! # Examples
 //!
 //! An error ratio: more than half of at least 4 completions in 1 s failed.
@@ -160,6 +184,7 @@ mod rule;
 mod set;
 mod state;
 
+pub(crate) use circuit::Completion;
 pub use circuit::{CircuitBreaker, Permit};
 pub use rule::Breaker;
 pub(crate) use set::{Breakers, ProbeSet, MAX_BREAKERS};

@@ -1,8 +1,10 @@
 //! `Breakers`: the breakers of one key, asked and fed together.
 
-use super::circuit::CircuitBreaker;
-use super::rule::Breaker;
+use super::circuit::{CircuitBreaker, Completion, Moved};
+use super::rule::{Breaker, Measure};
 use super::state::BreakerState;
+use crate::stat::StatisticNode;
+use crate::sync::{AtomicU64, Ordering};
 
 /// The most breakers one layer may have: a request's probe slots are one
 /// bit each in a `u64`.
@@ -31,16 +33,53 @@ impl ProbeSet {
 pub(crate) struct Breakers(Option<Box<List>>);
 
 #[derive(Debug)]
-struct List(Box<[CircuitBreaker]>);
+struct List {
+    breakers: Box<[CircuitBreaker]>,
+    /// How many of the breakers are not closed (open or half-open).
+    /// Incremented by the one completion that opens a closed breaker, after
+    /// it opened it; decremented by the probe that closes it, after it
+    /// closed it; each move is reported once (see `Moved`), so the count
+    /// never goes below zero. Relaxed: a request that reads 0 while a
+    /// breaker is being opened passes as if it had come an instant
+    /// earlier; one that reads more than 0 asks every breaker's own word.
+    not_closed: AtomicU64,
+    /// The shortest `max_rt` of the `slow_ratio` breakers, in microseconds
+    /// (`u64::MAX` without any): a completion no slower than this is slow
+    /// for none of them.
+    slow_above_us: u64,
+    /// Whether a breaker counts every completion in its own window (its
+    /// stat interval is not the key's window).
+    counts_every_completion: bool,
+}
 
 impl Breakers {
-    pub(crate) fn new(rules: &[Breaker]) -> Self {
+    /// The breakers of a key whose statistics window has `sample_count`
+    /// buckets over `interval_ms` (those with that stat interval count on
+    /// it: see [`CircuitBreaker`]'s implementation details).
+    pub(crate) fn new(rules: &[Breaker], sample_count: usize, interval_ms: u64) -> Self {
         debug_assert!(rules.len() <= MAX_BREAKERS, "checked by the layer");
         if rules.is_empty() {
             return Breakers(None);
         }
-        let list = rules.iter().copied().map(CircuitBreaker::new).collect();
-        Breakers(Some(Box::new(List(list))))
+        let breakers: Box<[CircuitBreaker]> = rules
+            .iter()
+            .map(|&rule| CircuitBreaker::on_key(rule, sample_count, interval_ms))
+            .collect();
+        let slow_above_us = rules
+            .iter()
+            .filter_map(|rule| match rule.measure {
+                Measure::SlowRatio { max_rt_us, .. } => Some(max_rt_us),
+                _ => None,
+            })
+            .min()
+            .unwrap_or(u64::MAX);
+        let counts_every_completion = breakers.iter().any(CircuitBreaker::counts_every_completion);
+        Breakers(Some(Box::new(List {
+            breakers,
+            not_closed: AtomicU64::new(0),
+            slow_above_us,
+            counts_every_completion,
+        })))
     }
 
     #[inline]
@@ -48,10 +87,30 @@ impl Breakers {
         self.0.is_none()
     }
 
+    /// Whether every breaker is closed, or there are none: a request then
+    /// has nothing to ask them. One load.
+    #[inline]
+    pub(crate) fn none_open(&self) -> bool {
+        self.0
+            .as_ref()
+            .map_or(true, |list| list.not_closed.load(Ordering::Relaxed) == 0)
+    }
+
+    /// Whether a completion that took `rt_us` and `failed` or not (or
+    /// panicked) is anything to the breakers, when the request held no
+    /// probe: no for a good one, when every breaker counts on the key's
+    /// statistics.
+    #[inline]
+    pub(crate) fn want(&self, rt_us: u64, failed: bool) -> bool {
+        self.0.as_ref().is_some_and(|list| {
+            failed || rt_us > list.slow_above_us || list.counts_every_completion
+        })
+    }
+
     /// Every breaker, in the order they were given.
     #[inline]
     fn all(&self) -> &[CircuitBreaker] {
-        self.0.as_ref().map_or(&[], |list| &list.0)
+        self.0.as_ref().map_or(&[], |list| &list.breakers)
     }
 
     /// Lets a request through every breaker at `now`: `Ok` with the probe
@@ -82,12 +141,24 @@ impl Breakers {
         Ok(probes)
     }
 
-    /// Records a completion at `now` in every breaker; `probes`: the slots
-    /// the request held, whose breakers it decides.
+    /// Records `done` in every breaker; `probes`: the slots the request
+    /// held, whose breakers it decides; `key`: the key's statistics, which
+    /// have recorded `done` already.
     #[inline]
-    pub(crate) fn complete(&self, now: u64, rt_us: u64, failed: bool, probes: ProbeSet) {
-        for (index, breaker) in self.all().iter().enumerate() {
-            breaker.complete(now, rt_us, failed, probes.holds(index));
+    pub(crate) fn complete(&self, done: Completion, probes: ProbeSet, key: &StatisticNode) {
+        let Some(list) = &self.0 else {
+            return;
+        };
+        for (index, breaker) in list.breakers.iter().enumerate() {
+            match breaker.complete(done, probes.holds(index), Some(key)) {
+                Moved::No => {}
+                Moved::Opened => {
+                    list.not_closed.fetch_add(1, Ordering::Relaxed);
+                }
+                Moved::Closed => {
+                    list.not_closed.fetch_sub(1, Ordering::Relaxed);
+                }
+            }
         }
     }
 
@@ -124,14 +195,110 @@ mod tests {
 
     use super::*;
 
+    use crate::clock::{ManualClock, SharedClock};
+
+    fn node() -> StatisticNode {
+        StatisticNode::build(SharedClock::new(ManualClock::new(0)), 2, 1_000, false).unwrap()
+    }
+
+    fn done(now: u64, rt_us: u64, failed: bool) -> Completion {
+        Completion {
+            now,
+            rt_us,
+            failed,
+            panicked: false,
+        }
+    }
+
+    fn not_closed(breakers: &Breakers) -> u64 {
+        breakers
+            .0
+            .as_ref()
+            .unwrap()
+            .not_closed
+            .load(Ordering::Relaxed)
+    }
+
+    #[test]
+    fn the_not_closed_count_follows_every_transition() {
+        let rule = Breaker::error_count(0)
+            .min_requests(1)
+            .open_for(Duration::from_millis(100));
+        let key = node();
+        let breakers = Breakers::new(&[rule, rule.open_for(Duration::from_millis(300))], 2, 1_000);
+        assert!(breakers.none_open());
+        key.record_completion_at(0, Duration::ZERO, true);
+        breakers.complete(done(0, 0, true), ProbeSet::default(), &key);
+        assert_eq!(not_closed(&breakers), 2);
+        assert!(!breakers.none_open());
+        // A late failure while open moves nothing.
+        key.record_completion_at(5, Duration::ZERO, true);
+        breakers.complete(done(5, 0, true), ProbeSet::default(), &key);
+        assert_eq!(not_closed(&breakers), 2);
+        // Half-open and probed: still not closed; a dropped probe neither.
+        let probe = breakers.enter(100);
+        assert_eq!(probe, Err(200), "the second is open until 300");
+        let probes = breakers.enter(300).unwrap();
+        assert_eq!(probes, ProbeSet(0b11));
+        breakers.release(probes);
+        assert_eq!(not_closed(&breakers), 2);
+        // A successful probe closes both.
+        let probes = breakers.enter(300).unwrap();
+        key.record_completion_at(300, Duration::ZERO, false);
+        breakers.complete(done(300, 0, false), probes, &key);
+        assert_eq!(not_closed(&breakers), 0);
+        assert!(breakers.none_open());
+    }
+
+    #[test]
+    fn racing_failures_open_a_breaker_once() {
+        let key = node();
+        let breakers = Breakers::new(&[Breaker::error_count(3).min_requests(1)], 2, 1_000);
+        std::thread::scope(|scope| {
+            for _ in 0..4 {
+                scope.spawn(|| {
+                    for _ in 0..500 {
+                        key.record_completion_at(10, Duration::ZERO, true);
+                        breakers.complete(done(10, 0, true), ProbeSet::default(), &key);
+                    }
+                });
+            }
+        });
+        assert_eq!(not_closed(&breakers), 1);
+    }
+
+    #[test]
+    fn good_completions_are_wanted_only_by_breakers_counting_on_their_own() {
+        let slow = Breaker::slow_ratio(Duration::from_millis(100), 0.5);
+        let on_key = Breakers::new(&[Breaker::error_ratio(0.5), slow], 2, 1_000);
+        assert!(!on_key.want(100_000, false), "not slower than max_rt");
+        assert!(on_key.want(100_001, false));
+        assert!(on_key.want(0, true));
+        let own = Breakers::new(
+            &[Breaker::error_ratio(0.5).stat_interval(Duration::from_secs(5))],
+            2,
+            1_000,
+        );
+        assert!(own.want(0, false));
+        assert!(!Breakers::default().want(0, true));
+    }
+
     #[test]
     fn a_request_refused_by_one_breaker_frees_the_probe_of_another() {
         let quick = Breaker::error_count(0)
             .min_requests(1)
             .open_for(Duration::from_millis(10));
         let slow = quick.open_for(Duration::from_millis(1_000));
-        let breakers = Breakers::new(&[quick, slow]);
-        breakers.complete(0, 0, true, ProbeSet::default());
+        let breakers = Breakers::new(&[quick, slow], 1, 1_000);
+        let failed = Completion {
+            now: 0,
+            rt_us: 0,
+            failed: true,
+            panicked: false,
+        };
+        for breaker in breakers.all() {
+            let _ = breaker.complete(failed, false, None);
+        }
         // The first is half-open at 10, the second open until 1000.
         assert_eq!(breakers.enter(10), Err(990));
         assert_eq!(breakers.states(10)[0], BreakerState::HalfOpen);
