@@ -577,3 +577,32 @@ async fn the_overflow_and_missing_entries_are_marked_by_index() {
     assert!(keys[0]["history"].is_object());
     assert!(keys[1]["history"].is_null());
 }
+
+#[tokio::test]
+async fn idle_keys_read_as_the_handle_reads_them() {
+    let clock = clock();
+    let layer = SlidingWindowLayer::qps(5).key(PathKey).clock(clock.clone());
+    let stats = layer.handle();
+    let app = Router::new()
+        .route("/{*path}", get(|| async { "ok" }))
+        .layer(layer);
+    for path in ["/idle", "/idle", "/busy"] {
+        send(&app, req(path)).await;
+    }
+    // A window and a half on, only /busy has traffic again.
+    clock.advance(std::time::Duration::from_millis(1500));
+    send(&app, req("/busy")).await;
+    let board = dashboard::router(stats.clone());
+    let s = json(&board, "/stats").await;
+    let keys = listed(&s);
+    assert_eq!(keys.len(), 2);
+    for k in &keys {
+        let key = k["key"].as_str().unwrap();
+        let snap = serde_json::to_value(stats.snapshot(key).unwrap()).unwrap();
+        assert_eq!(k["snapshot"], snap, "{key}");
+    }
+    assert_eq!(keys[0]["key"], "/busy");
+    assert_eq!(keys[0]["snapshot"]["pass"], 1);
+    assert_eq!(keys[1]["snapshot"]["pass"], 0, "/idle's window is empty");
+    assert_eq!(s["total"], serde_json::to_value(stats.total()).unwrap());
+}

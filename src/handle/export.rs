@@ -139,7 +139,15 @@ pub(crate) fn total<T>(rows: &[KeyRow<T>]) -> Snapshot {
 impl<T> KeyRow<T> {
     /// `entry`'s row, read at `now` (or at its newest bucket, if later).
     fn read(key: Option<T>, entry: &Arc<Entry>, now: u64, in_total: bool) -> Self {
-        let counts = entry.node.window_counts(effective_now(entry, now));
+        let at = effective_now(entry, now);
+        // An idle key (most of a large table, at any moment) has nothing in
+        // its window: its newest bucket start says so without a read of
+        // every bucket.
+        let counts = if entry.node.is_idle_at(at) {
+            Counts::default()
+        } else {
+            entry.node.window_counts(at)
+        };
         let mut snapshot =
             Snapshot::from_counts(&counts, entry.node.cur_concurrency(), entry.limit());
         snapshot.waiting = entry.waiting();
