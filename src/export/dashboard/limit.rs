@@ -10,7 +10,7 @@ use http::StatusCode;
 use serde::Deserialize;
 
 use crate::export::KeyLabel;
-use crate::StatsHandle;
+use crate::handle::StatsHandle;
 
 /// The largest body read: a key of the longest built-in form (256 bytes,
 /// escaped) and a number fit many times over.

@@ -87,7 +87,7 @@
 //!
 //! # Keys
 //!
-//! The key type must implement [`KeyLabel`](super::KeyLabel), as every
+//! The key type must implement [`KeyLabel`], as every
 //! built-in key type does (`()`, `String`, `Option<String>`,
 //! `Option<IpAddr>`). Keys are shown as text; the page escapes them.
 //!
@@ -133,7 +133,7 @@ use axum::Router;
 use http::request::Parts;
 
 use super::KeyLabel;
-use crate::StatsHandle;
+use crate::handle::StatsHandle;
 
 /// The page: markup, style and script in one response.
 const PAGE: &str = concat!(

@@ -7,8 +7,8 @@ use std::time::Duration;
 use super::json::Json;
 use crate::export::KeyLabel;
 use crate::handle::KeyRow;
+use crate::handle::{Snapshot, StatsHandle};
 use crate::stat::MetricNode;
-use crate::{Snapshot, StatsHandle};
 
 /// Bytes a key's history takes at most, about: 60 seconds of a 13-digit
 /// timestamp and five small numbers.
