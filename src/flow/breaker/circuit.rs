@@ -192,6 +192,17 @@ pub(crate) enum Moved {
     Closed,
 }
 
+/// A completion that did not panic, for tests.
+#[cfg(all(test, not(loom)))]
+pub(crate) fn done(now: u64, rt_us: u64, failed: bool) -> Completion {
+    Completion {
+        now,
+        rt_us,
+        failed,
+        panicked: false,
+    }
+}
+
 fn pack(success: u64, exception: u64) -> u64 {
     let half = |n: u64| n.min(u64::from(u32::MAX));
     half(success) | half(exception) << 32
@@ -602,15 +613,6 @@ mod loom_models {
 mod tests {
     use super::*;
     use crate::clock::{ManualClock, SharedClock};
-
-    fn done(now: u64, rt_us: u64, failed: bool) -> Completion {
-        Completion {
-            now,
-            rt_us,
-            failed,
-            panicked: false,
-        }
-    }
 
     fn tripped(rule: Breaker) -> CircuitBreaker {
         let breaker = CircuitBreaker::new(rule.min_requests(1));

@@ -195,19 +195,11 @@ mod tests {
 
     use super::*;
 
+    use super::super::circuit::done;
     use crate::clock::{ManualClock, SharedClock};
 
     fn node() -> StatisticNode {
         StatisticNode::build(SharedClock::new(ManualClock::new(0)), 2, 1_000, false).unwrap()
-    }
-
-    fn done(now: u64, rt_us: u64, failed: bool) -> Completion {
-        Completion {
-            now,
-            rt_us,
-            failed,
-            panicked: false,
-        }
     }
 
     fn not_closed(breakers: &Breakers) -> u64 {
@@ -290,12 +282,7 @@ mod tests {
             .open_for(Duration::from_millis(10));
         let slow = quick.open_for(Duration::from_millis(1_000));
         let breakers = Breakers::new(&[quick, slow], 1, 1_000);
-        let failed = Completion {
-            now: 0,
-            rt_us: 0,
-            failed: true,
-            panicked: false,
-        };
+        let failed = done(0, 0, true);
         for breaker in breakers.all() {
             let _ = breaker.complete(failed, false, None);
         }
