@@ -549,11 +549,16 @@ impl StatisticNode {
             .map(|(start, bucket)| (start, bucket.success(), bucket.exception()))
     }
 
-    /// Start of the second window's newest opened bucket, if any: admission
-    /// moves a clock reading that lags behind it forward to it.
+    /// The time the node is read, decided and judged idle at: the later of
+    /// the clock reading `now` and the start of the second window's newest
+    /// bucket. Admission moves a reading that lags behind that bucket
+    /// forward to it, so this is the earliest time the statistics can be
+    /// read at without missing the newest events.
     #[inline]
-    pub(crate) fn newest_bucket_start(&self) -> Option<u64> {
-        self.sec().newest_bucket_start()
+    pub(crate) fn effective_now(&self, now: u64) -> u64 {
+        self.sec()
+            .newest_bucket_start()
+            .map_or(now, |newest| now.max(newest))
     }
 
     /// Adds `n` passes to the second window at `now` if

@@ -117,17 +117,11 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> KeyVisitor<K> for Lookup<'_, 
     }
 }
 
-/// The time `entry` is read, decided and judged idle at: the later of the
-/// clock reading `now` and the start of the entry's newest bucket.
-/// Admission moves a reading that lags behind that bucket forward to it, so
-/// this is the earliest time the key's statistics can be read at without
-/// missing its newest events.
+/// The time `entry` is read, decided and judged idle at (see
+/// `StatisticNode::effective_now`).
 #[inline]
 pub(crate) fn effective_now(entry: &Entry, now: u64) -> u64 {
-    entry
-        .node
-        .newest_bucket_start()
-        .map_or(now, |newest| now.max(newest))
+    entry.node.effective_now(now)
 }
 
 pub(crate) struct Registry<K> {

@@ -417,9 +417,7 @@ impl CircuitBreaker {
     fn counts_on_key(&self, now: u64, fresh: &Fresh, node: &StatisticNode) -> (u64, u64) {
         // A clock reading behind the key's newest bucket reads the window
         // the completion was recorded in.
-        let now = node
-            .newest_bucket_start()
-            .map_or(now, |newest| now.max(newest));
+        let now = node.effective_now(now);
         let Some((from, base_success, base_exception)) = fresh.read() else {
             // A close is writing a fresh start: this completion decides
             // nothing (it is counted for the next one).
@@ -454,9 +452,7 @@ impl CircuitBreaker {
     /// the bucket of `now` becomes the first that counts, with its counts
     /// so far as the baseline, and the breaker's own bucket is reset.
     fn restart_on_key(&self, now: u64, fresh: &Fresh, node: &StatisticNode) {
-        let now = node
-            .newest_bucket_start()
-            .map_or(now, |newest| now.max(newest));
+        let now = node.effective_now(now);
         let from = self.window.start_of(now);
         let (success, exception) = node
             .window_completions(now)
