@@ -192,14 +192,15 @@ pub(crate) enum Moved {
     Closed,
 }
 
-/// A completion that did not panic, for tests.
-#[cfg(all(test, not(loom)))]
-pub(crate) fn done(now: u64, rt_us: u64, failed: bool) -> Completion {
-    Completion {
-        now,
-        rt_us,
-        failed,
-        panicked: false,
+impl Completion {
+    /// A completion whose handler did not panic.
+    pub(crate) fn finished(now: u64, rt_us: u64, failed: bool) -> Self {
+        Completion {
+            now,
+            rt_us,
+            failed,
+            panicked: false,
+        }
     }
 }
 
@@ -558,12 +559,8 @@ impl Permit<'_> {
     /// Records the request's completion at `now_ms`: it took `rt` and
     /// `failed` or not. A probe decides the breaker's state.
     pub fn complete(mut self, now_ms: u64, rt: Duration, failed: bool) {
-        let done = Completion {
-            now: now_ms,
-            rt_us: u64::try_from(rt.as_micros()).unwrap_or(u64::MAX),
-            failed,
-            panicked: false,
-        };
+        let rt_us = u64::try_from(rt.as_micros()).unwrap_or(u64::MAX);
+        let done = Completion::finished(now_ms, rt_us, failed);
         let probe = std::mem::replace(&mut self.probe, false);
         let _ = self.breaker.complete(done, probe, None);
     }
@@ -613,7 +610,7 @@ mod tests {
     fn tripped(rule: Breaker) -> CircuitBreaker {
         let breaker = CircuitBreaker::new(rule.min_requests(1));
         for _ in 0..3 {
-            let _ = breaker.complete(done(0, 0, true), false, None);
+            let _ = breaker.complete(Completion::finished(0, 0, true), false, None);
         }
         breaker
     }
@@ -633,7 +630,7 @@ mod tests {
     fn a_failed_probe_opens_again_from_its_completion() {
         let breaker = tripped(Breaker::error_count(1).open_for(Duration::from_millis(100)));
         assert_eq!(breaker.enter(200), Ok(true));
-        let _ = breaker.complete(done(250, 0, true), true, None);
+        let _ = breaker.complete(Completion::finished(250, 0, true), true, None);
         assert_eq!(
             breaker.state(250),
             BreakerState::Open {
@@ -645,7 +642,7 @@ mod tests {
     #[test]
     fn completions_while_open_decide_nothing() {
         let breaker = tripped(Breaker::error_count(1).open_for(Duration::from_millis(100)));
-        let _ = breaker.complete(done(10, 0, false), false, None);
+        let _ = breaker.complete(Completion::finished(10, 0, false), false, None);
         assert!(matches!(breaker.state(10), BreakerState::Open { .. }));
     }
 
@@ -669,16 +666,18 @@ mod tests {
         fn complete(&self, now: u64, rt_us: u64, failed: bool, probe: bool) {
             let rt = Duration::from_micros(rt_us);
             self.node.record_completion_at(now, rt, failed);
-            let _ = self
-                .breaker
-                .complete(done(now, rt_us, failed), probe, Some(&self.node));
+            let _ = self.breaker.complete(
+                Completion::finished(now, rt_us, failed),
+                probe,
+                Some(&self.node),
+            );
         }
 
         fn panicked(&self, now: u64) {
             self.node.increase_exception_qps(1);
             let done = Completion {
                 panicked: true,
-                ..done(now, 0, true)
+                ..Completion::finished(now, 0, true)
             };
             let _ = self.breaker.complete(done, false, Some(&self.node));
         }

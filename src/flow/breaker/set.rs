@@ -195,7 +195,6 @@ mod tests {
 
     use super::*;
 
-    use super::super::circuit::done;
     use crate::clock::{ManualClock, SharedClock};
 
     fn node() -> StatisticNode {
@@ -220,12 +219,12 @@ mod tests {
         let breakers = Breakers::new(&[rule, rule.open_for(Duration::from_millis(300))], 2, 1_000);
         assert!(breakers.none_open());
         key.record_completion_at(0, Duration::ZERO, true);
-        breakers.complete(done(0, 0, true), ProbeSet::default(), &key);
+        breakers.complete(Completion::finished(0, 0, true), ProbeSet::default(), &key);
         assert_eq!(not_closed(&breakers), 2);
         assert!(!breakers.none_open());
         // A late failure while open moves nothing.
         key.record_completion_at(5, Duration::ZERO, true);
-        breakers.complete(done(5, 0, true), ProbeSet::default(), &key);
+        breakers.complete(Completion::finished(5, 0, true), ProbeSet::default(), &key);
         assert_eq!(not_closed(&breakers), 2);
         // Half-open and probed: still not closed; a dropped probe neither.
         let probe = breakers.enter(100);
@@ -237,7 +236,7 @@ mod tests {
         // A successful probe closes both.
         let probes = breakers.enter(300).unwrap();
         key.record_completion_at(300, Duration::ZERO, false);
-        breakers.complete(done(300, 0, false), probes, &key);
+        breakers.complete(Completion::finished(300, 0, false), probes, &key);
         assert_eq!(not_closed(&breakers), 0);
         assert!(breakers.none_open());
     }
@@ -251,7 +250,11 @@ mod tests {
                 scope.spawn(|| {
                     for _ in 0..500 {
                         key.record_completion_at(10, Duration::ZERO, true);
-                        breakers.complete(done(10, 0, true), ProbeSet::default(), &key);
+                        breakers.complete(
+                            Completion::finished(10, 0, true),
+                            ProbeSet::default(),
+                            &key,
+                        );
                     }
                 });
             }
@@ -282,7 +285,7 @@ mod tests {
             .open_for(Duration::from_millis(10));
         let slow = quick.open_for(Duration::from_millis(1_000));
         let breakers = Breakers::new(&[quick, slow], 1, 1_000);
-        let failed = done(0, 0, true);
+        let failed = Completion::finished(0, 0, true);
         for breaker in breakers.all() {
             let _ = breaker.complete(failed, false, None);
         }
