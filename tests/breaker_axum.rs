@@ -6,42 +6,18 @@
 
 mod support;
 
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::routing::get;
 use axum::Router;
-use bytes::Bytes;
-use http::{header, Request, StatusCode};
-use http_body_util::Empty;
-use hyper_util::rt::TokioIo;
-use tokio::net::{TcpListener, TcpStream};
+use http::StatusCode;
+use tokio::net::TcpListener;
 use tower_sliding_window::breaker::{Breaker, BreakerState};
 use tower_sliding_window::{MatchedPathKey, SlidingWindowLayer};
 
-use support::{read, Answer};
-
-type Sender = hyper::client::conn::http1::SendRequest<Empty<Bytes>>;
-
-async fn connect(addr: SocketAddr) -> Sender {
-    let stream = TcpStream::connect(addr).await.expect("connect");
-    let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .expect("handshake");
-    tokio::spawn(connection);
-    sender
-}
-
-async fn fetch(sender: &mut Sender, addr: SocketAddr, path: &str) -> Answer {
-    sender.ready().await.expect("connection ready");
-    let request = Request::get(path)
-        .header(header::HOST, addr.to_string())
-        .body(Empty::new())
-        .expect("request");
-    read(sender.send_request(request).await.expect("response")).await
-}
+use support::{connect, fetch};
 
 #[tokio::test]
 async fn a_failing_route_is_cut_off_and_recovers_when_it_heals() {

@@ -17,12 +17,12 @@ use http_body_util::{Empty, Full};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::service::TowerToHyperService;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::Barrier;
 use tower::{Layer, ServiceBuilder};
 use tower_sliding_window::{PeerIpKey, SlidingWindowLayer};
 
-use support::{at, clock, read, Answer};
+use support::{at, clock, connect, fetch, read, Answer};
 
 /// Wraps a layer and counts the calls to `Layer::layer`.
 #[derive(Clone)]
@@ -52,31 +52,6 @@ async fn serve(app: Router) -> SocketAddr {
         axum::serve(listener, app).await.expect("server runs");
     });
     addr
-}
-
-/// A hyper 1 HTTP/1.1 client on its own TCP connection.
-async fn connect(addr: SocketAddr) -> hyper::client::conn::http1::SendRequest<Empty<Bytes>> {
-    let stream = TcpStream::connect(addr).await.expect("connect");
-    let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .expect("handshake");
-    tokio::spawn(connection);
-    sender
-}
-
-/// Sends `GET path` on an open connection and reads the whole response.
-async fn fetch(
-    sender: &mut hyper::client::conn::http1::SendRequest<Empty<Bytes>>,
-    addr: SocketAddr,
-    path: &str,
-) -> Answer {
-    sender.ready().await.expect("connection ready");
-    let request = Request::get(path)
-        .header(header::HOST, addr.to_string())
-        .body(Empty::new())
-        .expect("request");
-    let response = sender.send_request(request).await.expect("response");
-    read(response).await
 }
 
 /// Opens `connections` connections, waits until all are open, then sends

@@ -7,12 +7,16 @@
 
 use std::convert::Infallible;
 use std::fmt::Write as _;
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::body::Body;
-use http::{HeaderMap, Request, Response, StatusCode};
-use http_body_util::BodyExt;
+use bytes::Bytes;
+use http::{header, HeaderMap, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Empty};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
 use tower::ServiceExt;
 use tower_sliding_window::clock::{Clock, ManualClock};
 
@@ -153,4 +157,27 @@ impl tracing::Subscriber for Capture {
     }
     fn enter(&self, _: &tracing::span::Id) {}
     fn exit(&self, _: &tracing::span::Id) {}
+}
+
+/// A hyper 1 HTTP/1.1 client on one TCP connection.
+pub type Sender = hyper::client::conn::http1::SendRequest<Empty<Bytes>>;
+
+/// Opens a connection to `addr` and hands its driver to a task.
+pub async fn connect(addr: SocketAddr) -> Sender {
+    let stream = TcpStream::connect(addr).await.expect("connect");
+    let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .expect("handshake");
+    tokio::spawn(connection);
+    sender
+}
+
+/// Sends `GET path` on an open connection and reads the whole response.
+pub async fn fetch(sender: &mut Sender, addr: SocketAddr, path: &str) -> Answer {
+    sender.ready().await.expect("connection ready");
+    let request = Request::get(path)
+        .header(header::HOST, addr.to_string())
+        .body(Empty::new())
+        .expect("request");
+    read(sender.send_request(request).await.expect("response")).await
 }
