@@ -67,25 +67,13 @@ where
     out.opt_u64(missing.map(|i| i as u64));
     out.raw(",\"overflow\":");
     out.opt_u64(overflow.map(|i| i as u64));
-    // One column per figure, each written by a loop of its own.
-    macro_rules! column {
-        ($name:literal, $write:ident, |$s:ident| $figure:expr) => {
-            out.raw(concat!(",\"", $name, "\":"));
-            out.array(&order, |out, &i| {
-                let $s = &rows[i].snapshot;
-                out.$write($figure);
-            });
-        };
+    // One column per figure.
+    for (name, figure) in FIGURES {
+        out.raw(",\"");
+        out.raw(name);
+        out.raw("\":");
+        out.array(&order, |out, &i| out.opt_u64(figure(&rows[i].snapshot)));
     }
-    column!("pass", u64, |s| s.pass);
-    column!("block", u64, |s| s.block);
-    column!("success", u64, |s| s.success);
-    column!("exception", u64, |s| s.exception);
-    column!("concurrency", u64, |s| s.concurrency);
-    column!("waiting", u64, |s| s.waiting);
-    column!("limit", u64, |s| s.limit);
-    column!("avg_rt_us", opt_u64, |s| s.avg_rt.map(micros));
-    column!("min_rt_us", opt_u64, |s| s.min_rt.map(micros));
     out.raw(",\"history\":");
     out.array(&order[..with_history], |out, &i| {
         history(&mut *out, &rows[i].history(now));
@@ -149,26 +137,31 @@ fn prefix(label: &str) -> u128 {
     u128::from_be_bytes(bytes)
 }
 
-/// A snapshot as one object, every field named.
+/// One figure read from a `Snapshot`.
+type Figure = fn(&Snapshot) -> Option<u64>;
+
+/// The figures of a `Snapshot` the JSON carries, by name, in their order:
+/// the total as one object, the keys as one column each. `None` is `null`.
+const FIGURES: [(&str, Figure); 9] = [
+    ("pass", |s| Some(s.pass)),
+    ("block", |s| Some(s.block)),
+    ("success", |s| Some(s.success)),
+    ("exception", |s| Some(s.exception)),
+    ("concurrency", |s| Some(s.concurrency)),
+    ("waiting", |s| Some(s.waiting)),
+    ("limit", |s| Some(s.limit)),
+    ("avg_rt_us", |s| s.avg_rt.map(micros)),
+    ("min_rt_us", |s| s.min_rt.map(micros)),
+];
+
+/// A snapshot as one object, every figure named.
 fn snapshot(out: &mut Json, s: &Snapshot) {
-    out.raw("{\"pass\":");
-    out.u64(s.pass);
-    out.raw(",\"block\":");
-    out.u64(s.block);
-    out.raw(",\"success\":");
-    out.u64(s.success);
-    out.raw(",\"exception\":");
-    out.u64(s.exception);
-    out.raw(",\"concurrency\":");
-    out.u64(s.concurrency);
-    out.raw(",\"waiting\":");
-    out.u64(s.waiting);
-    out.raw(",\"limit\":");
-    out.u64(s.limit);
-    out.raw(",\"avg_rt_us\":");
-    out.opt_u64(s.avg_rt.map(micros));
-    out.raw(",\"min_rt_us\":");
-    out.opt_u64(s.min_rt.map(micros));
+    for (i, (name, figure)) in FIGURES.into_iter().enumerate() {
+        out.raw(if i == 0 { "{\"" } else { ",\"" });
+        out.raw(name);
+        out.raw("\":");
+        out.opt_u64(figure(s));
+    }
     out.raw("}");
 }
 
