@@ -334,3 +334,47 @@ fn set_limit_on_the_global_key_never_loses_a_race_with_the_first_request() {
         );
     }
 }
+
+/// Regression: a `remove_limit` on the global key racing with the key's very
+/// first request could be lost for good: the request built the entry from the
+/// rule it had read before the removal, and the removal reset only an entry
+/// that already existed. Each round races the two on real threads with a
+/// fresh layer whose rule is 7; afterwards the key must be back at the
+/// default limit.
+#[test]
+fn remove_limit_on_the_global_key_never_loses_a_race_with_the_first_request() {
+    use std::sync::Barrier as ThreadBarrier;
+    use tower::Layer;
+
+    for round in 0..2_000 {
+        let clock = clock();
+        let layer = SlidingWindowLayer::qps(1_000)
+            .rule((), 7)
+            .clock(clock.clone());
+        let stats = layer.handle();
+        let service = layer.layer(tower::service_fn(|_: http::Request<()>| async {
+            Ok::<_, std::convert::Infallible>(http::Response::new(axum::body::Body::empty()))
+        }));
+        let barrier = Arc::new(ThreadBarrier::new(2));
+        let request = {
+            let barrier = Arc::clone(&barrier);
+            std::thread::spawn(move || {
+                barrier.wait();
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .build()
+                    .expect("runtime");
+                runtime.block_on(service.oneshot(http::Request::new(())))
+            })
+        };
+        barrier.wait();
+        assert!(stats.remove_limit(&()), "round {round}: the rule was there");
+        request.join().expect("no panic").expect("infallible");
+        let limit = stats.snapshot(&()).map(|s| s.limit);
+        assert_eq!(
+            limit,
+            Some(1_000),
+            "round {round}: the removal was lost, {}",
+            at(&clock)
+        );
+    }
+}

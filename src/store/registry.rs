@@ -496,10 +496,17 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        let had = write(&self.limits).remove(key).is_some();
+        let removed = write(&self.limits).remove_entry(key);
+        let had = removed.is_some();
         let hash = self.hasher.hash_one(key);
         if Self::is_single() {
-            if let Some((_, entry)) = self.single.get() {
+            // As in `set_limit`: a first request racing with this call may
+            // be building the one entry from the rule read before it was
+            // removed. `get_or_init` waits for that entry (or builds it,
+            // from the owned key the rule was stored under) so the reset
+            // below reaches it. Without a rule there is nothing to undo.
+            if let Some((owned, _)) = removed {
+                let (_, entry) = self.single.get_or_init(|| self.create(owned, hash, true));
                 entry.set_limit(self.default_limit, None);
             }
             return had;
