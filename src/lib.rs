@@ -14,7 +14,13 @@ pub mod key;
 mod layer;
 pub mod response;
 pub mod stat;
+// Public with the `redis` feature (the Redis store); without it the module
+// holds only the crate's own key table, and has nothing to show.
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub mod store;
+#[cfg(not(feature = "redis"))]
+mod store;
 mod sync;
 
 pub use error::ConfigError;

@@ -4,7 +4,7 @@
 //! `redis` feature, a `RedisStore` shares them across replicas: see the
 //! `redis` module's docs for how it decides, names its keys and fails over.
 //!
-//! (Without the feature this module is empty.)
+//! The module is public only with the `redis` feature.
 
 // The local store is a bounded table of per-key entries (a `StatisticNode`
 // and a limit each), built when it is first needed from settings that can
