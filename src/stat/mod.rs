@@ -46,7 +46,7 @@
 //! - saturating response times: `tallies.rs` and `counts.rs`.
 //!
 //! These properties are model-checked with loom (`tests/loom.rs`) and
-//! stress-tested on real threads (`tests/stress.rs`).
+//! stress-tested on real threads (`tests/stat/stress.rs`).
 
 // No two files import each other; `tests` in each file cover it alone.
 mod admission_bucket;

@@ -3,7 +3,7 @@
 //! body), what a client that goes away mid-body leaves behind, and failures
 //! that only the end of the stream can tell (gRPC trailers, a body error).
 
-mod support;
+use crate::support;
 
 use std::convert::Infallible;
 use std::pin::Pin;

@@ -2,7 +2,7 @@
 //! fallback key of every built-in whose source is missing. A missing source
 //! is limited like any other key: never a 500, never a panic.
 
-mod support;
+use crate::support;
 
 use std::net::{IpAddr, SocketAddr};
 

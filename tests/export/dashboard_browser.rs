@@ -8,7 +8,7 @@
 //! `docs/dashboard.png` instead:
 //!
 //! ```sh
-//! DASHBOARD_SCREENSHOT=docs cargo test --test dashboard_browser
+//! DASHBOARD_SCREENSHOT=docs cargo test --all-features --test export dashboard_browser
 //! ```
 //!
 //! Needs `chromium` (`.ci/run` installs it). Without it the test fails when

@@ -6,7 +6,7 @@
 //! a barrier for one named key; no assertion depends on how long anything
 //! takes.
 
-mod support;
+use crate::support;
 
 use std::cell::Cell;
 use std::collections::HashMap;

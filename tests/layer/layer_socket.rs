@@ -3,7 +3,7 @@
 //! hyper 1 clients on many connections at once. The limit holds across
 //! connections, and the 429 with its header fields is what goes on the wire.
 
-mod support;
+use crate::support;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicUsize, Ordering};

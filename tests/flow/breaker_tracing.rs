@@ -2,9 +2,9 @@
 //! naming the key.
 //!
 //! In its own binary: `tracing` caches per call site whether anyone
-//! listens (see tests/layer_tracing.rs).
+//! listens (see tests/layer/layer_tracing.rs).
 
-mod support;
+use crate::support;
 
 use axum::routing::get;
 use axum::Router;

@@ -2,7 +2,7 @@
 //! items 1, 5 and 7): header values that are not UTF-8, maximum-size header
 //! values and paths, and `HEAD` requests against `GET` rules.
 
-mod support;
+use crate::support;
 
 use axum::body::Body;
 use axum::routing::get;

@@ -4,7 +4,7 @@
 //! bounded by `max_keys` and the flood gets no more than the limit through
 //! the shared overflow entry.
 
-mod support;
+use crate::support;
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -5,7 +5,7 @@
 //! response or an inner `Err`), an exception is a completed request
 //! classified as a failure, counted on top of its success.
 
-mod support;
+use crate::support;
 
 use std::future::Future;
 use std::io;

@@ -3,7 +3,7 @@
 //! and on real threads. Waits run on tokio's paused clock, decisions on a
 //! `ManualClock`, so nothing here depends on how fast the machine is.
 
-mod support;
+use crate::support;
 
 use std::convert::Infallible;
 use std::future::Future;

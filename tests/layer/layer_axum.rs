@@ -2,7 +2,7 @@
 //! the limit, the 429 and its header fields, the sliding window, independent
 //! keys, per-key rules, live limit changes, `route_layer` and a limit of 0.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -4,7 +4,7 @@
 
 #![cfg(feature = "axum")]
 
-mod support;
+use crate::support;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;

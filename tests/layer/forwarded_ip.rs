@@ -1,7 +1,7 @@
 //! `ForwardedIpKey` against clients that lie in their forwarding headers
 //! (issue 7, item 8).
 
-mod support;
+use crate::support;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 

@@ -3,7 +3,7 @@
 //! state across `Layer::layer` calls and clones, and axum's
 //! `MethodRouter::layer`.
 
-mod support;
+use crate::support;
 
 use std::collections::VecDeque;
 use std::convert::Infallible;

@@ -3,7 +3,7 @@
 //! (axum `Router` and a plain tower service), and on real threads with the
 //! clock frozen between phases so every pass has an exact timestamp.
 
-mod support;
+use crate::support;
 
 use std::convert::Infallible;
 use std::future::Future;

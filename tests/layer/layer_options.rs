@@ -4,7 +4,7 @@
 //! at construction. The `tracing` side of policy names is in
 //! `layer_tracing.rs`.
 
-mod support;
+use crate::support;
 
 use std::fmt::Write as _;
 use std::net::SocketAddr;

@@ -1,7 +1,7 @@
 //! `.max_concurrency(n)`: an exact in-flight limit per key, through axum's
 //! `Router` and on real threads.
 
-mod support;
+use crate::support;
 
 use std::convert::Infallible;
 use std::panic::AssertUnwindSafe;

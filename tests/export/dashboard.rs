@@ -4,7 +4,7 @@
 
 #![cfg(feature = "dashboard")]
 
-mod support;
+use crate::support;
 
 use axum::body::Body;
 use axum::routing::get;

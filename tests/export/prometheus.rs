@@ -5,7 +5,7 @@
 
 #![cfg(feature = "prometheus")]
 
-mod support;
+use crate::support;
 
 use std::collections::HashMap;
 use std::time::Duration;

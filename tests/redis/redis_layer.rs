@@ -5,8 +5,7 @@
 
 #![cfg(feature = "redis")]
 
-#[path = "support/redis_server.rs"]
-mod redis_server;
+use crate::redis_server;
 
 use std::time::{Duration, Instant};
 

@@ -6,7 +6,7 @@
 //! thread while this test installs its subscriber could be cached as
 //! unobserved.
 
-mod support;
+use crate::support;
 
 use axum::routing::get;
 use axum::Router;

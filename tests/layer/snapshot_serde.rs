@@ -4,7 +4,7 @@
 
 #![cfg(feature = "serde")]
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

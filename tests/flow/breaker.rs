@@ -3,7 +3,7 @@
 //! like, per-key state, the classifier deciding what a failure is, probes
 //! that are refused or cancelled, and settings that panic.
 
-mod support;
+use crate::support;
 
 use std::sync::atomic::{AtomicU16, AtomicUsize, Ordering};
 use std::sync::Arc;

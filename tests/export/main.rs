@@ -1,0 +1,12 @@
+//! Integration tests: the Prometheus collector and the dashboard (its JSON, its limit form, and the page in headless Chromium).
+//!
+//! One binary for the area (as tower groups its tests), one module per surface.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod dashboard;
+// Drives headless Chromium against the dashboard: built only with it.
+#[cfg(feature = "dashboard")]
+mod dashboard_browser;
+mod prometheus;

@@ -1,0 +1,21 @@
+//! Integration tests: the tower layer and its keys, through tower, axum and real sockets.
+//!
+//! One binary for the area (as tower groups its tests), one module per surface.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod contract;
+mod forwarded_ip;
+mod hostile_keys;
+mod key_table;
+mod layer_axum;
+mod layer_concurrency;
+mod layer_keys;
+mod layer_options;
+mod layer_recording;
+mod layer_socket;
+mod layer_streaming;
+mod layer_tower;
+mod layer_tracing;
+mod snapshot_serde;

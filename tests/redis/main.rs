@@ -1,0 +1,9 @@
+//! Integration tests: limits shared across replicas on a real redis-server, started by the tests on a free loopback port.
+//!
+//! One binary for the area (as tower groups its tests), one module per surface.
+
+#[path = "../support/redis_server.rs"]
+mod redis_server;
+
+mod redis;
+mod redis_layer;
