@@ -7,7 +7,6 @@ mod support;
 
 mod breaker;
 mod breaker_axum;
-mod breaker_tracing;
 mod flow_concurrency;
 mod flow_strict;
 mod flow_waiting;

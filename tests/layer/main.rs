@@ -17,5 +17,4 @@ mod layer_recording;
 mod layer_socket;
 mod layer_streaming;
 mod layer_tower;
-mod layer_tracing;
 mod snapshot_serde;

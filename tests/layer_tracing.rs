@@ -6,7 +6,7 @@
 //! thread while this test installs its subscriber could be cached as
 //! unobserved.
 
-use crate::support;
+mod support;
 
 use axum::routing::get;
 use axum::Router;

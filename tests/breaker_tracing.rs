@@ -2,9 +2,9 @@
 //! naming the key.
 //!
 //! In its own binary: `tracing` caches per call site whether anyone
-//! listens (see tests/layer/layer_tracing.rs).
+//! listens (see tests/layer_tracing.rs).
 
-use crate::support;
+mod support;
 
 use axum::routing::get;
 use axum::Router;
