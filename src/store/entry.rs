@@ -149,7 +149,7 @@ impl Entry {
             failed,
             panicked,
         };
-        self.breakers.complete(done, held, &self.node);
+        self.breakers.complete(done, &held, &self.node);
     }
 }
 
@@ -172,7 +172,7 @@ impl Probe {
 impl Drop for Probe {
     fn drop(&mut self) {
         if !self.held.is_empty() {
-            self.entry.breakers.release(self.held);
+            self.entry.breakers.release(&self.held);
         }
     }
 }

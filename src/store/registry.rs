@@ -370,10 +370,13 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
                 let paced_recently = entry.pacer.latest_ns().is_some_and(|ns| {
                     (ns / 1_000_000).saturating_add(self.window().interval_ms) > at
                 });
-                // An entry whose breaker is not closed keeps it too: eviction
-                // must not close a breaker.
+                // An entry whose breaker is open keeps it too: eviction must
+                // not cut an open time short. A breaker whose open time is
+                // over (or whose probe was dropped) waits for a probe that
+                // any new request would make anyway, so it is idle: an open
+                // breaker pins its key for at most `open_for` plus a window.
                 let evict =
-                    !paced_recently && entry.node.is_idle_at(at) && entry.breakers.all_closed();
+                    !paced_recently && entry.node.is_idle_at(at) && entry.breakers.idle_at(at);
                 if evict {
                     removed += 1;
                     // Nobody holds the entry and it is idle: its totals are
