@@ -302,7 +302,9 @@ impl CircuitBreaker {
     /// it instead means the request was cancelled: it counts for nothing
     /// and, if it was the probe, frees the probe slot). `Err` carries how
     /// long until the breaker turns half-open (zero while it is half-open
-    /// with the probe out).
+    /// with the probe out). A request that finds the probe overdue (see
+    /// [`Breaker::open_for`]) fails it: the breaker is open again, and the
+    /// request gets `Err` with the new open time.
     pub fn try_pass(&self, now_ms: u64) -> Result<Permit<'_>, Duration> {
         match self.enter(now_ms) {
             Ok(probe) => Ok(Permit {
@@ -680,7 +682,9 @@ impl Permit<'_> {
     }
 
     /// Records the request's completion at `now_ms`: it took `rt` and
-    /// `failed` or not. A probe decides the breaker's state.
+    /// `failed` or not. A probe decides the breaker's state, unless another
+    /// request found it overdue and failed it meanwhile: it then counts as
+    /// an ordinary completion.
     pub fn complete(mut self, now_ms: u64, rt: Duration, failed: bool) {
         let rt_us = u64::try_from(rt.as_micros()).unwrap_or(u64::MAX);
         let done = Completion::finished(now_ms, rt_us, failed);
@@ -747,6 +751,55 @@ mod tests {
         breaker.release_probe(token);
         assert_eq!(breaker.state(100), BreakerState::HalfOpen);
         assert!(breaker.enter(101).unwrap().is_some());
+    }
+
+    #[test]
+    fn a_probe_that_lost_its_slot_frees_and_decides_nothing() {
+        // Deadline: max(stat_interval 1 s, open_for 100 ms).
+        let breaker = tripped(Breaker::error_count(1).open_for(Duration::from_millis(100)));
+        let stale = breaker.enter(100).unwrap().expect("the probe");
+        assert_eq!(breaker.enter(1_099), Err(0), "not overdue yet");
+        assert_eq!(breaker.enter(1_100), Err(100), "overdue: open again");
+        let probe = breaker.enter(1_200).unwrap().expect("the next probe");
+        assert_ne!(stale, probe);
+        // The old probe is dropped, then completes: neither frees nor
+        // decides the new probe's slot.
+        breaker.release_probe(stale);
+        assert_eq!(breaker.enter(1_200), Err(0), "one probe out");
+        let late = Completion::finished(1_250, 0, false);
+        assert_eq!(breaker.complete(late, Some(stale), None), Moved::No);
+        assert_eq!(breaker.state(1_250), BreakerState::HalfOpen);
+        let done = Completion::finished(1_260, 0, false);
+        assert_eq!(breaker.complete(done, Some(probe), None), Moved::Closed);
+        assert_eq!(breaker.state(1_260), BreakerState::Closed);
+    }
+
+    #[test]
+    fn probes_within_one_millisecond_get_distinct_tokens() {
+        let breaker = tripped(Breaker::error_count(1).open_for(Duration::from_millis(100)));
+        let first = breaker.enter(100).unwrap().expect("the probe");
+        breaker.release_probe(first);
+        let second = breaker.enter(100).unwrap().expect("the slot is free");
+        assert_ne!(first, second);
+        // The first's token no longer frees anything.
+        breaker.release_probe(first);
+        assert_eq!(breaker.enter(100), Err(0));
+    }
+
+    #[test]
+    fn a_slow_ratio_probe_is_overdue_once_known_slower_than_max_rt() {
+        let rule = Breaker::slow_ratio(Duration::from_millis(20), 0.5)
+            .min_requests(1)
+            .open_for(Duration::from_millis(500));
+        let breaker = CircuitBreaker::new(rule);
+        let slow = Completion::finished(0, 30_000, false);
+        assert_eq!(breaker.complete(slow, None, None), Moved::Opened);
+        let _probe = breaker.enter(500).unwrap().expect("the probe");
+        // At 520 it may have run 19.x ms; at 521, more than 20 ms.
+        assert_eq!(breaker.enter(520), Err(0));
+        assert_eq!(breaker.enter(521), Err(500));
+        assert!(breaker.is_idle_at(1_021), "open time over, slot free");
+        assert!(!breaker.is_idle_at(1_020));
     }
 
     #[test]
