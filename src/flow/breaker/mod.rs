@@ -48,7 +48,9 @@
 //!   way that request finds the breaker open again for `open_for` (a
 //!   handler that never answers, or under
 //!   [`track_body`](crate::SlidingWindowLayer::track_body) a body that never
-//!   ends, holds a breaker half-open for that long at most). The late
+//!   ends, holds a breaker half-open for that long at most; the probe's
+//!   time counts from when it took the slot, a wait for its turn under
+//!   `throttle` included). The late
 //!   completion of such a probe is counted as an ordinary one and moves
 //!   nothing: a half-open breaker cannot be stuck, nor closed by a probe it
 //!   gave up on.
