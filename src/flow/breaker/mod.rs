@@ -50,10 +50,9 @@
 //!   [`track_body`](crate::SlidingWindowLayer::track_body) a body that never
 //!   ends, holds a breaker half-open for that long at most; the probe's
 //!   time counts from when it took the slot, a wait for its turn under
-//!   `throttle` included). The late
-//!   completion of such a probe is counted as an ordinary one and moves
-//!   nothing: a half-open breaker cannot be stuck, nor closed by a probe it
-//!   gave up on.
+//!   `throttle` included). The late completion of such a probe is counted
+//!   as an ordinary one and moves nothing: a half-open breaker cannot be
+//!   stuck, nor closed by a probe it gave up on.
 //!
 //! A key whose breakers are open stays in the key table (eviction never
 //! cuts an open time short). Once every breaker's open time is over (or
