@@ -684,3 +684,83 @@ fn breaker_probe_completion_races_a_request() {
         assert_eq!(breaker.state(11), BreakerState::Closed);
     });
 }
+
+/// A probe out past its deadline completes successfully while another
+/// request finds it overdue: exactly one of them moves the breaker. Either
+/// the request failed the probe (the breaker is open again for `open_for`,
+/// and the probe's late success closes nothing), or the probe closed it
+/// first (the request was refused while it closed, or passed after).
+#[test]
+fn breaker_overdue_probe_completion_races_the_request_that_fails_it() {
+    use std::time::Duration;
+    use tower_sliding_window::breaker::BreakerState;
+
+    loom::model(|| {
+        let breaker = half_open_breaker();
+        let probe = breaker.try_pass(10).expect("the probe");
+        // The deadline of an error breaker: max(stat_interval 1 s, open_for).
+        let other = {
+            let breaker = Arc::clone(&breaker);
+            thread::spawn(move || {
+                breaker.try_pass(1_010).map(|permit| {
+                    assert!(!permit.is_probe(), "a second probe");
+                    std::mem::forget(permit);
+                })
+            })
+        };
+        probe.complete(1_010, Duration::ZERO, false);
+        let other = other.join().unwrap();
+        match (other, breaker.state(1_010)) {
+            (Err(wait), BreakerState::Open { half_open_in }) => {
+                assert_eq!(wait, Duration::from_millis(10));
+                assert_eq!(half_open_in, Duration::from_millis(10));
+            }
+            (Err(wait), BreakerState::Closed) => assert_eq!(wait, Duration::ZERO),
+            (Ok(()), BreakerState::Closed) => {}
+            outcome => panic!("inconsistent outcome {outcome:?}"),
+        }
+    });
+}
+
+/// An overdue probe is dropped while another request fails it: the slot is
+/// freed or the breaker is open again, never both, and never a second
+/// probe out at once.
+#[test]
+fn breaker_overdue_probe_dropped_while_failed() {
+    use std::time::Duration;
+    use tower_sliding_window::breaker::BreakerState;
+
+    loom::model(|| {
+        let breaker = half_open_breaker();
+        let probe = breaker.try_pass(10).expect("the probe");
+        let other = {
+            let breaker = Arc::clone(&breaker);
+            thread::spawn(move || match breaker.try_pass(1_010) {
+                Ok(permit) => {
+                    // The slot was freed first: this request is the probe.
+                    assert!(permit.is_probe());
+                    std::mem::forget(permit);
+                    true
+                }
+                Err(wait) => {
+                    assert_eq!(wait, Duration::from_millis(10), "failed as overdue");
+                    false
+                }
+            })
+        };
+        drop(probe);
+        let probed = other.join().unwrap();
+        let state = breaker.state(1_010);
+        if probed {
+            assert_eq!(state, BreakerState::HalfOpen);
+            assert!(breaker.try_pass(1_010).is_err(), "two probes out at once");
+        } else {
+            assert_eq!(
+                state,
+                BreakerState::Open {
+                    half_open_in: Duration::from_millis(10)
+                }
+            );
+        }
+    });
+}

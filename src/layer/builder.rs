@@ -224,13 +224,22 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
     /// # Eviction and the overflow entry
     ///
     /// Idle keys (nothing in flight or reserved, no event left in their
-    /// second window; their minute of history goes with them) are evicted
-    /// when room is needed, with no background task. When every key
+    /// second window, no circuit breaker still open; their minute of
+    /// history goes with them) are evicted when room is needed, with no
+    /// background task. When every key
     /// is busy, new keys share one overflow entry, limited with
     /// [`overflow_limit`](Self::overflow_limit) (default: the default
     /// limit): varying the key gets no one past the limit, and memory stays
     /// bounded. Keys with a [`rule`](Self::rule) do not count against this
     /// bound and are never sent to the overflow entry.
+    ///
+    /// An overflow is visible: the RateLimit fields of a request counted on
+    /// the overflow entry name the policy `"overflow"` (whatever the
+    /// [`policy_name`](Self::policy_name)), so a client refused there knows
+    /// that the table was full, not its own quota spent; and the layer logs
+    /// a `warn` event naming `max_keys` when a request finds no room, at
+    /// most once a minute (of the layer's clock), with the number of
+    /// requests sent to the overflow entry since the previous one.
     ///
     /// The price is paid by new clients during a flood: while an attacker
     /// keeps every slot busy with distinct keys, a client that is not yet in

@@ -18,6 +18,7 @@ pub(crate) fn quota(
         policy: PolicyName {
             base: Arc::clone(&response.policy_name),
             tag: entry.policy_tag(),
+            overflow: entry.is_overflow(),
         },
         limit,
         window_ms: entry.node.second_window().interval_ms(),

@@ -16,16 +16,26 @@ pub(crate) struct Quota {
     pub(crate) reset_ms: u64,
 }
 
+/// The policy name of the overflow entry's keys (see
+/// [`max_keys`](crate::SlidingWindowLayer::max_keys)).
+pub(crate) const OVERFLOW_POLICY_NAME: &str = "overflow";
+
 /// A policy name, formatted only when a header is written.
 #[derive(Debug, Clone)]
 pub(crate) struct PolicyName {
     pub(crate) base: Arc<str>,
+    /// The key's own policy's tag; `None` on the default limit.
     pub(crate) tag: Option<u32>,
+    /// The key found no room in the key table and shares the overflow
+    /// entry: named [`OVERFLOW_POLICY_NAME`], whatever the base, so a
+    /// client can tell a full table from its own spent quota.
+    pub(crate) overflow: bool,
 }
 
 impl fmt::Display for PolicyName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.tag {
+            _ if self.overflow => f.write_str(OVERFLOW_POLICY_NAME),
             None => f.write_str(&self.base),
             Some(tag) => write!(f, "{}-{tag:08x}", self.base),
         }
@@ -106,6 +116,7 @@ pub(crate) mod tests {
             policy: PolicyName {
                 base: Arc::from("default"),
                 tag,
+                overflow: false,
             },
             limit: 100,
             window_ms: 1000,
@@ -134,6 +145,17 @@ pub(crate) mod tests {
         assert_eq!(headers["x-ratelimit-limit"], "100");
         assert_eq!(headers["x-ratelimit-remaining"], "0");
         assert_eq!(headers["x-ratelimit-reset"], "1");
+    }
+
+    #[test]
+    fn the_overflow_entry_is_named_overflow_whatever_the_base() {
+        let mut headers = HeaderMap::new();
+        let mut overflowed = quota(None);
+        overflowed.policy.base = Arc::from("api");
+        overflowed.policy.overflow = true;
+        overflowed.write(&mut headers, false);
+        assert_eq!(headers["ratelimit-policy"], "\"overflow\";q=100;w=1");
+        assert_eq!(headers["ratelimit"], "\"overflow\";r=0;t=1");
     }
 
     #[test]

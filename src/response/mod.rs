@@ -31,7 +31,10 @@
 //! [`policy_name`](crate::SlidingWindowLayer::policy_name)). A key with its
 //! own limit is named `"<name>-<8 hex digits>"` from a randomly seeded hash of
 //! the key, so clients can tell policies apart but a header never carries the
-//! key itself (an IP address, a token).
+//! key itself (an IP address, a token). A key that found no room in the
+//! key table shares the overflow entry and is named `"overflow"` (see
+//! [`max_keys`](crate::SlidingWindowLayer::max_keys)): a client refused
+//! there can tell a full table from its own spent quota.
 //!
 //! ```text
 //! HTTP/1.1 429 Too Many Requests

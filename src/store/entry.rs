@@ -21,7 +21,8 @@ pub(crate) struct Entry {
     limit: AtomicU64,
     /// Names the key's policy in RateLimit headers when the key has its own
     /// limit: a keyed hash of the key, never the key itself. `u64::MAX` when
-    /// the key runs on the default limit.
+    /// the key runs on the default limit, [`OVERFLOW_POLICY`] for the
+    /// overflow entry (whose limit is never set).
     policy_tag: AtomicU64,
     /// Holds no counted slot of `max_keys`: created for a key that had its
     /// own limit (never overflowed), or for the single key of a zero-sized
@@ -40,6 +41,8 @@ pub(crate) struct Entry {
 }
 
 const DEFAULT_POLICY: u64 = u64::MAX;
+/// The overflow entry's policy: above every tag (tags are 32 bits).
+const OVERFLOW_POLICY: u64 = u64::MAX - 1;
 
 impl Entry {
     pub(crate) fn new(
@@ -66,6 +69,18 @@ impl Entry {
             warm_up: window.behaviours.warm_up.map(|_| Box::new(WarmUp::new())),
             waiting: AtomicU64::new(0),
         }
+    }
+
+    /// This entry as the overflow entry: the keys that found no room in the
+    /// table share it, and RateLimit fields name it `"overflow"`.
+    pub(crate) fn into_overflow(self) -> Self {
+        self.policy_tag.store(OVERFLOW_POLICY, Ordering::Relaxed);
+        self
+    }
+
+    /// Whether this is the overflow entry.
+    pub(crate) fn is_overflow(&self) -> bool {
+        self.policy_tag.load(Ordering::Relaxed) == OVERFLOW_POLICY
     }
 
     /// The key's warm-up state; present when the window has a warm-up.
@@ -106,7 +121,7 @@ impl Entry {
     /// The tag naming this key's own policy, or `None` on the default one.
     pub(crate) fn policy_tag(&self) -> Option<u32> {
         match self.policy_tag.load(Ordering::Relaxed) {
-            DEFAULT_POLICY => None,
+            DEFAULT_POLICY | OVERFLOW_POLICY => None,
             tag => Some(tag as u32),
         }
     }
@@ -149,7 +164,7 @@ impl Entry {
             failed,
             panicked,
         };
-        self.breakers.complete(done, held, &self.node);
+        self.breakers.complete(done, &held, &self.node);
     }
 }
 
@@ -172,7 +187,7 @@ impl Probe {
 impl Drop for Probe {
     fn drop(&mut self) {
         if !self.held.is_empty() {
-            self.entry.breakers.release(self.held);
+            self.entry.breakers.release(&self.held);
         }
     }
 }

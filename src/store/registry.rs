@@ -9,12 +9,16 @@
 //!   shard's read lock.
 //! - At most `max_keys` keys hold an entry. A new key beyond that first
 //!   triggers a sweep that evicts idle keys (nothing in flight or reserved,
-//!   no event left in the second window; a key's minute-window history goes
-//!   with it); sweeps run at most once per bucket length, so a
+//!   no event left in the second window, no breaker open before its open
+//!   time is over; a key's minute-window history goes with it); sweeps run
+//!   at most once per bucket length, so a
 //!   flood of new keys cannot turn every request into a full scan. If no
 //!   entry can be freed, the key shares the overflow entry, which is limited
 //!   with the default limit: varying the key never gets past the limit and
-//!   never grows memory.
+//!   never grows memory. The overflow entry's policy is named `"overflow"`
+//!   in RateLimit fields, and a `warn` event (one per
+//!   [`OVERFLOW_WARN_EVERY_MS`] at most) tells the operator the table is
+//!   full.
 //! - Eviction never drops a key with events newer than the sweep's time:
 //!   each entry is judged at the later of the sweep's clock reading and the
 //!   start of its own newest bucket, so a sweep whose thread read the clock
@@ -47,6 +51,9 @@ use crate::flow::breaker::Breaker;
 use crate::key::KeyVisitor;
 use crate::stat::{Counts, MetricBucket};
 use crate::sync::{fence, read, write, AtomicU64, AtomicUsize, Ordering, RwLock};
+
+/// At most one overflow warning per this many milliseconds of the clock.
+pub(crate) const OVERFLOW_WARN_EVERY_MS: u64 = 60_000;
 
 /// Number of table shards. A power of two comfortably above the core count
 /// of the machines this runs on keeps writers (new keys, sweeps) from
@@ -141,6 +148,13 @@ pub(crate) struct Registry<K> {
     clock: SharedClock,
     /// Clock time (ms) of the last sweep; sweeps are at most one per bucket.
     last_sweep: AtomicU64,
+    /// When the last overflow warning was logged: clock time in ms plus one
+    /// (0: never). Relaxed, with a compare-and-swap so that of racing
+    /// requests one logs.
+    overflow_warned: AtomicU64,
+    /// Requests sent to the overflow entry since the last overflow warning
+    /// (reported by the next one). Relaxed: a count, read alone.
+    overflowed: AtomicU64,
     /// Every entry's circuit breakers are built from these.
     breakers: Arc<[Breaker]>,
     /// The lifetime totals of every evicted entry, summed: added once per
@@ -163,14 +177,17 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
         } = *settings;
         let breakers: Arc<[Breaker]> = Arc::from(breakers.as_slice());
         let hasher = RandomState::new();
-        let overflow = Arc::new(Entry::new(
-            window,
-            clock.clone(),
-            overflow_limit.unwrap_or(default_limit),
-            None,
-            false,
-            &breakers,
-        ));
+        let overflow = Arc::new(
+            Entry::new(
+                window,
+                clock.clone(),
+                overflow_limit.unwrap_or(default_limit),
+                None,
+                false,
+                &breakers,
+            )
+            .into_overflow(),
+        );
         Registry {
             shards: (0..SHARDS).map(|_| RwLock::new(HashTable::new())).collect(),
             hasher,
@@ -183,6 +200,8 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
             window,
             clock: clock.clone(),
             last_sweep: AtomicU64::new(0),
+            overflow_warned: AtomicU64::new(0),
+            overflowed: AtomicU64::new(0),
             breakers,
             evicted: MetricBucket::new(),
         }
@@ -277,6 +296,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
     {
         let pinned = read(&self.limits).contains_key(key.key());
         if !pinned && !self.reserve(now) {
+            self.note_overflow(now);
             return Arc::clone(&self.overflow);
         }
         let mut table = write(self.shard(hash));
@@ -297,6 +317,39 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
         let found = Arc::clone(&entry);
         table.insert_unique(hash, (key, entry), |(k, _)| self.hasher.hash_one(&**k));
         found
+    }
+
+    /// Counts a request at `now` sent to the overflow entry, and tells the
+    /// operator: one `warn` event per [`OVERFLOW_WARN_EVERY_MS`] at most
+    /// (the first at once), naming `max_keys` and how many requests went to
+    /// the overflow entry since the last one. A clock stepped back by more
+    /// than that interval logs again rather than going quiet.
+    #[cold]
+    fn note_overflow(&self, now: u64) {
+        self.overflowed.fetch_add(1, Ordering::Relaxed);
+        let last = self.overflow_warned.load(Ordering::Relaxed);
+        let due = last == 0 || now.abs_diff(last - 1) >= OVERFLOW_WARN_EVERY_MS;
+        if !due
+            || self
+                .overflow_warned
+                .compare_exchange(
+                    last,
+                    now.saturating_add(1),
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                )
+                .is_err()
+        {
+            return;
+        }
+        let requests = self.overflowed.swap(0, Ordering::Relaxed);
+        tracing::warn!(
+            max_keys = self.max_keys,
+            overflow_requests = requests,
+            every_s = OVERFLOW_WARN_EVERY_MS / 1_000,
+            "key table full (max_keys): requests of new keys share the overflow \
+             entry's limit, and their RateLimit fields name the policy \"overflow\""
+        );
     }
 
     /// Claims room for one more counted key, sweeping if the table is full.
@@ -370,10 +423,13 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
                 let paced_recently = entry.pacer.latest_ns().is_some_and(|ns| {
                     (ns / 1_000_000).saturating_add(self.window().interval_ms) > at
                 });
-                // An entry whose breaker is not closed keeps it too: eviction
-                // must not close a breaker.
+                // An entry whose breaker is open keeps it too: eviction must
+                // not cut an open time short. A breaker whose open time is
+                // over (or whose probe was dropped) waits for a probe that
+                // any new request would make anyway, so it is idle: an open
+                // breaker pins its key for at most `open_for` plus a window.
                 let evict =
-                    !paced_recently && entry.node.is_idle_at(at) && entry.breakers.all_closed();
+                    !paced_recently && entry.node.is_idle_at(at) && entry.breakers.idle_at(at);
                 if evict {
                     removed += 1;
                     // Nobody holds the entry and it is idle: its totals are

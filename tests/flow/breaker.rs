@@ -726,3 +726,95 @@ async fn a_breaker_on_the_window_forgets_failures_that_left_it() {
     assert_eq!(send(&app, req("/flaky")).await.status, 500);
     assert!(is_open(state(&stats, "/flaky")), "{}", at(&clock));
 }
+
+/// A breaker whose open time is over, on a key that has seen no request for
+/// a window, is idle: its key gives its place in the table back (a request
+/// for it would have probed anyway). 64 failing paths fill a table of 64;
+/// a day later 10 new clients get their own keys, not the shared overflow
+/// entry's 5 per second.
+#[tokio::test]
+async fn idle_breakers_past_their_open_time_give_their_keys_back() {
+    let clock = clock();
+    let layer = SlidingWindowLayer::qps(5)
+        .key(PathKey)
+        .max_keys(64)
+        .clock(clock.clone())
+        .breaker(Breaker::error_count(1).min_requests(1));
+    let stats = layer.handle();
+    let app = Router::new()
+        .route(
+            "/failing/{n}",
+            get(|| async { StatusCode::INTERNAL_SERVER_ERROR }),
+        )
+        .route("/client/{n}", get(|| async { "fine" }))
+        .layer(layer);
+    for n in 0..64 {
+        let path = format!("/failing/{n}");
+        assert_eq!(
+            statuses(&app, &path, 2).await,
+            [StatusCode::INTERNAL_SERVER_ERROR; 2]
+        );
+        assert!(is_open(state(&stats, &path)), "{path}");
+    }
+    assert_eq!(stats.len(), 64);
+
+    clock.advance(Duration::from_secs(24 * 60 * 60));
+    assert_eq!(state(&stats, "/failing/0"), BreakerState::HalfOpen);
+    let mut refused = 0;
+    for client in 0..10 {
+        let path = format!("/client/{client}");
+        let answers = statuses(&app, &path, 5).await;
+        refused += answers.iter().filter(|s| **s != StatusCode::OK).count();
+    }
+    assert_eq!(
+        refused,
+        0,
+        "of 50 requests of 10 new clients, {}",
+        at(&clock)
+    );
+    assert_eq!(stats.len(), 10, "the 64 idle keys were evicted");
+    assert!(stats.breakers("/failing/0").is_empty());
+    // A failing path that comes back starts closed: its handler is called.
+    assert_eq!(
+        send(&app, req("/failing/0")).await.status,
+        StatusCode::INTERNAL_SERVER_ERROR
+    );
+}
+
+/// A half-open breaker whose probe was dropped (the slot is free again) is
+/// idle as well once its key is quiet.
+#[tokio::test]
+async fn a_half_open_breaker_with_a_dropped_probe_gives_its_key_back() {
+    let clock = clock();
+    let layer = layer(&clock, Breaker::error_count(0).min_requests(1)).max_keys(1);
+    let stats = layer.handle();
+    let fail = Arc::new(AtomicUsize::new(1));
+    let handler = move || {
+        let fail = Arc::clone(&fail);
+        async move {
+            // The first call fails and opens the breaker; the probe hangs.
+            if fail.swap(0, Ordering::SeqCst) == 1 {
+                return StatusCode::INTERNAL_SERVER_ERROR;
+            }
+            std::future::pending::<()>().await;
+            StatusCode::OK
+        }
+    };
+    let app = Router::new()
+        .route("/hangs", get(handler))
+        .route("/other", get(|| async { "fine" }))
+        .layer(layer);
+    assert_eq!(
+        send(&app, req("/hangs")).await.status,
+        StatusCode::INTERNAL_SERVER_ERROR
+    );
+    clock.advance(Duration::from_secs(10));
+    // The probe goes in and is dropped while its handler hangs.
+    let probe = tokio::time::timeout(ms(10), app.clone().oneshot(req("/hangs"))).await;
+    assert!(probe.is_err(), "the probe's handler hangs");
+    assert_eq!(state(&stats, "/hangs"), BreakerState::HalfOpen);
+
+    clock.advance(Duration::from_secs(2));
+    assert_eq!(send(&app, req("/other")).await.status, StatusCode::OK);
+    assert!(stats.breakers("/hangs").is_empty(), "{}", at(&clock));
+}

@@ -19,6 +19,7 @@ use tokio::sync::mpsc;
 use tower::{service_fn, Layer, ServiceExt};
 use tower_http::classify::{GrpcErrorsAsFailures, SharedClassifier};
 use tower_sliding_window::body::{BodyKind, DefaultEos};
+use tower_sliding_window::breaker::{Breaker, BreakerState};
 use tower_sliding_window::clock::ManualClock;
 use tower_sliding_window::{SlidingWindowLayer, StatsHandle};
 
@@ -308,4 +309,181 @@ async fn a_client_that_disconnects_mid_body_over_tcp() {
     let total = stats.total();
     assert_eq!((total.pass, total.success, total.exception), (1, 0, 0));
     server.abort();
+}
+
+/// A layer around the streaming service, and the receiving side of its
+/// feeds: one request at a time, through [`Streams::start`].
+struct Streams<S> {
+    service: S,
+    fed: mpsc::UnboundedReceiver<Feed>,
+}
+
+impl<S, B> Streams<S>
+where
+    S: tower::Service<Request<()>, Response = Response<B>, Error = Infallible> + Clone,
+{
+    /// Sends one request: `Ok` with the response and its feed when the
+    /// layer passed it, `Err` with the status when the layer answered.
+    async fn start(&mut self) -> Result<(Response<B>, Feed), StatusCode> {
+        let response = self
+            .service
+            .clone()
+            .oneshot(Request::new(()))
+            .await
+            .expect("infallible");
+        if response.status() != StatusCode::OK {
+            return Err(response.status());
+        }
+        let feed = self.fed.recv().await.expect("a feed per passed request");
+        Ok((response, feed))
+    }
+}
+
+/// Ends a response's stream after `frame` and reads it to the end.
+async fn finish<B: Body>(
+    response: Response<B>,
+    feed: Feed,
+    frame: Result<Frame<Bytes>, &'static str>,
+) where
+    B::Error: std::fmt::Debug,
+{
+    feed.send(frame).expect("body alive");
+    drop(feed);
+    let _ = response.into_body().collect().await;
+}
+
+/// The probe of a `slow_ratio` breaker answers with a stream that never
+/// ends (`track_body`: it completes at the end of its body). Once a request
+/// finds the probe out for longer than `max_rt`, the probe is known to be
+/// slow and has failed: the breaker is open again for `open_for`, the next
+/// probe closes it. Without that, all 59 requests of 3 s (one every 50 ms)
+/// got 503 while the stream went on.
+#[tokio::test]
+async fn a_never_ending_probe_of_a_slow_ratio_breaker_is_slow() {
+    let clock = clock();
+    let layer = SlidingWindowLayer::qps(1_000)
+        .clock(clock.clone())
+        .track_body()
+        .breaker(
+            Breaker::slow_ratio(ms(20), 0.5)
+                .min_requests(1)
+                .open_for(ms(500)),
+        );
+    let stats = layer.handle();
+    let (feeds, fed) = mpsc::unbounded_channel();
+    let mut streams = Streams {
+        service: layer.layer(streaming_service(feeds)),
+        fed,
+    };
+    // One slow stream (30 ms) opens it.
+    let (response, feed) = streams.start().await.expect("closed");
+    clock.advance(ms(30));
+    finish(response, feed, data("slow")).await;
+    assert!(matches!(
+        stats.breakers(&())[..],
+        [BreakerState::Open { .. }]
+    ));
+
+    // Half-open: the probe's stream never ends.
+    clock.advance(ms(500));
+    let (probe, probe_feed) = streams.start().await.expect("the probe");
+    probe_feed.send(data("first")).expect("body alive");
+    let mut probe_body = probe.into_body();
+    probe_body
+        .frame()
+        .await
+        .expect("a frame")
+        .expect("no error");
+
+    let mut refused = 0;
+    for _ in 0..59 {
+        clock.advance(ms(50));
+        match streams.start().await {
+            Ok((response, feed)) => finish(response, feed, data("fast")).await,
+            Err(status) => {
+                assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+                refused += 1;
+            }
+        }
+    }
+    // The first request fails the probe (out 50 ms, over 20 ms) and opens
+    // the breaker for 500 ms: it and the 9 after it are refused; the 11th
+    // probes, fast, and closes it.
+    assert_eq!(refused, 10, "of 59 requests over 3 s, {}", at(&clock));
+    assert_eq!(stats.breakers(&()), [BreakerState::Closed]);
+
+    // The old probe ends at last: a slow completion like any other, which
+    // decides nothing for the breaker it no longer probes (1 slow of 50).
+    clock.advance(ms(50));
+    drop(probe_feed);
+    assert!(probe_body.frame().await.is_none());
+    assert_eq!(stats.breakers(&()), [BreakerState::Closed]);
+    let (response, feed) = streams.start().await.expect("closed");
+    finish(response, feed, data("fast")).await;
+    assert_eq!(stats.total().concurrency, 0);
+}
+
+/// For the other measures a probe has until the longer of `stat_interval`
+/// and `open_for` to decide; after that it counts as failed. Its late
+/// success then does not close the breaker it lost.
+#[tokio::test]
+async fn a_probe_out_past_its_deadline_failed_and_its_late_success_closes_nothing() {
+    let clock = clock();
+    let layer = SlidingWindowLayer::qps(1_000)
+        .clock(clock.clone())
+        .track_body()
+        .breaker(Breaker::error_count(0).min_requests(1).open_for(ms(500)));
+    let stats = layer.handle();
+    let (feeds, fed) = mpsc::unbounded_channel();
+    let mut streams = Streams {
+        service: layer.layer(streaming_service(feeds)),
+        fed,
+    };
+    // A stream that fails opens it.
+    let (response, feed) = streams.start().await.expect("closed");
+    finish(response, feed, Err("upstream reset")).await;
+    assert!(matches!(
+        stats.breakers(&())[..],
+        [BreakerState::Open { .. }]
+    ));
+
+    clock.advance(ms(500));
+    let (probe, probe_feed) = streams.start().await.expect("the probe");
+    // Out for 999 ms of the 1 000 (the default stat interval): still
+    // deciding, every other request waits for it.
+    clock.advance(ms(999));
+    assert_eq!(
+        streams.start().await.err(),
+        Some(StatusCode::SERVICE_UNAVAILABLE)
+    );
+    assert_eq!(stats.breakers(&()), [BreakerState::HalfOpen]);
+    // At 1 000 ms it has failed: open again for 500 ms.
+    clock.advance(ms(1));
+    assert_eq!(
+        streams.start().await.err(),
+        Some(StatusCode::SERVICE_UNAVAILABLE)
+    );
+    assert_eq!(
+        stats.breakers(&()),
+        [BreakerState::Open {
+            half_open_in: ms(500)
+        }],
+        "{}",
+        at(&clock)
+    );
+    // Its stream ends well now: it probes nothing any more.
+    finish(probe, probe_feed, data("late")).await;
+    assert_eq!(
+        stats.breakers(&()),
+        [BreakerState::Open {
+            half_open_in: ms(500)
+        }],
+        "{}",
+        at(&clock)
+    );
+    // The next probe decides.
+    clock.advance(ms(500));
+    let (response, feed) = streams.start().await.expect("the next probe");
+    finish(response, feed, data("fine")).await;
+    assert_eq!(stats.breakers(&()), [BreakerState::Closed]);
 }

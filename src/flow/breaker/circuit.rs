@@ -3,25 +3,42 @@
 //! # Implementation details
 //!
 //! The state is one atomic word: the low two bits are the state's tag, the
-//! rest a time in milliseconds (used by `OPEN` only).
+//! rest a time in milliseconds.
 //!
-//! | word                 | state                                          |
-//! |----------------------|------------------------------------------------|
-//! | `CLOSED` (0)         | closed                                         |
-//! | `until << 2 \| OPEN`  | open until `until`; half-open from then on    |
-//! | `PROBING`            | half-open, the probe is out                    |
-//! | `FREE`               | half-open, the probe slot is free again        |
+//! | word                    | state                                          |
+//! |-------------------------|------------------------------------------------|
+//! | `CLOSED` (0)            | closed                                         |
+//! | `until << 2 \| OPEN`     | open until `until`; half-open from then on    |
+//! | `start << 2 \| PROBING`  | half-open, the probe that took the slot at `start` is out |
+//! | `CLOSING`               | half-open, a successful probe is closing it    |
+//! | `start << 2 \| FREE`     | half-open, the slot is free again (`start`: the last probe's) |
 //!
 //! An open breaker whose time has come is half-open without any write: the
 //! first request after it takes the probe slot by swapping `OPEN` (or
 //! `FREE`) for `PROBING` in one compare-and-swap, so among any number of
-//! racing requests exactly one wins it. Only the request holding the probe
-//! ever moves the word away from `PROBING`: to `CLOSED` or `OPEN` when it
-//! completes, to `FREE` when it is dropped or refused by a flow rule. No
-//! other writer can race with it there, so those moves are plain stores.
-//! `CLOSED` becomes `OPEN` by compare-and-swap, so of several completions
-//! that find the threshold exceeded at once, one opens the breaker (and
-//! logs it).
+//! racing requests exactly one wins it. The `PROBING` word it wrote is the
+//! probe's token: every move away from it is a compare-and-swap from that
+//! word, so exactly one move leaves each probe's word, whoever makes it:
+//!
+//! - the probe, when it completes (to `OPEN` if it failed, to `CLOSING`
+//!   then `CLOSED` if it succeeded) or is dropped or refused by a flow rule
+//!   (to `FREE`);
+//! - any other request that finds the probe overdue (see
+//!   [`Breaker::probe_deadline_ms`]): to `OPEN`, as for a failed probe.
+//!
+//! A probe whose swap fails was overdue and lost its slot: its completion
+//! is an ordinary one (counted, deciding nothing while the breaker is not
+//! closed), so a late probe never closes or reopens a breaker that has
+//! moved on. Probe starts are made strictly increasing (a new probe starts
+//! after the last one's start and after the open time it follows), so a
+//! token is not handed out twice unless the clock steps back by more than
+//! that; even then every probe word is left by exactly one move.
+//!
+//! A successful probe swaps its word for `CLOSING`, which only it can
+//! leave: it writes the fresh statistics (the single writer of `Fresh`),
+//! then stores `CLOSED`. `CLOSED` becomes `OPEN` by compare-and-swap, so of
+//! several completions that find the threshold exceeded at once, one opens
+//! the breaker (and logs it).
 //!
 //! Statistics are counted one of two ways.
 //!
@@ -60,10 +77,20 @@ const CLOSED: u64 = 0;
 const OPEN: u64 = 1;
 const PROBING: u64 = 2;
 const FREE: u64 = 3;
+/// The largest time a word holds.
+const MAX_TIME: u64 = u64::MAX >> TAG_BITS;
+/// A successful probe closing the breaker: `PROBING` with a start no probe
+/// has (it is never overdue), left only by that probe.
+const CLOSING: u64 = (MAX_TIME << TAG_BITS) | PROBING;
 
 /// The word of a breaker open until `until_ms`.
 fn open_until(until_ms: u64) -> u64 {
-    (until_ms.min(u64::MAX >> TAG_BITS) << TAG_BITS) | OPEN
+    (until_ms.min(MAX_TIME) << TAG_BITS) | OPEN
+}
+
+/// The word of a probe that took the slot at `start_ms` (below `CLOSING`'s).
+fn probing_since(start_ms: u64) -> u64 {
+    (start_ms.min(MAX_TIME - 1) << TAG_BITS) | PROBING
 }
 
 /// One circuit breaker: the state machine of the [module docs](crate::breaker)
@@ -181,6 +208,23 @@ pub(crate) struct Completion {
     pub(crate) panicked: bool,
 }
 
+/// The probe slot of one breaker, as a request holds it: the `PROBING` word
+/// it wrote when it took the slot (see the implementation details).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ProbeToken(u64);
+
+/// What a probe's completion found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Decided {
+    /// It succeeded and holds `CLOSING`: the caller closes the breaker.
+    Closing,
+    /// It failed: the breaker is open again.
+    Failed,
+    /// It had lost the slot (failed as overdue by another request): it
+    /// decides nothing.
+    Lost,
+}
+
 /// How a completion moved its breaker: out of the closed state (exactly one
 /// completion reports each opening of a closed breaker), back into it
 /// (the probe's), or neither.
@@ -258,12 +302,14 @@ impl CircuitBreaker {
     /// it instead means the request was cancelled: it counts for nothing
     /// and, if it was the probe, frees the probe slot). `Err` carries how
     /// long until the breaker turns half-open (zero while it is half-open
-    /// with the probe out).
+    /// with the probe out). A request that finds the probe overdue (see
+    /// [`Breaker::open_for`]) fails it: the breaker is open again, and the
+    /// request gets `Err` with the new open time.
     pub fn try_pass(&self, now_ms: u64) -> Result<Permit<'_>, Duration> {
         match self.enter(now_ms) {
             Ok(probe) => Ok(Permit {
                 breaker: self,
-                probe,
+                probe: probe.map(|token| token.0),
             }),
             Err(wait_ms) => Err(Duration::from_millis(wait_ms)),
         }
@@ -287,49 +333,108 @@ impl CircuitBreaker {
         self.state.load(Ordering::Acquire) == CLOSED
     }
 
-    /// Lets a request through at `now`: `Ok(true)` when it is the probe,
-    /// `Ok(false)` when the breaker is closed, `Err(ms until half-open)`
-    /// otherwise (0 while the probe is out).
+    /// Whether the breaker holds nothing a request at `now` would not
+    /// rebuild: closed, or half-open with its probe slot free (open with
+    /// its open time over, or a probe gone). A new breaker in its place
+    /// would let the next request through, as the probe this one would let
+    /// through. A probe out is not idle (its request holds the key anyway).
+    pub(crate) fn is_idle_at(&self, now: u64) -> bool {
+        let word = self.state.load(Ordering::Acquire);
+        match word & TAG_MASK {
+            CLOSED | FREE => true,
+            OPEN => now >= word >> TAG_BITS,
+            _ => false,
+        }
+    }
+
+    /// Lets a request through at `now`: `Ok(Some(token))` when it is the
+    /// probe, `Ok(None)` when the breaker is closed, `Err(ms until
+    /// half-open)` otherwise (0 while the probe is out). A request that
+    /// finds the probe overdue fails it (see
+    /// [`Breaker::probe_deadline_ms`]): the breaker is open again, and the
+    /// request is refused for `open_for`.
     #[inline]
-    pub(crate) fn enter(&self, now: u64) -> Result<bool, u64> {
+    pub(crate) fn enter(&self, now: u64) -> Result<Option<ProbeToken>, u64> {
         // Acquire: pairs with the release of the store or swap that wrote
         // the word, so a request let through after a close sees the reset
         // statistics.
         let mut word = self.state.load(Ordering::Acquire);
         loop {
             let tag = word & TAG_MASK;
-            match tag {
-                CLOSED => return Ok(false),
-                PROBING => return Err(0),
-                OPEN if now < word >> TAG_BITS => return Err((word >> TAG_BITS) - now),
-                _ => {}
-            }
-            // OPEN whose time has come, or FREE: take the probe slot. One
-            // compare-and-swap, so exactly one racing request wins it.
+            let time = word >> TAG_BITS;
+            let next = match tag {
+                CLOSED => return Ok(None),
+                OPEN if now < time => return Err(time - now),
+                PROBING if word == CLOSING || !self.overdue(time, now) => return Err(0),
+                // An overdue probe failed: open again, as its completion
+                // would have. Its late completion finds the word moved on.
+                PROBING => open_until(self.reopen_at(now, time)),
+                // OPEN whose time has come (every earlier probe started
+                // before it), or FREE (after the last probe's start): the
+                // probe slot, with a start later than any earlier probe's.
+                OPEN => probing_since(now),
+                _ => probing_since(now.max(time.saturating_add(1))),
+            };
+            // One compare-and-swap, so exactly one racing request takes the
+            // slot, or fails the overdue probe.
             match self
                 .state
-                .compare_exchange(word, PROBING, Ordering::AcqRel, Ordering::Acquire)
+                .compare_exchange(word, next, Ordering::AcqRel, Ordering::Acquire)
             {
+                Ok(_) if tag == PROBING => {
+                    self.log_transition("half_open", "open");
+                    return Err(self.reopen_at(now, time) - now);
+                }
                 Ok(_) => {
                     if tag == OPEN {
                         self.log_transition("open", "half_open");
                     }
-                    return Ok(true);
+                    return Ok(Some(ProbeToken(next)));
                 }
                 Err(current) => word = current,
             }
         }
     }
 
-    /// Records `done`; `probe`: the request held the probe slot, and
-    /// decides. `key`: the statistics of the key the breaker guards, which
-    /// have already recorded `done` (`None` outside the layer). Says
-    /// whether the breaker left or re-entered the closed state.
+    /// Until when a probe that took the slot at `start` and failed at `now`
+    /// opens the breaker again: `open_for` from the later of the two, so
+    /// the next probe starts after this one.
+    fn reopen_at(&self, now: u64, start: u64) -> u64 {
+        now.max(start)
+            .saturating_add(self.rule.open_for_ms)
+            .min(MAX_TIME)
+    }
+
+    /// Whether a probe that took the slot at `start` is overdue at `now`:
+    /// known to be slower than `max_rt` (a `slow_ratio` breaker), or out
+    /// for longer than [`Breaker::probe_deadline_ms`].
+    fn overdue(&self, start: u64, now: u64) -> bool {
+        let elapsed = now.saturating_sub(start);
+        if elapsed >= self.rule.probe_deadline_ms() {
+            return true;
+        }
+        match self.rule.measure {
+            // Times are whole milliseconds: the probe started within the
+            // millisecond `start` and it is at least `now`, so it has run
+            // for more than `elapsed - 1` ms.
+            Measure::SlowRatio { max_rt_us, .. } => {
+                elapsed.saturating_sub(1).saturating_mul(1_000) >= max_rt_us
+            }
+            Measure::ErrorRatio { .. } | Measure::ErrorCount { .. } => false,
+        }
+    }
+
+    /// Records `done`; `probe`: the request took the probe slot, and
+    /// decides if it still holds it (an overdue probe that another request
+    /// failed completes as an ordinary request). `key`: the statistics of
+    /// the key the breaker guards, which have already recorded `done`
+    /// (`None` outside the layer). Says whether the breaker left or
+    /// re-entered the closed state.
     #[inline]
     pub(crate) fn complete(
         &self,
         done: Completion,
-        probe: bool,
+        probe: Option<ProbeToken>,
         key: Option<&StatisticNode>,
     ) -> Moved {
         match (&self.fresh, key) {
@@ -339,16 +444,19 @@ impl CircuitBreaker {
     }
 
     /// [`complete`](Self::complete) counting on the breaker's own window.
-    fn complete_on_own(&self, done: Completion, probe: bool) -> Moved {
+    fn complete_on_own(&self, done: Completion, probe: Option<ProbeToken>) -> Moved {
         let Completion {
             now, rt_us, failed, ..
         } = done;
-        if probe {
-            if !self.decide(now, rt_us, failed) {
-                return Moved::No;
+        if let Some(token) = probe {
+            match self.decide(token, now, rt_us, failed) {
+                Decided::Lost => {}
+                Decided::Failed => return Moved::No,
+                Decided::Closing => {
+                    self.window.current_window(now).value().reset();
+                    return self.close();
+                }
             }
-            self.window.current_window(now).value().reset();
-            return self.close();
         }
         let bad = self.rule.is_bad(rt_us, failed);
         let bucket: &MetricBucket = self.window.current_window(now).value();
@@ -370,7 +478,7 @@ impl CircuitBreaker {
     fn complete_on_key(
         &self,
         done: Completion,
-        probe: bool,
+        probe: Option<ProbeToken>,
         fresh: &Fresh,
         node: &StatisticNode,
     ) -> Moved {
@@ -380,12 +488,15 @@ impl CircuitBreaker {
             failed,
             panicked,
         } = done;
-        if probe {
-            if !self.decide(now, rt_us, failed) {
-                return Moved::No;
+        if let Some(token) = probe {
+            match self.decide(token, now, rt_us, failed) {
+                Decided::Lost => {}
+                Decided::Failed => return Moved::No,
+                Decided::Closing => {
+                    self.restart_on_key(now, fresh, node);
+                    return self.close();
+                }
             }
-            self.restart_on_key(now, fresh, node);
-            return self.close();
         }
         let bad = self.rule.is_bad(rt_us, failed);
         if !bad && !panicked {
@@ -484,41 +595,54 @@ impl CircuitBreaker {
         Moved::No
     }
 
-    /// The probe's completion decides: `true` when it succeeded (the caller
+    /// The completion of the probe holding `token` decides, if the slot is
+    /// still its own: [`Decided::Closing`] when it succeeded (the caller
     /// makes the statistics fresh, then [`close`](Self::close)s), else the
-    /// breaker is open again for `open_for`.
-    fn decide(&self, now: u64, rt_us: u64, failed: bool) -> bool {
-        debug_assert_eq!(
-            self.state.load(Ordering::Relaxed),
-            PROBING,
-            "only the probe leaves PROBING"
-        );
-        if self.rule.probe_succeeded(rt_us, failed) {
-            return true;
+    /// breaker is open again for `open_for` from the later of `now` and
+    /// the probe's start. [`Decided::Lost`]: another request failed the
+    /// probe as overdue, and the breaker has moved on without it.
+    fn decide(&self, token: ProbeToken, now: u64, rt_us: u64, failed: bool) -> Decided {
+        let (next, decided) = if self.rule.probe_succeeded(rt_us, failed) {
+            (CLOSING, Decided::Closing)
+        } else {
+            let until = self.reopen_at(now, token.0 >> TAG_BITS);
+            (open_until(until), Decided::Failed)
+        };
+        // AcqRel: CLOSING is left only by this probe, which then writes the
+        // fresh statistics; a failed swap reads the move that beat it.
+        if self
+            .state
+            .compare_exchange(token.0, next, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            return Decided::Lost;
         }
-        let until = now.saturating_add(self.rule.open_for_ms);
-        self.state.store(open_until(until), Ordering::Release);
-        self.log_transition("half_open", "open");
-        false
+        if decided == Decided::Failed {
+            self.log_transition("half_open", "open");
+        }
+        decided
     }
 
-    /// Closes the breaker after a successful probe.
+    /// Closes the breaker after a successful probe, which holds `CLOSING`.
     fn close(&self) -> Moved {
         // Release: the fresh statistics are visible to whoever sees CLOSED.
+        // A plain store: nobody else moves the word away from CLOSING.
         self.state.store(CLOSED, Ordering::Release);
         self.log_transition("half_open", "closed");
         Moved::Closed
     }
 
     /// Frees the probe slot of a probe that was dropped or refused: the
-    /// breaker stays half-open and the next request may probe.
-    pub(crate) fn release_probe(&self) {
-        debug_assert_eq!(
-            self.state.load(Ordering::Relaxed),
-            PROBING,
-            "only the probe leaves PROBING"
+    /// breaker stays half-open and the next request may probe. Nothing
+    /// when the probe was overdue and another request failed it already.
+    pub(crate) fn release_probe(&self, token: ProbeToken) {
+        let start = token.0 >> TAG_BITS;
+        let _ = self.state.compare_exchange(
+            token.0,
+            (start << TAG_BITS) | FREE,
+            Ordering::Release,
+            Ordering::Relaxed,
         );
-        self.state.store(FREE, Ordering::Release);
     }
 
     /// One event per transition (never per request), without the key.
@@ -547,29 +671,32 @@ impl CircuitBreaker {
 #[must_use = "a permit records the request's completion; dropping it counts nothing"]
 pub struct Permit<'a> {
     breaker: &'a CircuitBreaker,
-    probe: bool,
+    /// The probe's token (`ProbeToken`), when it is the probe.
+    probe: Option<u64>,
 }
 
 impl Permit<'_> {
     /// Whether this request is the half-open breaker's probe.
     pub fn is_probe(&self) -> bool {
-        self.probe
+        self.probe.is_some()
     }
 
     /// Records the request's completion at `now_ms`: it took `rt` and
-    /// `failed` or not. A probe decides the breaker's state.
+    /// `failed` or not. A probe decides the breaker's state, unless another
+    /// request found it overdue and failed it meanwhile: it then counts as
+    /// an ordinary completion.
     pub fn complete(mut self, now_ms: u64, rt: Duration, failed: bool) {
         let rt_us = u64::try_from(rt.as_micros()).unwrap_or(u64::MAX);
         let done = Completion::finished(now_ms, rt_us, failed);
-        let probe = std::mem::replace(&mut self.probe, false);
+        let probe = self.probe.take().map(ProbeToken);
         let _ = self.breaker.complete(done, probe, None);
     }
 }
 
 impl Drop for Permit<'_> {
     fn drop(&mut self) {
-        if self.probe {
-            self.breaker.release_probe();
+        if let Some(token) = self.probe {
+            self.breaker.release_probe(ProbeToken(token));
         }
     }
 }
@@ -610,7 +737,7 @@ mod tests {
     fn tripped(rule: Breaker) -> CircuitBreaker {
         let breaker = CircuitBreaker::new(rule.min_requests(1));
         for _ in 0..3 {
-            let _ = breaker.complete(Completion::finished(0, 0, true), false, None);
+            let _ = breaker.complete(Completion::finished(0, 0, true), None, None);
         }
         breaker
     }
@@ -619,18 +746,67 @@ mod tests {
     fn a_released_probe_frees_the_slot() {
         let breaker = tripped(Breaker::error_count(1).open_for(Duration::from_millis(100)));
         assert_eq!(breaker.enter(50), Err(50));
-        assert_eq!(breaker.enter(100), Ok(true));
+        let token = breaker.enter(100).unwrap().expect("the probe");
         assert_eq!(breaker.enter(100), Err(0));
-        breaker.release_probe();
+        breaker.release_probe(token);
         assert_eq!(breaker.state(100), BreakerState::HalfOpen);
-        assert_eq!(breaker.enter(101), Ok(true));
+        assert!(breaker.enter(101).unwrap().is_some());
+    }
+
+    #[test]
+    fn a_probe_that_lost_its_slot_frees_and_decides_nothing() {
+        // Deadline: max(stat_interval 1 s, open_for 100 ms).
+        let breaker = tripped(Breaker::error_count(1).open_for(Duration::from_millis(100)));
+        let stale = breaker.enter(100).unwrap().expect("the probe");
+        assert_eq!(breaker.enter(1_099), Err(0), "not overdue yet");
+        assert_eq!(breaker.enter(1_100), Err(100), "overdue: open again");
+        let probe = breaker.enter(1_200).unwrap().expect("the next probe");
+        assert_ne!(stale, probe);
+        // The old probe is dropped, then completes: neither frees nor
+        // decides the new probe's slot.
+        breaker.release_probe(stale);
+        assert_eq!(breaker.enter(1_200), Err(0), "one probe out");
+        let late = Completion::finished(1_250, 0, false);
+        assert_eq!(breaker.complete(late, Some(stale), None), Moved::No);
+        assert_eq!(breaker.state(1_250), BreakerState::HalfOpen);
+        let done = Completion::finished(1_260, 0, false);
+        assert_eq!(breaker.complete(done, Some(probe), None), Moved::Closed);
+        assert_eq!(breaker.state(1_260), BreakerState::Closed);
+    }
+
+    #[test]
+    fn probes_within_one_millisecond_get_distinct_tokens() {
+        let breaker = tripped(Breaker::error_count(1).open_for(Duration::from_millis(100)));
+        let first = breaker.enter(100).unwrap().expect("the probe");
+        breaker.release_probe(first);
+        let second = breaker.enter(100).unwrap().expect("the slot is free");
+        assert_ne!(first, second);
+        // The first's token no longer frees anything.
+        breaker.release_probe(first);
+        assert_eq!(breaker.enter(100), Err(0));
+    }
+
+    #[test]
+    fn a_slow_ratio_probe_is_overdue_once_known_slower_than_max_rt() {
+        let rule = Breaker::slow_ratio(Duration::from_millis(20), 0.5)
+            .min_requests(1)
+            .open_for(Duration::from_millis(500));
+        let breaker = CircuitBreaker::new(rule);
+        let slow = Completion::finished(0, 30_000, false);
+        assert_eq!(breaker.complete(slow, None, None), Moved::Opened);
+        let _probe = breaker.enter(500).unwrap().expect("the probe");
+        // At 520 it may have run 19.x ms; at 521, more than 20 ms.
+        assert_eq!(breaker.enter(520), Err(0));
+        assert_eq!(breaker.enter(521), Err(500));
+        assert!(breaker.is_idle_at(1_021), "open time over, slot free");
+        assert!(!breaker.is_idle_at(1_020));
     }
 
     #[test]
     fn a_failed_probe_opens_again_from_its_completion() {
         let breaker = tripped(Breaker::error_count(1).open_for(Duration::from_millis(100)));
-        assert_eq!(breaker.enter(200), Ok(true));
-        let _ = breaker.complete(Completion::finished(250, 0, true), true, None);
+        let probe = breaker.enter(200).unwrap();
+        let _ = breaker.complete(Completion::finished(250, 0, true), probe, None);
         assert_eq!(
             breaker.state(250),
             BreakerState::Open {
@@ -642,7 +818,7 @@ mod tests {
     #[test]
     fn completions_while_open_decide_nothing() {
         let breaker = tripped(Breaker::error_count(1).open_for(Duration::from_millis(100)));
-        let _ = breaker.complete(Completion::finished(10, 0, false), false, None);
+        let _ = breaker.complete(Completion::finished(10, 0, false), None, None);
         assert!(matches!(breaker.state(10), BreakerState::Open { .. }));
     }
 
@@ -663,7 +839,7 @@ mod tests {
             OnKey { node, breaker }
         }
 
-        fn complete(&self, now: u64, rt_us: u64, failed: bool, probe: bool) {
+        fn complete(&self, now: u64, rt_us: u64, failed: bool, probe: Option<ProbeToken>) {
             let rt = Duration::from_micros(rt_us);
             self.node.record_completion_at(now, rt, failed);
             let _ = self.breaker.complete(
@@ -679,7 +855,7 @@ mod tests {
                 panicked: true,
                 ..Completion::finished(now, 0, true)
             };
-            let _ = self.breaker.complete(done, false, Some(&self.node));
+            let _ = self.breaker.complete(done, None, Some(&self.node));
         }
 
         /// Buckets the breaker's own window holds at `now`.
@@ -701,7 +877,7 @@ mod tests {
     fn good_completions_on_the_key_touch_nothing_of_the_breaker() {
         let key = OnKey::new(Breaker::error_ratio(0.5));
         for now in 0..1_000 {
-            key.complete(now, 10, false, false);
+            key.complete(now, 10, false, None);
         }
         assert_eq!(key.own_buckets(999), 0, "nothing counted twice");
         assert_eq!(key.breaker.state(999), BreakerState::Closed);
@@ -712,30 +888,30 @@ mod tests {
         let key = OnKey::new(Breaker::error_ratio(0.5).min_requests(4));
         // 3 good completions, then 3 failures: 3 of 6 is not over half.
         for _ in 0..3 {
-            key.complete(100, 10, false, false);
+            key.complete(100, 10, false, None);
         }
         for _ in 0..3 {
-            key.complete(600, 10, true, false);
+            key.complete(600, 10, true, None);
         }
         assert_eq!(key.breaker.state(600), BreakerState::Closed);
         assert_eq!(key.own_buckets(600), 0, "failures are the key's to count");
         // A 4th: 4 of 7.
-        key.complete(700, 10, true, false);
+        key.complete(700, 10, true, None);
         assert!(matches!(key.breaker.state(700), BreakerState::Open { .. }));
     }
 
     #[test]
     fn a_sliding_window_forgets_what_left_it() {
         let key = OnKey::new(Breaker::error_count(2).min_requests(1));
-        key.complete(0, 0, true, false);
-        key.complete(400, 0, true, false);
+        key.complete(0, 0, true, None);
+        key.complete(400, 0, true, None);
         // At 1 000 the bucket [0, 500) has left the window: one failure,
         // not three.
-        key.complete(1_000, 0, true, false);
+        key.complete(1_000, 0, true, None);
         assert_eq!(key.breaker.state(1_000), BreakerState::Closed);
-        key.complete(1_100, 0, true, false);
+        key.complete(1_100, 0, true, None);
         assert_eq!(key.breaker.state(1_100), BreakerState::Closed);
-        key.complete(1_200, 0, true, false);
+        key.complete(1_200, 0, true, None);
         assert!(matches!(
             key.breaker.state(1_200),
             BreakerState::Open { .. }
@@ -746,11 +922,11 @@ mod tests {
     fn slow_completions_are_counted_by_the_breaker_only() {
         let key = OnKey::new(Breaker::slow_ratio(Duration::from_millis(100), 0.5).min_requests(4));
         for _ in 0..4 {
-            key.complete(0, 10_000, false, false);
+            key.complete(0, 10_000, false, None);
         }
         // Two slow of six: under half; only the slow ones were counted.
         for _ in 0..2 {
-            key.complete(10, 100_001, false, false);
+            key.complete(10, 100_001, false, None);
         }
         assert_eq!(key.breaker.state(10), BreakerState::Closed);
         let own: u64 = key
@@ -762,18 +938,18 @@ mod tests {
         assert_eq!(own, 2);
         // Failures that are fast are not slow.
         for _ in 0..4 {
-            key.complete(10, 10, true, false);
+            key.complete(10, 10, true, None);
         }
         assert_eq!(key.breaker.state(10), BreakerState::Closed);
         for _ in 0..5 {
-            key.complete(20, 200_000, false, false);
+            key.complete(20, 200_000, false, None);
         }
         // 7 slow of 15.
         assert_eq!(key.breaker.state(20), BreakerState::Closed);
-        key.complete(20, 200_000, false, false);
+        key.complete(20, 200_000, false, None);
         // 8 of 16 is not over half; a 9th of 17 is.
         assert_eq!(key.breaker.state(20), BreakerState::Closed);
-        key.complete(20, 200_000, false, false);
+        key.complete(20, 200_000, false, None);
         assert!(matches!(key.breaker.state(20), BreakerState::Open { .. }));
     }
 
@@ -794,20 +970,21 @@ mod tests {
             .open_for(Duration::from_millis(100));
         let key = OnKey::new(rule);
         for _ in 0..3 {
-            key.complete(0, 0, true, false);
+            key.complete(0, 0, true, None);
         }
         assert!(matches!(key.breaker.state(0), BreakerState::Open { .. }));
         // Half-open at 100, in the bucket that still holds the three
         // failures; the probe succeeds.
-        assert_eq!(key.breaker.enter(150), Ok(true));
-        key.complete(150, 0, false, true);
+        let probe = key.breaker.enter(150).unwrap();
+        assert!(probe.is_some());
+        key.complete(150, 0, false, probe);
         assert_eq!(key.breaker.state(150), BreakerState::Closed);
         // Two failures after the close are two, not five.
-        key.complete(200, 0, true, false);
-        key.complete(300, 0, true, false);
+        key.complete(200, 0, true, None);
+        key.complete(300, 0, true, None);
         assert_eq!(key.breaker.state(300), BreakerState::Closed);
         // A third opens it, from the next bucket on as well.
-        key.complete(600, 0, true, false);
+        key.complete(600, 0, true, None);
         assert!(matches!(key.breaker.state(600), BreakerState::Open { .. }));
     }
 
@@ -817,16 +994,17 @@ mod tests {
             .min_requests(1)
             .open_for(Duration::from_millis(400));
         let key = OnKey::new(rule);
-        key.complete(400, 0, true, false);
-        key.complete(400, 0, true, false);
+        key.complete(400, 0, true, None);
+        key.complete(400, 0, true, None);
         assert!(matches!(key.breaker.state(400), BreakerState::Open { .. }));
         // The probe at 800 (bucket [500, 1 000)) succeeds; [0, 500) is
         // still in the window but older than the close.
-        assert_eq!(key.breaker.enter(800), Ok(true));
-        key.complete(800, 0, false, true);
-        key.complete(900, 0, true, false);
+        let probe = key.breaker.enter(800).unwrap();
+        assert!(probe.is_some());
+        key.complete(800, 0, false, probe);
+        key.complete(900, 0, true, None);
         assert_eq!(key.breaker.state(900), BreakerState::Closed);
-        key.complete(900, 0, true, false);
+        key.complete(900, 0, true, None);
         assert!(matches!(key.breaker.state(900), BreakerState::Open { .. }));
     }
 
@@ -836,17 +1014,18 @@ mod tests {
             .min_requests(2)
             .open_for(Duration::from_millis(400));
         let key = OnKey::new(rule);
-        key.complete(400, 200_000, false, false);
-        key.complete(400, 200_000, false, false);
+        key.complete(400, 200_000, false, None);
+        key.complete(400, 200_000, false, None);
         assert!(matches!(key.breaker.state(400), BreakerState::Open { .. }));
-        assert_eq!(key.breaker.enter(800), Ok(true));
-        key.complete(800, 10, false, true);
+        let probe = key.breaker.enter(800).unwrap();
+        assert!(probe.is_some());
+        key.complete(800, 10, false, probe);
         // One fast, one slow after the close: half, not over it. The two
         // slow ones in [0, 500) no longer count.
-        key.complete(900, 10, false, false);
-        key.complete(900, 200_000, false, false);
+        key.complete(900, 10, false, None);
+        key.complete(900, 200_000, false, None);
         assert_eq!(key.breaker.state(900), BreakerState::Closed);
-        key.complete(900, 200_000, false, false);
+        key.complete(900, 200_000, false, None);
         assert!(matches!(key.breaker.state(900), BreakerState::Open { .. }));
     }
 

@@ -41,7 +41,25 @@
 //!   open again for `open_for`. If it never completes, because it was
 //!   dropped (client gone, timeout) or refused by a flow rule of the layer
 //!   (the window, `max_concurrency`), the probe slot is freed at once and
-//!   the next request probes: a half-open breaker cannot be stuck.
+//!   the next request probes. A probe still running has a bounded time to
+//!   decide: for `slow_ratio`, a request that finds it out for longer than
+//!   `max_rt` knows it is slow; for every kind, a probe out for longer than
+//!   the longer of `stat_interval` and `open_for` counts as failed. Either
+//!   way that request finds the breaker open again for `open_for` (a
+//!   handler that never answers, or under
+//!   [`track_body`](crate::SlidingWindowLayer::track_body) a body that never
+//!   ends, holds a breaker half-open for that long at most; the probe's
+//!   time counts from when it took the slot, a wait for its turn under
+//!   `throttle` included). The late completion of such a probe is counted
+//!   as an ordinary one and moves nothing: a half-open breaker cannot be
+//!   stuck, nor closed by a probe it gave up on.
+//!
+//! A key whose breakers are open stays in the key table (eviction never
+//! cuts an open time short). Once every breaker's open time is over (or
+//! its probe slot is free again) and the key has seen no request for a
+//! window, the key is idle like any other and may be evicted: the next
+//! request for it would have been the probe, and a new key lets it through
+//! as the probe would have.
 //!
 //! The breakers come before every flow rule, and no request bypasses them.
 //! Requests that were let through before a breaker opened still complete:

@@ -57,7 +57,10 @@ impl Breaker {
     /// when it is not a failure and takes at most `max_rt`.
     ///
     /// A slow call is seen when it completes: a call that is still running
-    /// does not count yet, however long it has been running.
+    /// does not count yet, however long it has been running. The probe is
+    /// the exception: once a request finds it has been out for longer than
+    /// `max_rt`, it is known to be slow, and has failed (the breaker is
+    /// open again for `open_for`), whether or not it ever completes.
     ///
     /// # Panics
     ///
@@ -150,7 +153,9 @@ impl Breaker {
     }
 
     /// How long the breaker stays open before it lets one probe through
-    /// (default 10 s).
+    /// (default 10 s). A probe that has not completed after the longer of
+    /// `open_for` and [`stat_interval`](Self::stat_interval) counts as
+    /// failed (see [States](crate::breaker#states)).
     ///
     /// # Panics
     ///
@@ -159,6 +164,18 @@ impl Breaker {
     pub fn open_for(mut self, duration: Duration) -> Self {
         self.open_for_ms = whole_millis("open_for", duration);
         self
+    }
+
+    /// How long a probe may be out before it counts as failed, in
+    /// milliseconds: the longer of `stat_interval` and `open_for`. A probe
+    /// still running then (a handler that never answers, a body that never
+    /// ends under `track_body`) is failed by the next request, which finds
+    /// the breaker open again for `open_for`; the probe's own completion,
+    /// when it comes, is counted as an ordinary one and decides nothing. A
+    /// `slow_ratio` probe is failed sooner, as soon as a request finds it
+    /// has been out for longer than `max_rt`.
+    pub(crate) fn probe_deadline_ms(&self) -> u64 {
+        self.stat_interval_ms.max(self.open_for_ms)
     }
 
     /// The kind of breaker, as named in `tracing` events.

@@ -1,27 +1,31 @@
 //! `Breakers`: the breakers of one key, asked and fed together.
 
-use super::circuit::{CircuitBreaker, Completion, Moved};
+use super::circuit::{CircuitBreaker, Completion, Moved, ProbeToken};
 use super::rule::{Breaker, Measure};
 use super::state::BreakerState;
 use crate::stat::StatisticNode;
 use crate::sync::{AtomicU64, Ordering};
 
-/// The most breakers one layer may have: a request's probe slots are one
-/// bit each in a `u64`.
+/// The most breakers one layer may have.
 pub(crate) const MAX_BREAKERS: usize = 64;
 
-/// Which of a key's breakers a request holds the probe slot of: one bit
-/// per breaker, in the order they were given to the layer.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct ProbeSet(u64);
+/// Which of a key's breakers a request holds the probe slot of, with the
+/// slot's token: `(index, token)`, the index in the order the breakers were
+/// given to the layer. Empty (no allocation) for every request but probes.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct ProbeSet(Vec<(usize, ProbeToken)>);
 
 impl ProbeSet {
-    pub(crate) fn is_empty(self) -> bool {
-        self.0 == 0
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.is_empty()
     }
 
-    fn holds(self, index: usize) -> bool {
-        self.0 & (1 << index) != 0
+    /// The token of breaker `index`'s slot, if the request holds it.
+    fn holds(&self, index: usize) -> Option<ProbeToken> {
+        self.0
+            .iter()
+            .find(|(held, _)| *held == index)
+            .map(|&(_, token)| token)
     }
 }
 
@@ -122,10 +126,10 @@ impl Breakers {
         let mut probes = ProbeSet::default();
         for (index, breaker) in self.all().iter().enumerate() {
             match breaker.enter(now) {
-                Ok(true) => probes.0 |= 1 << index,
-                Ok(false) => {}
+                Ok(Some(token)) => probes.0.push((index, token)),
+                Ok(None) => {}
                 Err(wait) => {
-                    self.release(probes);
+                    self.release(&probes);
                     // The request waits for every open breaker: the longest
                     // wait of the rest, read without taking their slots.
                     let rest = self.all()[index + 1..].iter().map(|b| match b.state(now) {
@@ -145,7 +149,7 @@ impl Breakers {
     /// held, whose breakers it decides; `key`: the key's statistics, which
     /// have recorded `done` already.
     #[inline]
-    pub(crate) fn complete(&self, done: Completion, probes: ProbeSet, key: &StatisticNode) {
+    pub(crate) fn complete(&self, done: Completion, probes: &ProbeSet, key: &StatisticNode) {
         let Some(list) = &self.0 else {
             return;
         };
@@ -163,11 +167,9 @@ impl Breakers {
     }
 
     /// Frees the probe slots in `probes` (a dropped or refused probe).
-    pub(crate) fn release(&self, probes: ProbeSet) {
-        for (index, breaker) in self.all().iter().enumerate() {
-            if probes.holds(index) {
-                breaker.release_probe();
-            }
+    pub(crate) fn release(&self, probes: &ProbeSet) {
+        for &(index, token) in &probes.0 {
+            self.all()[index].release_probe(token);
         }
     }
 
@@ -182,10 +184,11 @@ impl Breakers {
         self.all().iter().filter(|b| !b.is_closed()).count() as u64
     }
 
-    /// Whether every breaker is closed: nothing to lose if the key's entry
-    /// goes.
-    pub(crate) fn all_closed(&self) -> bool {
-        self.all().iter().all(CircuitBreaker::is_closed)
+    /// Whether every breaker is idle at `now` (closed, or half-open with
+    /// its probe slot free): nothing to lose if the key's entry goes, since
+    /// new breakers would let the next request through as these would.
+    pub(crate) fn idle_at(&self, now: u64) -> bool {
+        self.all().iter().all(|breaker| breaker.is_idle_at(now))
     }
 }
 
@@ -199,6 +202,10 @@ mod tests {
 
     fn node() -> StatisticNode {
         StatisticNode::build(SharedClock::new(ManualClock::new(0)), 2, 1_000, false).unwrap()
+    }
+
+    fn indices(probes: &ProbeSet) -> Vec<usize> {
+        probes.0.iter().map(|&(index, _)| index).collect()
     }
 
     fn not_closed(breakers: &Breakers) -> u64 {
@@ -219,24 +226,24 @@ mod tests {
         let breakers = Breakers::new(&[rule, rule.open_for(Duration::from_millis(300))], 2, 1_000);
         assert!(breakers.none_open());
         key.record_completion_at(0, Duration::ZERO, true);
-        breakers.complete(Completion::finished(0, 0, true), ProbeSet::default(), &key);
+        breakers.complete(Completion::finished(0, 0, true), &ProbeSet::default(), &key);
         assert_eq!(not_closed(&breakers), 2);
         assert!(!breakers.none_open());
         // A late failure while open moves nothing.
         key.record_completion_at(5, Duration::ZERO, true);
-        breakers.complete(Completion::finished(5, 0, true), ProbeSet::default(), &key);
+        breakers.complete(Completion::finished(5, 0, true), &ProbeSet::default(), &key);
         assert_eq!(not_closed(&breakers), 2);
         // Half-open and probed: still not closed; a dropped probe neither.
         let probe = breakers.enter(100);
         assert_eq!(probe, Err(200), "the second is open until 300");
         let probes = breakers.enter(300).unwrap();
-        assert_eq!(probes, ProbeSet(0b11));
-        breakers.release(probes);
+        assert_eq!(indices(&probes), [0, 1]);
+        breakers.release(&probes);
         assert_eq!(not_closed(&breakers), 2);
         // A successful probe closes both.
         let probes = breakers.enter(300).unwrap();
         key.record_completion_at(300, Duration::ZERO, false);
-        breakers.complete(Completion::finished(300, 0, false), probes, &key);
+        breakers.complete(Completion::finished(300, 0, false), &probes, &key);
         assert_eq!(not_closed(&breakers), 0);
         assert!(breakers.none_open());
     }
@@ -252,7 +259,7 @@ mod tests {
                         key.record_completion_at(10, Duration::ZERO, true);
                         breakers.complete(
                             Completion::finished(10, 0, true),
-                            ProbeSet::default(),
+                            &ProbeSet::default(),
                             &key,
                         );
                     }
@@ -287,11 +294,11 @@ mod tests {
         let breakers = Breakers::new(&[quick, slow], 1, 1_000);
         let failed = Completion::finished(0, 0, true);
         for breaker in breakers.all() {
-            let _ = breaker.complete(failed, false, None);
+            let _ = breaker.complete(failed, None, None);
         }
         // The first is half-open at 10, the second open until 1000.
         assert_eq!(breakers.enter(10), Err(990));
         assert_eq!(breakers.states(10)[0], BreakerState::HalfOpen);
-        assert_eq!(breakers.enter(1_000), Ok(ProbeSet(0b11)));
+        assert_eq!(breakers.enter(1_000).map(|p| indices(&p)), Ok(vec![0, 1]));
     }
 }
