@@ -630,3 +630,29 @@ fn connect_lazy_outside_a_runtime_is_an_error() {
     assert_eq!(err.kind(), StoreErrorKind::Connect);
     assert!(err.to_string().contains("tokio runtime"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connect_lazy_to_a_running_server_switches_to_redis_on_its_own() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let store = RedisStore::connect_lazy(&server.url())
+        .expect("a valid url")
+        .timeout(Duration::from_secs(10));
+    // The connection is made in the background, without a request.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while store.status().mode != StoreMode::Remote {
+        assert!(Instant::now() < deadline, "{:?}", store.status());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // The script is loaded by its first call.
+    for _ in 0..3 {
+        assert!(store.admit("k", 3).await.expect("redis").passed);
+    }
+    assert!(!store.admit("k", 3).await.expect("redis").passed);
+    let status = store.status();
+    assert_eq!(
+        (status.failures, status.outages, status.evicting),
+        (0, 0, false)
+    );
+}

@@ -348,15 +348,15 @@ impl RedisStore {
     /// A store for a server that may not be up yet: returns at once, and
     /// connects in the background.
     ///
-    /// The store starts in [`StoreMode::Fallback`]: requests are answered
-    /// by the failure policy (the layer's
-    /// `on_store_error`), and one per
+    /// The store starts in [`StoreMode::Fallback`] and switches to Redis
+    /// as soon as the connection is made. Until then requests are answered
+    /// by the failure policy (the layer's `on_store_error`), and one per
     /// [`probe_interval`](Self::probe_interval) tries Redis, so a replica
     /// started before its Redis serves from the start and joins the shared
     /// limit once the server is up (within a probe interval or two, with
     /// the reconnection's backoff). The eviction policy is read when the
-    /// connection is first made, and by the probes. Then it behaves as a
-    /// store from [`connect`](Self::connect).
+    /// connection is first made, and by the probes. From then on it
+    /// behaves as a store from [`connect`](Self::connect).
     ///
     /// Fails only if the URL is invalid, or when called outside a tokio
     /// runtime (the connection is made on it).
@@ -364,13 +364,12 @@ impl RedisStore {
     /// ```no_run
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// use tower_sliding_window::store::{RedisStore, StoreFailure, StoreMode};
+    /// use tower_sliding_window::store::{RedisStore, StoreFailure};
     /// use tower_sliding_window::SlidingWindowLayer;
     ///
     /// // Redis may come up after this replica: until it does, each
     /// // replica's own window decides (`StoreFailure::Local`).
     /// let store = RedisStore::connect_lazy("redis://redis.internal:6379/")?;
-    /// assert_eq!(store.status().mode, StoreMode::Fallback);
     /// let layer = SlidingWindowLayer::qps(100)
     ///     .store(store)
     ///     .on_store_error(StoreFailure::Local);
@@ -392,14 +391,18 @@ impl RedisStore {
             script: Script::new(ADMIT_LUA),
             health: Health::not_connected(),
         });
-        // Makes the first connection, and reads the policy on it. The
-        // script is loaded by its first call (`NOSCRIPT`, then `EVALSHA`
-        // again), and the store switches to Redis at its first probe.
+        // Makes the first connection, reads the policy on it, and
+        // switches the store to Redis. The script is loaded by its first
+        // call (`NOSCRIPT`, then `EVALSHA` again). If Redis is not up, the
+        // probes find it later.
         let link = Arc::clone(&store.link);
         runtime.spawn(async move {
             let mut connection = link.connection.clone();
             match tokio::time::timeout(CONNECT_TIMEOUT, read_policy(&mut connection)).await {
-                Ok(Ok(policy)) => link.health.set_policy(&policy),
+                Ok(Ok(policy)) => {
+                    link.health.set_policy(&policy);
+                    link.health.succeeded();
+                }
                 Ok(Err(err)) => tracing::warn!(
                     error = %err,
                     "redis store: redis cannot be reached yet; the failure policy answers \
@@ -685,10 +688,16 @@ impl RedisStore {
                 return Err(err);
             }
         };
-        // Redis answered: the link works, whatever the answer says.
-        self.link.health.succeeded();
         if let Some(policy) = &reply.policy {
             self.link.health.set_policy(policy);
+        }
+        match reply.outcome {
+            // Redis answered: the link works, whatever the answer says.
+            Outcome::Decided | Outcome::WrongType => self.link.health.succeeded(),
+            // It works, but is not used: a store in fallback stays there
+            // (no recovery is logged), the others are in fallback by their
+            // refusal of the server.
+            Outcome::Evicting => {}
         }
         match reply.outcome {
             Outcome::Decided => {}
