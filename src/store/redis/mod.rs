@@ -143,7 +143,8 @@ use crate::clock::{Clock, SharedClock};
 use crate::stat::validate_window;
 
 /// What a layer with a [`RedisStore`] does while Redis cannot decide (an
-/// error, or no answer within the timeout). Chosen with
+/// error, no answer within the timeout, not connected yet, a server that
+/// evicts keys, or, for one key, its data in Redis unusable). Chosen with
 /// `SlidingWindowLayer::on_store_error`.
 ///
 /// | policy | while Redis is down |
