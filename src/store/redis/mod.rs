@@ -36,7 +36,8 @@
 //!
 //! A key's buckets are named `<prefix>{<id>}:<bucket ms>x<sample count>`
 //! (default prefix `tsw:`; `+1` at the end when strict), for example
-//! `tsw:{9f86…0f00}:100x10` for the default window, with `id` 64 hex
+//! `tsw:{fbfa88cc…60a2f1e3}:100x10` for the key `"/login"` on the default
+//! window (64 hex digits in full), with `id` 64 hex
 //! digits: the SHA-256 digest of the key's stable byte form
 //! ([`StoreKey`]). So every replica names a key the same way, a key of any
 //! length or bytes costs Redis one short name, no one can search offline
