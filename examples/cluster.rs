@@ -15,8 +15,10 @@
 //! own `RedisStore` (its own connection): 200 if the shared window admits
 //! the request, 429 if not. The layer is strict, so every second of the
 //! run (however it falls against the window's buckets) is within the
-//! limit. While Redis is unreachable each replica falls back to its own
-//! window (`StoreFailure::Local`). At the end each replica prints its
+//! limit. The stores connect lazily (`RedisStore::connect_lazy`): the
+//! replicas start even when Redis is not up, each falls back to its own
+//! window (`StoreFailure::Local`) while Redis is unreachable, and they join
+//! the shared limit when it comes up. At the end each replica prints its
 //! store's status: round trips, requests refused without one (keys known
 //! to be blocked), requests answered by the failure policy.
 
@@ -31,7 +33,7 @@ use axum::Router;
 use http_body_util::Empty;
 use hyper_util::rt::TokioIo;
 use tokio::net::{TcpListener, TcpStream};
-use tower_sliding_window::store::{RedisStore, StoreFailure};
+use tower_sliding_window::store::{RedisStore, StoreFailure, StoreMode};
 use tower_sliding_window::{SlidingWindowLayer, StatsHandle};
 
 const REPLICAS: usize = 3;
@@ -43,34 +45,43 @@ struct Settings {
     limit: u64,
 }
 
-fn settings() -> Settings {
+const USAGE: &str = "usage: cluster [--redis <url>] [--seconds <n>] [--limit <n>]";
+
+fn settings() -> Result<Settings, String> {
     let mut url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/".into());
     let (mut seconds, mut limit) = (5, 100);
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
-        let value = args
-            .next()
-            .unwrap_or_else(|| panic!("{flag} needs a value"));
+        let value = args.next().ok_or_else(|| format!("{flag} needs a value"))?;
+        let number = || {
+            value
+                .parse::<u64>()
+                .map_err(|_| format!("{flag}: a whole number, not {value:?}"))
+        };
         match flag.as_str() {
-            "--redis" => url = value,
-            "--seconds" => seconds = value.parse().expect("--seconds: a whole number"),
-            "--limit" => limit = value.parse().expect("--limit: a whole number"),
-            other => panic!("unknown flag {other} (--redis, --seconds, --limit)"),
+            "--redis" => url = value.clone(),
+            "--seconds" => seconds = number()?,
+            "--limit" => limit = number()?,
+            other => return Err(format!("unknown flag {other}")),
         }
     }
-    Settings {
+    Ok(Settings {
         url,
         seconds,
         limit,
-    }
+    })
 }
 
 /// Starts one replica on a free loopback port; returns its address and
 /// its statistics.
-async fn replica(url: &str, prefix: &str, limit: u64) -> (SocketAddr, StatsHandle<()>) {
-    let store = RedisStore::connect(url)
-        .await
-        .unwrap_or_else(|err| panic!("cannot use Redis at {url}: {err}"))
+async fn replica(
+    url: &str,
+    prefix: &str,
+    limit: u64,
+) -> Result<(SocketAddr, StatsHandle<()>), String> {
+    // Lazy: a replica starts whether or not Redis is up yet.
+    let store = RedisStore::connect_lazy(url)
+        .map_err(|err| format!("cannot use Redis at {url}: {err}"))?
         .prefix(prefix)
         .timeout(Duration::from_millis(50));
     let layer = SlidingWindowLayer::qps(limit)
@@ -81,10 +92,14 @@ async fn replica(url: &str, prefix: &str, limit: u64) -> (SocketAddr, StatsHandl
     let app = Router::new()
         .route("/", get(|| async { "hello" }))
         .layer(layer);
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("address");
+    let listener = TcpListener::bind("127.0.0.1:0")
+        .await
+        .map_err(|err| format!("cannot listen on a loopback port: {err}"))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|err| format!("no local address: {err}"))?;
     tokio::spawn(async move { axum::serve(listener, app).await });
-    (addr, stats)
+    Ok((addr, stats))
 }
 
 /// Per second of the run: passed, refused, failed.
@@ -94,16 +109,24 @@ struct Tally {
 
 /// Sends `GET /` over one keep-alive connection until `end`.
 async fn client(addr: SocketAddr, start: Instant, end: Instant, tally: Arc<Tally>) {
-    let stream = TcpStream::connect(addr).await.expect("connect");
-    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .expect("handshake");
+    let Ok(stream) = TcpStream::connect(addr).await else {
+        eprintln!("cannot connect to the replica on {addr}");
+        return;
+    };
+    let Ok((mut sender, connection)) =
+        hyper::client::conn::http1::handshake(TokioIo::new(stream)).await
+    else {
+        eprintln!("no HTTP/1 handshake with the replica on {addr}");
+        return;
+    };
     tokio::spawn(connection);
     while Instant::now() < end {
-        let request = http::Request::get("/")
+        let Ok(request) = http::Request::get("/")
             .header("host", "replica")
             .body(Empty::<bytes::Bytes>::new())
-            .expect("request");
+        else {
+            return;
+        };
         let Ok(response) = sender.send_request(request).await else {
             break;
         };
@@ -121,12 +144,19 @@ async fn client(addr: SocketAddr, start: Instant, end: Instant, tally: Arc<Tally
 
 #[tokio::main]
 async fn main() {
-    let settings = settings();
+    if let Err(message) = run().await {
+        eprintln!("cluster: {message}");
+        std::process::exit(2);
+    }
+}
+
+async fn run() -> Result<(), String> {
+    let settings = settings().map_err(|why| format!("{why}\n{USAGE}"))?;
     // One prefix per run, shared by the three replicas.
     let prefix = format!("cluster-example-{}:", std::process::id());
     let (mut addrs, mut stats) = (Vec::new(), Vec::new());
     for _ in 0..REPLICAS {
-        let (addr, handle) = replica(&settings.url, &prefix, settings.limit).await;
+        let (addr, handle) = replica(&settings.url, &prefix, settings.limit).await?;
         addrs.push(addr);
         stats.push(handle);
     }
@@ -134,6 +164,19 @@ async fn main() {
         "{REPLICAS} replicas on {addrs:?}, limit {} per second shared through {}",
         settings.limit, settings.url
     );
+    // The stores connect in the background; give them a moment.
+    let connected = Instant::now() + Duration::from_secs(1);
+    while Instant::now() < connected && !remote(&stats) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    if !remote(&stats) {
+        println!(
+            "Redis at {} is not reachable (yet): each replica limits on its own \
+             (up to {REPLICAS} x {} per second) until it is, and joins the shared limit \
+             when it comes up (start it with `redis-server --port 6379`)",
+            settings.url, settings.limit
+        );
+    }
 
     let tally = Arc::new(Tally {
         seconds: (0..settings.seconds).map(|_| Default::default()).collect(),
@@ -165,6 +208,22 @@ async fn main() {
                  failure policy",
                 status.mode, status.round_trips, status.answered_locally, status.fallbacks
             );
+            if status.evicting {
+                println!(
+                    "replica {i}: the Redis server evicts keys (maxmemory-policy): set it to \
+                     noeviction to share the limit"
+                );
+            }
         }
     }
+    Ok(())
+}
+
+/// Whether every replica's store decides in Redis now.
+fn remote(stats: &[StatsHandle<()>]) -> bool {
+    stats.iter().all(|handle| {
+        handle
+            .store_status()
+            .is_some_and(|s| s.mode == StoreMode::Remote)
+    })
 }

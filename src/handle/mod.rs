@@ -369,7 +369,10 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
             );
             return;
         };
-        let store = store.clone();
+        // The limit is named after the layer's window (a builder's store
+        // has not taken it yet): the one its requests are admitted on.
+        let window = crate::store::redis::RemoteWindow::of(self.registry().window());
+        let store = store.clone().with_window(window);
         runtime.spawn(async move {
             let written = match limit {
                 Some(limit) => store.set_limit_id(id, limit).await,

@@ -358,7 +358,9 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
     }
 
     /// What to do while Redis cannot decide (an error, no answer within the
-    /// store's timeout, or the store in fallback between probes); see
+    /// store's timeout, the store in fallback between probes, a lazy store
+    /// not connected yet, a server that evicts keys, or this key's data in
+    /// Redis unusable); see
     /// [`StoreFailure`](crate::store::StoreFailure). Default:
     /// [`StoreFailure::Local`](crate::store::StoreFailure::Local), this
     /// replica's own window with the same limit.

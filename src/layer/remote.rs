@@ -14,7 +14,7 @@ use std::sync::Arc;
 use super::wait::{Gate, Verdict};
 use crate::clock::Clock;
 use crate::flow::{self, Admission};
-use crate::store::redis::{RedisStore, StoreFailure};
+use crate::store::redis::{KeyId, RedisStore, StoreFailure};
 use crate::store::{effective_now, Entry};
 
 /// What a request for `entry` (store identity `id`, this replica's
@@ -25,7 +25,7 @@ pub(crate) fn gate(
     store: RedisStore,
     policy: StoreFailure,
     entry: Arc<Entry>,
-    id: u128,
+    id: KeyId,
     limit: u64,
     interval_ms: u64,
 ) -> Gate {

@@ -467,7 +467,7 @@ impl<S: Clone + Send + 'static, X: KeyExtractor, M: MakeClassifier, R> SlidingWi
         request: Request<ReqBody>,
         entry: Arc<Entry>,
         reserved: Option<InFlight>,
-        id: u128,
+        id: crate::store::redis::KeyId,
         at: u64,
         limit: u64,
     ) -> ResponseFuture<S::Future, M::Classifier, R>

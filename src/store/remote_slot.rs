@@ -42,7 +42,7 @@ mod enabled {
     use std::sync::Arc;
 
     use crate::key::KeyVisitor;
-    use crate::store::redis::{identity, RedisStore, StoreFailure, StoreKey};
+    use crate::store::redis::{identity, KeyId, RedisStore, StoreFailure, StoreKey};
     use crate::store::{Entry, Lookup};
 
     /// A layer's shared store, if it has one, and its failure policy.
@@ -54,7 +54,7 @@ mod enabled {
     /// The store, and how this layer's keys become store identities.
     pub(crate) struct Remote<K> {
         pub(crate) store: RedisStore,
-        identity: fn(&K) -> u128,
+        identity: fn(&K) -> KeyId,
     }
 
     impl<K> Clone for Remote<K> {
@@ -115,7 +115,7 @@ mod enabled {
         }
 
         /// The store's identity of `key`, if there is a store.
-        pub(crate) fn identity_of(&self, key: &K) -> Option<(&RedisStore, u128)> {
+        pub(crate) fn identity_of(&self, key: &K) -> Option<(&RedisStore, KeyId)> {
             self.remote
                 .as_ref()
                 .map(|remote| (&remote.store, (remote.identity)(key)))
@@ -127,11 +127,11 @@ mod enabled {
     /// identity: one allocation, next to a round trip to Redis.
     pub(crate) struct RemoteLookup<'a, K> {
         pub(crate) lookup: Lookup<'a, K>,
-        pub(crate) identity: fn(&K) -> u128,
+        pub(crate) identity: fn(&K) -> KeyId,
     }
 
     impl<K: Clone + Eq + Hash + Send + Sync + 'static> KeyVisitor<K> for RemoteLookup<'_, K> {
-        type Output = (Arc<Entry>, u128);
+        type Output = (Arc<Entry>, KeyId);
 
         fn owned(self, key: K) -> Self::Output {
             let id = (self.identity)(&key);
@@ -149,7 +149,7 @@ mod enabled {
     }
 
     impl<K> Remote<K> {
-        pub(crate) fn identity_fn(&self) -> fn(&K) -> u128 {
+        pub(crate) fn identity_fn(&self) -> fn(&K) -> KeyId {
             self.identity
         }
     }

@@ -420,8 +420,14 @@ async fn hostile_keys_cost_redis_short_names_that_all_expire() {
     assert_eq!(names.len(), flood + 2, "one hash per key");
     for name in &names {
         let text = std::str::from_utf8(name).expect("names are ASCII");
+        // `hostile:{<64 hex digits>}:6000x10`: the SHA-256 digest, and the
+        // window's shape (10 buckets of 6 s).
+        let digest = text
+            .strip_prefix("hostile:{")
+            .and_then(|rest| rest.strip_suffix("}:6000x10"))
+            .unwrap_or_else(|| panic!("{text}"));
         assert!(
-            text.starts_with("hostile:{") && text.ends_with('}') && text.len() == 8 + 34,
+            digest.len() == 64 && digest.bytes().all(|b| b.is_ascii_hexdigit()),
             "{text}"
         );
         let ttl: i64 = conn.pttl(name).await.expect("pttl");
@@ -452,20 +458,203 @@ async fn garbage_in_redis_is_an_error_never_a_panic() {
     let verdict = store.admit("k", 3).await.expect("garbage dropped");
     assert!(verdict.passed);
     assert_eq!(verdict.window_pass, 1);
-    // A shared limit that is not a number is ignored.
-    let _: () = conn
-        .set(format!("{window}:limit"), "lots")
-        .await
-        .expect("set");
-    assert_eq!(store.admit("k", 3).await.expect("redis").limit, 3);
-    // A key of the wrong type: an error, counted, and the store goes on.
+    // A shared limit that is not a whole number is ignored.
+    for limit in ["lots", "inf", "1e400", "-5", "nan", "2.5"] {
+        let _: () = conn
+            .set(format!("{window}:limit"), limit)
+            .await
+            .expect("set");
+        assert_eq!(
+            store.admit("k", 3).await.expect("redis").limit,
+            3,
+            "{limit}"
+        );
+    }
+    let _: () = conn.del(format!("{window}:limit")).await.expect("del");
+    // A new window: the key is no longer known to be blocked.
+    clock.advance(Duration::from_secs(1));
+    // A key of the wrong type: this key's error, counted, and the store
+    // stays in Redis for the others.
     let _: () = conn.del(window).await.expect("del");
     let _: () = conn.set(window, "a string").await.expect("set");
     let err = store.admit("k", 3).await.expect_err("wrong type");
-    assert_eq!(err.kind(), StoreErrorKind::Redis, "{err}");
-    assert_eq!(store.status().failures, 1);
+    assert_eq!(err.kind(), StoreErrorKind::KeyData, "{err}");
+    let status = store.status();
+    assert_eq!(
+        (status.mode, status.failures, status.key_errors),
+        (StoreMode::Remote, 0, 1),
+        "{status:?}"
+    );
+    assert!(store.admit("other", 3).await.expect("another key").passed);
+    // A limit of the wrong type is ignored too.
     let _: () = conn.del(window).await.expect("del");
-    // The next probe is due on the store's clock (here the manual one).
-    clock.advance(Duration::from_millis(5));
-    assert!(store.admit("k", 3).await.expect("recovered").passed);
+    let _: () = conn
+        .hset(format!("{window}:limit"), "a", "b")
+        .await
+        .expect("hset");
+    assert!(store.admit("k", 3).await.expect("repaired").passed);
+    assert_eq!(store.status().failures, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shared_limit_belongs_to_its_window() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let clock = ManualClock::new(8_000);
+    let per_second = stores(&server, 1, &clock).await.remove(0);
+    let per_minute = per_second.clone().window(Duration::from_secs(60), 60);
+    per_minute.set_limit("/report", 2).await.expect("set");
+    // The per-second window keeps its own limit, and its own passes.
+    for _ in 0..5 {
+        assert!(per_second.admit("/report", 5).await.expect("redis").passed);
+    }
+    assert!(!per_second.admit("/report", 5).await.expect("redis").passed);
+    let minute: Vec<bool> = {
+        let mut passed = Vec::new();
+        for _ in 0..3 {
+            passed.push(
+                per_minute
+                    .admit("/report", 100)
+                    .await
+                    .expect("redis")
+                    .passed,
+            );
+        }
+        passed
+    };
+    assert_eq!(minute, [true, true, false]);
+    // Strict is part of the shape too.
+    let strict = per_second.clone().strict();
+    assert_eq!(
+        strict.admit("/report", 5).await.expect("redis").window_pass,
+        1
+    );
+    assert!(per_minute.remove_limit("/report").await.expect("remove"));
+    assert!(!per_second.remove_limit("/report").await.expect("remove"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_evicting_server_is_refused_unless_allowed() {
+    let Some(server) =
+        RedisServer::start_with(&["--maxmemory", "64mb", "--maxmemory-policy", "allkeys-lru"])
+    else {
+        return;
+    };
+    let mut conn = raw(&server.url()).await;
+    for policy in [
+        "allkeys-lru",
+        "allkeys-lfu",
+        "allkeys-random",
+        "volatile-lru",
+        "volatile-ttl",
+    ] {
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("maxmemory-policy")
+            .arg(policy)
+            .query_async(&mut conn)
+            .await
+            .expect("config set");
+        let clock = ManualClock::new(9_000);
+        let store = stores(&server, 1, &clock)
+            .await
+            .remove(0)
+            .probe_interval(Duration::from_millis(50));
+        let status = store.status();
+        assert!(status.evicting, "{policy}: {status:?}");
+        assert_eq!(status.mode, StoreMode::Fallback, "{policy}");
+        // The first request probes (and is told the policy again), the
+        // others are answered by the failure policy at once.
+        let err = store.admit("k", 5).await.expect_err("refused");
+        assert_eq!(err.kind(), StoreErrorKind::Evicting, "{policy}: {err}");
+        assert!(err.to_string().contains(policy), "{err}");
+        let err = store.admit("k", 5).await.expect_err("refused");
+        assert_eq!(err.kind(), StoreErrorKind::Unavailable, "{policy}: {err}");
+        assert_eq!(store.status().fallbacks, 2);
+
+        // Allowed: decided in Redis, and still reported.
+        let allowed = store.clone().allow_evicting_server();
+        assert!(allowed.admit("k", 5).await.expect("allowed").passed);
+        let status = allowed.status();
+        assert_eq!((status.mode, status.evicting), (StoreMode::Remote, true));
+    }
+    let keys: Vec<String> = conn.keys("tsw:*").await.expect("keys");
+    assert_eq!(keys.len(), 1, "only the allowed stores wrote: {keys:?}");
+
+    // Set to noeviction: the next probe reads it, and the store is back.
+    let clock = ManualClock::new(9_000);
+    let store = stores(&server, 1, &clock)
+        .await
+        .remove(0)
+        .probe_interval(Duration::from_millis(50));
+    assert!(store.admit("after", 5).await.is_err());
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory-policy")
+        .arg("noeviction")
+        .query_async(&mut conn)
+        .await
+        .expect("config set");
+    assert!(
+        store.admit("after", 5).await.is_err(),
+        "until the next probe"
+    );
+    clock.advance(Duration::from_millis(50));
+    assert!(store.admit("after", 5).await.expect("trusted again").passed);
+    let status = store.status();
+    assert_eq!((status.mode, status.evicting), (StoreMode::Remote, false));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connect_lazy_refuses_only_a_bad_url() {
+    let err = RedisStore::connect_lazy("http://127.0.0.1/").expect_err("not redis");
+    assert_eq!(err.kind(), StoreErrorKind::InvalidUrl, "{err}");
+    // No server on this port: a store anyway, in fallback, that answers
+    // at once.
+    let Some(nothing) = RedisServer::not_started(&[]) else {
+        return;
+    };
+    let store = RedisStore::connect_lazy(&nothing.url())
+        .expect("a valid url")
+        .timeout(Duration::from_millis(100));
+    assert_eq!(store.status().mode, StoreMode::Fallback);
+    let started = Instant::now();
+    for _ in 0..10 {
+        assert!(store.admit("k", 5).await.is_err());
+    }
+    assert!(started.elapsed() < Duration::from_secs(2));
+}
+
+#[test]
+fn connect_lazy_outside_a_runtime_is_an_error() {
+    let err = RedisStore::connect_lazy("redis://127.0.0.1:6379/").expect_err("no runtime");
+    assert_eq!(err.kind(), StoreErrorKind::Connect);
+    assert!(err.to_string().contains("tokio runtime"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connect_lazy_to_a_running_server_switches_to_redis_on_its_own() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let store = RedisStore::connect_lazy(&server.url())
+        .expect("a valid url")
+        .timeout(Duration::from_secs(10));
+    // The connection is made in the background, without a request.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while store.status().mode != StoreMode::Remote {
+        assert!(Instant::now() < deadline, "{:?}", store.status());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // The script is loaded by its first call.
+    for _ in 0..3 {
+        assert!(store.admit("k", 3).await.expect("redis").passed);
+    }
+    assert!(!store.admit("k", 3).await.expect("redis").passed);
+    let status = store.status();
+    assert_eq!(
+        (status.failures, status.outages, status.evicting),
+        (0, 0, false)
+    );
 }

@@ -16,7 +16,7 @@ use http::{Request, StatusCode};
 use redis_server::RedisServer;
 use tower::ServiceExt;
 use tower_sliding_window::clock::{Clock, ManualClock};
-use tower_sliding_window::store::{RedisStore, StoreFailure, StoreMode};
+use tower_sliding_window::store::{RedisStore, StoreErrorKind, StoreFailure, StoreMode};
 use tower_sliding_window::{PathKey, SlidingWindowLayer, StatsHandle};
 
 /// One replica: a router behind its own layer and its own store
@@ -33,9 +33,20 @@ async fn replica(
     policy: StoreFailure,
     timeout: Duration,
 ) -> Replica {
-    let store = RedisStore::connect(&server.url())
-        .await
-        .expect("connect")
+    let store = RedisStore::connect(&server.url()).await.expect("connect");
+    with_store(store, clock, limit, policy, timeout)
+}
+
+/// A replica on `store`, with the test's clock, timeout and a 50 ms probe
+/// interval.
+fn with_store(
+    store: RedisStore,
+    clock: &ManualClock,
+    limit: u64,
+    policy: StoreFailure,
+    timeout: Duration,
+) -> Replica {
+    let store = store
         .clock(clock.clone())
         .timeout(timeout)
         .probe_interval(Duration::from_millis(50));
@@ -237,4 +248,356 @@ async fn a_killed_server_is_answered_by_each_policy_without_5xx() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert_eq!(send(&deny.app, "/c").await, StatusCode::OK);
+}
+
+/// Every key name in the server.
+async fn names(conn: &mut redis::aio::MultiplexedConnection) -> Vec<String> {
+    let mut names: Vec<String> = redis::AsyncCommands::keys(conn, "*").await.expect("keys");
+    names.sort();
+    names
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_per_second_and_a_per_minute_layer_on_one_route_keep_apart() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let clock = ManualClock::new(6_000_000);
+    // One connection, the default prefix, the same route: only the windows
+    // differ (10 buckets of 100 ms, and 60 of 1 s).
+    let store = RedisStore::connect(&server.url())
+        .await
+        .expect("connect")
+        .clock(clock.clone())
+        .timeout(Duration::from_secs(10));
+    let per_second = SlidingWindowLayer::qps(100)
+        .key(PathKey)
+        .clock(clock.clone())
+        .store(store.clone())
+        .on_store_error(StoreFailure::Deny);
+    let per_minute = SlidingWindowLayer::qps(10)
+        .window(Duration::from_secs(60), 60)
+        .key(PathKey)
+        .clock(clock.clone())
+        .store(store)
+        .on_store_error(StoreFailure::Deny);
+    let minute_stats = per_minute.handle();
+    let app = Router::new()
+        .route("/{*path}", get(|| async { "ok" }))
+        .layer(per_second)
+        .layer(per_minute);
+    // 3 requests a second for a minute: 10 fit the minute.
+    let mut passed = 0;
+    for second in 0..60 {
+        for _ in 0..3 {
+            match send(&app, "/report").await {
+                StatusCode::OK => passed += 1,
+                StatusCode::TOO_MANY_REQUESTS => {}
+                other => panic!("second {second}: unexpected status {other}"),
+            }
+        }
+        clock.advance(Duration::from_secs(1));
+    }
+    assert_eq!(passed, 10, "passes in one minute at 10 per minute");
+    let status = minute_stats.store_status().expect("a store");
+    assert_eq!((status.mode, status.failures), (StoreMode::Remote, 0));
+
+    // Each window has its own name, with its shape in it.
+    let mut conn = redis_server::raw(&server.url()).await;
+    let names = names(&mut conn).await;
+    assert_eq!(names.len(), 2, "{names:?}");
+    assert!(names.iter().any(|n| n.ends_with("}:100x10")), "{names:?}");
+    assert!(names.iter().any(|n| n.ends_with("}:1000x60")), "{names:?}");
+}
+
+/// One hostile thing to find in a key's data.
+#[derive(Debug, Clone, Copy)]
+enum BadData {
+    /// This count in two of the key's buckets (the current one, and one
+    /// still in the window).
+    Count(&'static str),
+    /// A string where the key's hash should be.
+    WrongType,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_keys_bad_data_is_that_keys_alone() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let cases = [
+        BadData::Count("-1000"),
+        BadData::Count("nan"),
+        BadData::Count("inf"),
+        BadData::Count("-inf"),
+        BadData::Count("1e400"),
+        BadData::Count("2.5"),
+        BadData::Count("99999999999999999999"),
+        BadData::WrongType,
+    ];
+    let mut conn = redis_server::raw(&server.url()).await;
+    for (case, bad) in cases.into_iter().enumerate() {
+        // Bucket-aligned: the first pass at `t - 500`, the bad data at `t`
+        // and `t - 300`, the bursts at `t`.
+        let t = 10_000_000 + case as u64 * 10_000;
+        let clock = ManualClock::new(t - 500);
+        let timeout = Duration::from_secs(10);
+        let mut replicas = Vec::new();
+        for _ in 0..2 {
+            let replica = replica(&server, &clock, 10, StoreFailure::Local, timeout).await;
+            replicas.push(replica);
+        }
+        let (bad_path, good_path) = (format!("/bad-{case}"), format!("/good-{case}"));
+
+        let before = names(&mut conn).await;
+        assert_eq!(send(&replicas[0].app, &bad_path).await, StatusCode::OK);
+        let after = names(&mut conn).await;
+        let made: Vec<&String> = after.iter().filter(|n| !before.contains(n)).collect();
+        let [name] = made[..] else {
+            panic!("{bad:?}: one new key expected: {made:?}");
+        };
+        match bad {
+            BadData::Count(value) => {
+                for at in [t, t - 300] {
+                    let _: () = redis::AsyncCommands::hset(&mut conn, name, at, value)
+                        .await
+                        .expect("hset");
+                }
+            }
+            BadData::WrongType => {
+                let _: () = redis::AsyncCommands::del(&mut conn, name)
+                    .await
+                    .expect("del");
+                let _: () = redis::AsyncCommands::set(&mut conn, name, "a string")
+                    .await
+                    .expect("set");
+            }
+        }
+        clock.set(t);
+
+        // The bad key first, so that its trouble comes before the other's.
+        let bad_passed = burst(&replicas, &bad_path, 20).await;
+        let good_passed = burst(&replicas, &good_path, 20).await;
+        assert_eq!(good_passed, 10, "{bad:?}: the other key, 10 of 40");
+        for (i, replica) in replicas.iter().enumerate() {
+            let status = replica.stats.store_status().expect("a store");
+            assert_eq!(status.mode, StoreMode::Remote, "{bad:?}, replica {i}");
+            assert_eq!((status.failures, status.outages), (0, 0), "{bad:?}");
+        }
+        match bad {
+            BadData::Count(_) => {
+                // Dropped, not counted: the first pass is still there, and
+                // 9 more fit.
+                assert_eq!(bad_passed, 9, "{bad:?}: the bad key itself");
+                let mut fields: Vec<(String, String)> =
+                    redis::AsyncCommands::hgetall(&mut conn, name)
+                        .await
+                        .expect("hgetall");
+                fields.sort();
+                assert_eq!(
+                    fields,
+                    {
+                        let mut expected = vec![
+                            ((t - 500).to_string(), "1".to_owned()),
+                            (t.to_string(), "9".to_owned()),
+                        ];
+                        expected.sort();
+                        expected
+                    },
+                    "{bad:?}: bad buckets deleted"
+                );
+                let errors: u64 = replicas
+                    .iter()
+                    .map(|r| r.stats.store_status().expect("a store").key_errors)
+                    .sum();
+                assert_eq!(errors, 0);
+            }
+            BadData::WrongType => {
+                // Answered by the failure policy (each replica's own
+                // window: one pass was already in replica 0's), and counted.
+                assert_eq!(bad_passed, 9 + 10, "{bad:?}: local windows");
+                let errors: u64 = replicas
+                    .iter()
+                    .map(|r| r.stats.store_status().expect("a store").key_errors)
+                    .sum();
+                assert_eq!(errors, 40, "{bad:?}: every request of the key");
+                let kept: String = redis::AsyncCommands::get(&mut conn, name)
+                    .await
+                    .expect("get");
+                assert_eq!(kept, "a string", "another program's value is left alone");
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_evicting_server_decides_nothing_however_it_is_flooded() {
+    let Some(server) =
+        RedisServer::start_with(&["--maxmemory", "4mb", "--maxmemory-policy", "allkeys-lru"])
+    else {
+        return;
+    };
+    let clock = ManualClock::new(20_000_000);
+    let mut conn = redis_server::raw(&server.url()).await;
+    // Ten replicas, one after another in one window, each asking for 10
+    // passes of a key limited to 10 in all, with a flood of other data
+    // between them: an LRU server evicts the key's window each time, and
+    // would let each replica pass its 10 again. Refused as a store, the
+    // server decides nothing: the policy (here fail closed) answers.
+    let mut passed = 0;
+    for round in 0..10 {
+        let replica = replica(
+            &server,
+            &clock,
+            10,
+            StoreFailure::Deny,
+            Duration::from_secs(10),
+        )
+        .await;
+        for _ in 0..10 {
+            match send(&replica.app, "/k").await {
+                StatusCode::OK => passed += 1,
+                StatusCode::TOO_MANY_REQUESTS => {}
+                other => panic!("unexpected status {other}"),
+            }
+        }
+        let status = replica.stats.store_status().expect("a store");
+        assert!(status.evicting, "{status:?}");
+        assert_eq!(status.mode, StoreMode::Fallback, "{status:?}");
+        let mut pipe = redis::pipe();
+        for i in 0..1_000 {
+            pipe.set(format!("flood:{round}:{i}"), "x".repeat(1_024))
+                .ignore();
+        }
+        let _: () = pipe.query_async(&mut conn).await.expect("flood");
+    }
+    assert_eq!(passed, 0, "nothing decided on an evicting server");
+    let info: String = redis::cmd("INFO")
+        .arg("stats")
+        .query_async(&mut conn)
+        .await
+        .expect("info");
+    assert!(
+        !info.contains("evicted_keys:0\r"),
+        "the flood evicted keys: {info}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_server_is_answered_by_each_policy_without_5xx() {
+    let Some(server) = RedisServer::start_with(&["--maxmemory-policy", "noeviction"]) else {
+        return;
+    };
+    let clock = ManualClock::new(30_000_000);
+    let timeout = Duration::from_secs(10);
+    let local = replica(&server, &clock, 5, StoreFailure::Local, timeout).await;
+    let allow = replica(&server, &clock, 5, StoreFailure::Allow, timeout).await;
+    let deny = replica(&server, &clock, 5, StoreFailure::Deny, timeout).await;
+    assert_eq!(send(&local.app, "/a").await, StatusCode::OK);
+
+    // A tiny maxmemory: every write is refused (OOM).
+    let mut conn = redis_server::raw(&server.url()).await;
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg(1)
+        .query_async(&mut conn)
+        .await
+        .expect("config set");
+    let set: redis::RedisResult<()> = redis::AsyncCommands::set(&mut conn, "x", "y").await;
+    assert_eq!(set.expect_err("full").code(), Some("OOM"));
+
+    let (mut local_ok, mut allow_ok, mut deny_ok) = (0, 0, 0);
+    for _ in 0..20 {
+        // New keys: each needs a write that the server refuses.
+        for (replica, count) in [
+            (&local, &mut local_ok),
+            (&allow, &mut allow_ok),
+            (&deny, &mut deny_ok),
+        ] {
+            match send(&replica.app, "/b").await {
+                StatusCode::OK => *count += 1,
+                StatusCode::TOO_MANY_REQUESTS => {}
+                other => panic!("unexpected status {other}"),
+            }
+        }
+    }
+    assert_eq!((local_ok, allow_ok, deny_ok), (5, 20, 0));
+    for replica in [&local, &allow, &deny] {
+        let status = replica.stats.store_status().expect("a store");
+        assert_eq!(status.mode, StoreMode::Fallback, "{status:?}");
+        assert!(status.failures >= 1 && !status.evicting, "{status:?}");
+    }
+
+    // Room again: the next probe finds Redis.
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg(0)
+        .query_async(&mut conn)
+        .await
+        .expect("config set");
+    clock.advance(Duration::from_secs(1));
+    assert_eq!(send(&deny.app, "/c").await, StatusCode::OK);
+    assert_eq!(
+        deny.stats.store_status().expect("a store").mode,
+        StoreMode::Remote
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_started_before_redis_serve_and_then_share_the_limit() {
+    let Some(mut server) = RedisServer::not_started(&[]) else {
+        return;
+    };
+    let clock = ManualClock::new(40_000_000);
+    // Nothing listens yet: `connect` says so.
+    let err = RedisStore::connect(&server.url())
+        .await
+        .expect_err("no server yet");
+    assert_eq!(err.kind(), StoreErrorKind::Connect, "{err}");
+
+    let timeout = Duration::from_millis(200);
+    let lazy = || RedisStore::connect_lazy(&server.url()).expect("a valid url");
+    let deny = with_store(lazy(), &clock, 5, StoreFailure::Deny, timeout);
+    let local = with_store(lazy(), &clock, 5, StoreFailure::Local, timeout);
+    assert_eq!(
+        deny.stats.store_status().expect("a store").mode,
+        StoreMode::Fallback
+    );
+    let mut slowest = Duration::ZERO;
+    let (mut deny_ok, mut local_ok) = (0, 0);
+    for _ in 0..20 {
+        for (replica, count) in [(&deny, &mut deny_ok), (&local, &mut local_ok)] {
+            let started = Instant::now();
+            match send(&replica.app, "/a").await {
+                StatusCode::OK => *count += 1,
+                StatusCode::TOO_MANY_REQUESTS => {}
+                other => panic!("unexpected status {other}"),
+            }
+            slowest = slowest.max(started.elapsed());
+        }
+    }
+    assert_eq!((deny_ok, local_ok), (0, 5), "each by its failure policy");
+    assert!(slowest < Duration::from_secs(2), "slowest {slowest:?}");
+
+    // Redis comes up: both replicas find it on their own.
+    server.begin();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    for replica in [&deny, &local] {
+        while replica.stats.store_status().expect("a store").mode != StoreMode::Remote {
+            assert!(Instant::now() < deadline, "never joined");
+            clock.advance(Duration::from_millis(60));
+            let _ = send(&replica.app, "/probe").await;
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    // A fresh window: the two share 5, under 5x overload.
+    clock.advance(Duration::from_secs(2));
+    let replicas = [deny, local];
+    assert_eq!(burst(&replicas, "/shared", 13).await, 5);
+    for replica in &replicas {
+        let status = replica.stats.store_status().expect("a store");
+        assert_eq!(status.mode, StoreMode::Remote, "{status:?}");
+    }
 }

@@ -18,12 +18,33 @@ pub struct RedisServer {
     port: u16,
     dir: PathBuf,
     child: Option<Child>,
+    /// More `--name value` settings, given at every (re)start.
+    settings: Vec<String>,
 }
 
 impl RedisServer {
     /// Starts a server, or returns `None` (outside CI) when that is not
     /// possible here.
     pub fn start() -> Option<RedisServer> {
+        RedisServer::start_with(&[])
+    }
+
+    /// Starts a server with more settings (`["--maxmemory", "2mb"]`), or
+    /// returns `None` (outside CI) when that is not possible here.
+    pub fn start_with(settings: &[&str]) -> Option<RedisServer> {
+        let mut server = RedisServer::not_started(settings)?;
+        match server.launch() {
+            Ok(()) => Some(server),
+            Err(why) => unavailable(&why),
+        }
+    }
+
+    /// A server with its port and directory chosen, not started yet (its
+    /// URL refuses connections until [`begin`](Self::begin)).
+    pub fn not_started(settings: &[&str]) -> Option<RedisServer> {
+        if let Err(err) = Command::new("redis-server").arg("--version").output() {
+            return unavailable(&format!("cannot run redis-server: {err}"));
+        }
         let dir =
             std::env::temp_dir().join(format!("tsw-redis-{}-{}", std::process::id(), unique()));
         if let Err(err) = std::fs::create_dir_all(&dir) {
@@ -33,15 +54,17 @@ impl RedisServer {
             Ok(port) => port,
             Err(err) => return unavailable(&format!("no free port: {err}")),
         };
-        let mut server = RedisServer {
+        Some(RedisServer {
             port,
             dir,
             child: None,
-        };
-        match server.launch() {
-            Ok(()) => Some(server),
-            Err(why) => unavailable(&why),
-        }
+            settings: settings.iter().map(|s| (*s).to_owned()).collect(),
+        })
+    }
+
+    /// Starts a server made with [`not_started`](Self::not_started).
+    pub fn begin(&mut self) {
+        self.restart();
     }
 
     /// `redis://127.0.0.1:<port>/`
@@ -86,6 +109,7 @@ impl RedisServer {
             .args(["--enable-debug-command", "yes"])
             .arg("--dir")
             .arg(&self.dir)
+            .args(&self.settings)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()

@@ -10,9 +10,44 @@
 -- ARGV[6]  the time in ms, or '' to read the server's clock (TIME)
 -- ARGV[7]  expiry of KEYS[1] in ms
 -- ARGV[8]  expiry of KEYS[2] in ms, renewed when it is read
+-- ARGV[9]  the server's eviction policy: '0' not asked for; '1' report it;
+--          '2' report it, and decide nothing when the server evicts keys
 --
--- Returns {passed (1 or 0), passes in the window, ms until n could pass
--- (0 when passed, -1 when never), the limit applied}.
+-- Returns {outcome, passes in the window, ms until n could pass (0 when
+-- passed, -1 when never), the limit applied, the eviction policy ('' when
+-- not asked for or not readable)}, where outcome is 1 passed, 0 refused,
+-- 2 nothing decided: KEYS[1] holds a value that is not a hash, or
+-- 3 nothing decided: the server evicts keys (ARGV[9] = '2').
+--
+-- Only counts this script could have written are read: digits, at most
+-- 2^53. Anything else (negative, fractional, 'nan', 'inf', '1e400', text)
+-- is deleted as it is met, never counted: one key's bad data costs that key
+-- its bad buckets, and no other key anything.
+
+local MAX = 9007199254740992
+
+-- A whole number from 0 to 2^53 written in digits, else nil.
+local function whole(value)
+  if type(value) ~= 'string' or #value > 16 or not string.match(value, '^%d+$') then
+    return nil
+  end
+  local number = tonumber(value)
+  if number > MAX then
+    return nil
+  end
+  return number
+end
+
+local policy = ''
+if ARGV[9] ~= '0' then
+  local info = redis.pcall('INFO', 'memory')
+  if type(info) == 'string' then
+    policy = string.match(info, 'maxmemory_policy:([%w%-]+)') or ''
+  end
+  if ARGV[9] == '2' and policy ~= '' and policy ~= 'noeviction' then
+    return { 3, 0, -1, 0, policy }
+  end
+end
 
 local limit = tonumber(ARGV[1])
 local n = tonumber(ARGV[2])
@@ -28,13 +63,20 @@ else
   now = tonumber(ARGV[6])
 end
 
-local shared = redis.call('GET', KEYS[2])
-if shared then
-  local value = tonumber(shared)
-  if value and value >= 0 then
-    limit = math.floor(value)
+-- A limit of the wrong type, or not a whole number, is ignored.
+local shared = redis.pcall('GET', KEYS[2])
+if type(shared) == 'string' then
+  local value = whole(shared)
+  if value then
+    limit = value
   end
   redis.call('PEXPIRE', KEYS[2], ARGV[8])
+end
+
+local fields = redis.pcall('HGETALL', KEYS[1])
+if fields.err then
+  -- Not a hash: this key's error, reported as such; nothing is written.
+  return { 2, 0, -1, limit, policy }
 end
 
 local start = now - now % bucket
@@ -44,10 +86,9 @@ local first = start - (samples - 1) * bucket
 
 local counted, in_window = 0, 0
 local live = {}
-local fields = redis.call('HGETALL', KEYS[1])
 for i = 1, #fields, 2 do
-  local at = tonumber(fields[i])
-  local passes = tonumber(fields[i + 1])
+  local at = whole(fields[i])
+  local passes = whole(fields[i + 1])
   if at == nil or passes == nil or at < oldest then
     -- Out of the window, or not written by this script: dropped.
     redis.call('HDEL', KEYS[1], fields[i])
@@ -63,7 +104,7 @@ end
 if counted + n <= limit then
   redis.call('HINCRBY', KEYS[1], start, n)
   redis.call('PEXPIRE', KEYS[1], ARGV[7])
-  return { 1, in_window + n, 0, limit }
+  return { 1, in_window + n, 0, limit, policy }
 end
 
 -- Blocked: the wait until enough passes have left the counted buckets.
@@ -80,4 +121,4 @@ if n <= limit then
     end
   end
 end
-return { 0, in_window, wait, limit }
+return { 0, in_window, wait, limit, policy }

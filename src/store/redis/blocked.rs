@@ -17,6 +17,8 @@ use std::sync::Mutex;
 
 use std::collections::HashMap;
 
+use super::KeyId;
+
 /// Most keys remembered as blocked at once.
 pub(crate) const MAX_BLOCKED: usize = 4096;
 
@@ -33,11 +35,11 @@ pub(crate) struct Blocked {
 
 #[derive(Debug, Default)]
 pub(crate) struct BlockedKeys {
-    keys: Mutex<HashMap<u128, Blocked>>,
+    keys: Mutex<HashMap<KeyId, Blocked>>,
 }
 
 impl BlockedKeys {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u128, Blocked>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<KeyId, Blocked>> {
         // A panic while holding this lock leaves a plain map; keep using it.
         self.keys
             .lock()
@@ -45,7 +47,7 @@ impl BlockedKeys {
     }
 
     /// The refusal still in force for `id` at `now_ms` for `n` passes.
-    pub(crate) fn check(&self, id: u128, n: u64, now_ms: u64) -> Option<Blocked> {
+    pub(crate) fn check(&self, id: KeyId, n: u64, now_ms: u64) -> Option<Blocked> {
         let mut keys = self.lock();
         let blocked = *keys.get(&id)?;
         if now_ms >= blocked.until_ms {
@@ -55,7 +57,7 @@ impl BlockedKeys {
         (n >= blocked.n).then_some(blocked)
     }
 
-    pub(crate) fn remember(&self, id: u128, blocked: Blocked, now_ms: u64) {
+    pub(crate) fn remember(&self, id: KeyId, blocked: Blocked, now_ms: u64) {
         let mut keys = self.lock();
         if keys.len() >= MAX_BLOCKED && !keys.contains_key(&id) {
             keys.retain(|_, b| b.until_ms > now_ms);
@@ -66,7 +68,7 @@ impl BlockedKeys {
         keys.insert(id, blocked);
     }
 
-    pub(crate) fn forget(&self, id: u128) {
+    pub(crate) fn forget(&self, id: KeyId) {
         self.lock().remove(&id);
     }
 
@@ -79,6 +81,11 @@ impl BlockedKeys {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::redis::identity;
+
+    fn id(n: u64) -> KeyId {
+        identity(&n)
+    }
 
     fn blocked(until_ms: u64) -> Blocked {
         Blocked {
@@ -92,24 +99,24 @@ mod tests {
     #[test]
     fn refused_until_the_wait_is_over() {
         let keys = BlockedKeys::default();
-        keys.remember(1, blocked(100), 0);
-        assert!(keys.check(1, 1, 99).is_some());
-        assert!(keys.check(2, 1, 99).is_none());
-        assert!(keys.check(1, 1, 100).is_none());
+        keys.remember(id(1), blocked(100), 0);
+        assert!(keys.check(id(1), 1, 99).is_some());
+        assert!(keys.check(id(2), 1, 99).is_none());
+        assert!(keys.check(id(1), 1, 100).is_none());
         assert_eq!(keys.len(), 0, "expired entries are dropped when read");
     }
 
     #[test]
     fn a_flood_of_keys_stays_bounded() {
         let keys = BlockedKeys::default();
-        let flood = MAX_BLOCKED as u128 * 3;
-        for id in 0..flood {
-            keys.remember(id, blocked(1_000), 0);
+        let flood = MAX_BLOCKED as u64 * 3;
+        for n in 0..flood {
+            keys.remember(id(n), blocked(1_000), 0);
         }
         assert_eq!(keys.len(), MAX_BLOCKED);
         // Once the old ones expire, new keys find room again.
-        keys.remember(flood, blocked(5_000), 1_000);
+        keys.remember(id(flood), blocked(5_000), 1_000);
         assert_eq!(keys.len(), 1);
-        assert!(keys.check(flood, 1, 1_001).is_some());
+        assert!(keys.check(id(flood), 1, 1_001).is_some());
     }
 }

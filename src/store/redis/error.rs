@@ -23,6 +23,15 @@ pub enum StoreErrorKind {
     /// The store is in fallback after a failure and did not ask Redis (see
     /// [`StoreMode::Fallback`](super::StoreMode::Fallback)).
     Unavailable,
+    /// This key's data in Redis cannot be used (its name holds a value
+    /// that is not a hash): an error of this key alone, which does not
+    /// switch the store to fallback (see
+    /// [`StoreStatus::key_errors`](super::StoreStatus::key_errors)).
+    KeyData,
+    /// The server's `maxmemory-policy` evicts keys, and the store does not
+    /// decide on such a server (see
+    /// [`RedisStore::allow_evicting_server`](super::RedisStore::allow_evicting_server)).
+    Evicting,
 }
 
 /// A failed round trip to Redis, or one not tried because Redis is down.
@@ -65,6 +74,8 @@ impl fmt::Display for StoreError {
             StoreErrorKind::Redis => "redis error",
             StoreErrorKind::Reply => "unexpected reply from redis",
             StoreErrorKind::Unavailable => "redis store in fallback",
+            StoreErrorKind::KeyData => "unusable key data in redis",
+            StoreErrorKind::Evicting => "redis evicts keys",
         };
         if self.message.is_empty() {
             f.write_str(what)

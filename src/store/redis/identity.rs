@@ -3,14 +3,23 @@
 //! A key's Redis name must not depend on the process that computes it, so
 //! it cannot come from `Hash` (whose output is not promised stable across
 //! builds) nor from a per-process random hasher. Instead each key type
-//! writes a stable byte form of itself ([`StoreKey`]), and the name is a
-//! 128-bit HighwayHash of those bytes under a fixed, published hash key: 32
-//! hex digits, whatever the key's length or bytes.
+//! writes a stable byte form of itself ([`StoreKey`]), and the name is the
+//! SHA-256 digest of those bytes: 64 hex digits, whatever the key's length
+//! or bytes.
+//!
+//! The digest is a cryptographic hash, not a keyed one: a keyed hash would
+//! need its key on every replica, and a key shipped in the crate is
+//! published, which lets anyone search offline for two client keys that
+//! share one window in Redis. Finding two byte forms with one SHA-256
+//! digest is out of reach, and so is finding a second one for a given
+//! key; the name keeps all 256 bits.
 
 use std::fmt::Write as _;
 use std::net::IpAddr;
 
-use highway::{HighwayHash, HighwayHasher, Key};
+use sha2::{Digest, Sha256};
+
+use super::RemoteWindow;
 
 /// A key type whose keys can be shared through a
 /// [`RedisStore`](super::RedisStore): it writes a byte form of each key
@@ -60,7 +69,7 @@ pub trait StoreKey {
 /// Where a [`StoreKey`] writes its bytes: they are hashed as they come, so
 /// a long key costs no copy.
 pub struct KeyBytes {
-    hasher: HighwayHasher,
+    hasher: Sha256,
     len: u64,
 }
 
@@ -72,27 +81,21 @@ impl std::fmt::Debug for KeyBytes {
     }
 }
 
-/// The fixed HighwayHash key: the ASCII bytes of "tower-sliding-window/redis
-/// key v1" and padding. Changing it renames every key in Redis.
-const IDENTITY_KEY: Key = Key([
-    0x7377_2d72_6577_6f74,
-    0x772d_676e_6964_696c,
-    0x6572_2f77_6f64_6e69,
-    0x3176_2079_656b_2073,
-]);
+/// Hashed before a key's bytes, so that these digests name nothing but
+/// this crate's keys. Changing it renames every key in Redis.
+const IDENTITY_CONTEXT: &[u8] = b"tower-sliding-window/redis key v2\0";
 
 impl KeyBytes {
     fn new() -> Self {
-        KeyBytes {
-            hasher: HighwayHasher::new(IDENTITY_KEY),
-            len: 0,
-        }
+        let mut hasher = Sha256::new();
+        hasher.update(IDENTITY_CONTEXT);
+        KeyBytes { hasher, len: 0 }
     }
 
     /// Writes raw bytes. Use it for parts of a fixed length; write a length
     /// first for parts whose length varies.
     pub fn write(&mut self, bytes: &[u8]) {
-        self.hasher.append(bytes);
+        self.hasher.update(bytes);
         self.len = self.len.saturating_add(bytes.len() as u64);
     }
 
@@ -101,31 +104,65 @@ impl KeyBytes {
         self.write(&[tag]);
     }
 
-    fn finish(mut self) -> u128 {
+    fn finish(mut self) -> KeyId {
+        // The total length last: byte forms that one key type writes
+        // cannot be the start of another's with the same digest.
         let len = self.len;
-        self.hasher.append(&len.to_le_bytes());
-        let [high, low] = self.hasher.finalize128();
-        (u128::from(high) << 64) | u128::from(low)
+        self.hasher.update(len.to_le_bytes());
+        KeyId(self.hasher.finalize().into())
     }
 }
 
-/// The 128-bit identity of `key`.
-pub(crate) fn identity<K: StoreKey + ?Sized>(key: &K) -> u128 {
+/// A key's identity in Redis: the SHA-256 digest of its byte form.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct KeyId([u8; 32]);
+
+impl std::fmt::Debug for KeyId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.hex())
+    }
+}
+
+impl KeyId {
+    fn hex(&self) -> String {
+        let mut hex = String::with_capacity(64);
+        for byte in self.0 {
+            // Writing to a `String` cannot fail.
+            let _ = write!(hex, "{byte:02x}");
+        }
+        hex
+    }
+}
+
+/// The identity of `key`.
+pub(crate) fn identity<K: StoreKey + ?Sized>(key: &K) -> KeyId {
     let mut out = KeyBytes::new();
     key.write_bytes(&mut out);
     out.finish()
 }
 
-/// The Redis names of a key's buckets and of its shared limit:
-/// `<prefix>{<32 hex digits>}` and the same with `:limit`. The braces make
-/// the digits the hash tag, so both land in one Redis Cluster slot.
-pub(crate) fn redis_names(prefix: &str, id: u128) -> (String, String) {
-    let mut window = String::with_capacity(prefix.len() + 34);
-    window.push_str(prefix);
+/// The Redis names of a key's buckets and of its shared limit under
+/// `window`: `<prefix>{<64 hex digits>}:<bucket ms>x<sample count>` (and
+/// `+1` when strict), and the same with `:limit`.
+///
+/// The window's shape is part of the name: layers with different windows
+/// on one key keep apart, each with its own buckets (a script that cut
+/// buckets of another length would drop or miscount them) and its own
+/// shared limit (a limit means nothing without its window). The braces
+/// make the digits the hash tag, so both names land in one Redis Cluster
+/// slot.
+pub(crate) fn redis_names(prefix: &str, id: KeyId, window: &RemoteWindow) -> (String, String) {
+    let mut name = String::with_capacity(prefix.len() + 100);
+    name.push_str(prefix);
+    name.push('{');
+    name.push_str(&id.hex());
     // Writing to a `String` cannot fail.
-    let _ = write!(window, "{{{id:032x}}}");
-    let limit = format!("{window}:limit");
-    (window, limit)
+    let _ = write!(name, "}}:{}x{}", window.bucket_ms(), window.sample_count);
+    if window.strict {
+        name.push_str("+1");
+    }
+    let limit = format!("{name}:limit");
+    (name, limit)
 }
 
 impl StoreKey for () {
@@ -236,11 +273,59 @@ mod tests {
         }
     }
 
+    fn window(bucket_ms: u64, sample_count: usize, strict: bool) -> RemoteWindow {
+        RemoteWindow {
+            sample_count,
+            interval_ms: bucket_ms * sample_count as u64,
+            strict,
+        }
+    }
+
     #[test]
-    fn names_carry_the_prefix_and_one_hash_tag() {
-        let (window, limit) = redis_names("app:", 0xab);
-        assert_eq!(window, format!("app:{{{:032x}}}", 0xab));
-        assert_eq!(limit, format!("{window}:limit"));
-        assert_eq!(window.matches('{').count(), 1);
+    fn names_carry_the_prefix_one_hash_tag_and_the_window() {
+        let id = identity("/login");
+        let (name, limit) = redis_names("app:", id, &window(100, 10, false));
+        assert_eq!(name, format!("app:{{{}}}:100x10", id.hex()));
+        assert_eq!(limit, format!("{name}:limit"));
+        assert_eq!(name.matches('{').count(), 1);
+        assert_eq!(id.hex().len(), 64);
+    }
+
+    #[test]
+    fn every_part_of_the_window_shape_renames_the_key() {
+        let id = identity("/login");
+        let shapes = [
+            window(100, 10, false),
+            window(100, 10, true),
+            window(1000, 60, false),
+            window(1000, 10, false),
+            window(100, 600, false),
+        ];
+        let names: Vec<_> = shapes
+            .iter()
+            .map(|shape| redis_names("tsw:", id, shape))
+            .collect();
+        for (i, (name, limit)) in names.iter().enumerate() {
+            for (other, other_limit) in &names[i + 1..] {
+                assert_ne!(name, other);
+                assert_ne!(limit, other_limit);
+            }
+        }
+    }
+
+    #[test]
+    fn names_are_fixed_across_builds_and_platforms() {
+        // SHA-256 of the context, the byte form (tag 1, the length in 8
+        // bytes little-endian, the bytes) and its total length, computed
+        // apart from this code: every replica, in every build, names a key
+        // alike.
+        assert_eq!(
+            identity("").hex(),
+            "2966f59b1e42e3b2acf80a2e65666bad8197f28092cd47a5ee88ba8a5632defa"
+        );
+        assert_eq!(
+            identity("/login").hex(),
+            "fbfa88cc1656fb75d57849c0193699cdb0407c762c5e11dd8c359cd360a2f1e3"
+        );
     }
 }

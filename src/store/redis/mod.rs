@@ -34,12 +34,22 @@
 //!
 //! # Keys in Redis
 //!
-//! A key's name is `<prefix>{<id>}` (default prefix `tsw:`), with `id` 32
-//! hex digits: a 128-bit HighwayHash, under a fixed hash key, of the
-//! key's stable byte form ([`StoreKey`]). So every replica names a key the
-//! same way, a key of any length or bytes costs Redis one short name, and
-//! the braces make the id the Redis Cluster hash tag: a key's buckets and
-//! its shared limit (`<prefix>{<id>}:limit`) are in one slot.
+//! A key's buckets are named `<prefix>{<id>}:<bucket ms>x<sample count>`
+//! (default prefix `tsw:`; `+1` at the end when strict), for example
+//! `tsw:{fbfa88cc…60a2f1e3}:100x10` for the key `"/login"` on the default
+//! window (64 hex digits in full), with `id` 64 hex
+//! digits: the SHA-256 digest of the key's stable byte form
+//! ([`StoreKey`]). So every replica names a key the same way, a key of any
+//! length or bytes costs Redis one short name, no one can search offline
+//! for two client keys that share a window (a cryptographic hash, with no
+//! key to publish), and the braces make the id the Redis Cluster hash tag:
+//! a key's buckets and its shared limit (the same name and `:limit`) are
+//! in one slot.
+//!
+//! The window's shape is in the name: layers with different windows on the
+//! same key (a per-second and a per-minute limit on one route, say) keep
+//! separate buckets and separate shared limits on one server, under one
+//! prefix, without touching each other's.
 //!
 //! Long keys: the built-in string extractors turn a key longer than
 //! [`MAX_KEY_BYTES`](crate::key::MAX_KEY_BYTES) into a digest form under a
@@ -48,6 +58,15 @@
 //! by each replica: each replica then has its own window in Redis for it
 //! (at most the limit per replica, as without a store). Keys up to that
 //! length, and keys of your own [`StoreKey`] types, are shared.
+//!
+//! A key's data is read as this store writes it, whole counts from 0 to
+//! 2^53: anything else in a key's hash (a negative or fractional count,
+//! `nan`, `inf`, text) is deleted when the script meets it, never counted.
+//! A key whose name holds something that is not a hash (another program's
+//! string, say) is that key's error alone
+//! ([`StoreErrorKind::KeyData`], counted in
+//! [`StoreStatus::key_errors`]): the request is answered by the failure
+//! policy, and the store stays in Redis for every other key.
 //!
 //! Every key the store writes expires on its own: the buckets two windows
 //! after the last pass ([`PEXPIRE`] on every write), a shared limit after
@@ -74,6 +93,31 @@
 //! first success switches back and logs one notice. [`RedisStore::status`]
 //! shows the mode and the counts.
 //!
+//! **Redis down at start.** [`connect`](RedisStore::connect) fails when the
+//! server cannot be reached. [`connect_lazy`](RedisStore::connect_lazy)
+//! returns at once: the store starts in fallback, connects in the
+//! background, and joins the shared limit from the first probe that finds
+//! the server up.
+//!
+//! # A server that evicts keys
+//!
+//! A server with a `maxmemory` and an evicting `maxmemory-policy`
+//! (`allkeys-*`, or `volatile-*`: every key of this store has a TTL) drops
+//! a key's buckets whenever other data fills its memory, and that key then
+//! passes the limit again: a shared limit it cannot be. The store reads
+//! the policy (with `INFO memory`, which managed services allow) when it
+//! connects and whenever it tries Redis again after a failure (so after a
+//! reconnect), and reports it in [`StoreStatus::evicting`]. While the
+//! policy evicts, the store does not decide in Redis: requests are
+//! answered by the failure policy, and each probe reads the policy again,
+//! so the store is back in Redis one probe interval after the server is
+//! set to `noeviction`.
+//! [`allow_evicting_server`](RedisStore::allow_evicting_server) decides in
+//! Redis anyway. Run Redis with `maxmemory-policy noeviction` and memory to
+//! spare: then a full server refuses writes (`OOM`), which the store
+//! treats as any failure (the failure policy answers), instead of dropping
+//! windows without a word.
+//!
 //! [`PEXPIRE`]: https://redis.io/docs/latest/commands/pexpire/
 
 mod blocked;
@@ -93,14 +137,15 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::Script;
 
 use self::blocked::{Blocked, BlockedKeys};
-pub(crate) use self::identity::identity;
 use self::identity::redis_names;
+pub(crate) use self::identity::{identity, KeyId};
 use self::status::{Health, Route};
 use crate::clock::{Clock, SharedClock};
 use crate::stat::validate_window;
 
 /// What a layer with a [`RedisStore`] does while Redis cannot decide (an
-/// error, or no answer within the timeout). Chosen with
+/// error, no answer within the timeout, not connected yet, a server that
+/// evicts keys, or, for one key, its data in Redis unusable). Chosen with
 /// `SlidingWindowLayer::on_store_error`.
 ///
 /// | policy | while Redis is down |
@@ -151,7 +196,16 @@ pub(crate) struct RemoteWindow {
 }
 
 impl RemoteWindow {
-    fn bucket_ms(&self) -> u64 {
+    /// The shape of a layer's window.
+    pub(crate) fn of(window: &crate::store::Window) -> Self {
+        RemoteWindow {
+            sample_count: window.sample_count,
+            interval_ms: window.interval_ms,
+            strict: window.strict,
+        }
+    }
+
+    pub(crate) fn bucket_ms(&self) -> u64 {
         self.interval_ms / self.sample_count as u64
     }
 
@@ -161,7 +215,7 @@ impl RemoteWindow {
 }
 
 /// What every clone of a store shares: the connection, the script and the
-/// health of the link.
+/// health of the link (with what is known of the server's eviction policy).
 struct Link {
     connection: ConnectionManager,
     script: Script,
@@ -182,6 +236,12 @@ const DEFAULT_TIMEOUT: Duration = Duration::from_millis(100);
 const DEFAULT_PROBE: Duration = Duration::from_millis(500);
 const DEFAULT_LIMIT_TTL: Duration = Duration::from_secs(24 * 3600);
 const DEFAULT_PREFIX: &str = "tsw:";
+/// The default window: 10 buckets of 100 ms.
+const DEFAULT_WINDOW: RemoteWindow = RemoteWindow {
+    sample_count: 10,
+    interval_ms: 1000,
+    strict: false,
+};
 /// Longest prefix accepted, in bytes.
 const MAX_PREFIX_BYTES: usize = 256;
 
@@ -220,6 +280,8 @@ pub struct RedisStore {
     timeout: Duration,
     probe: Duration,
     limit_ttl: Duration,
+    /// Decide in Redis even when its policy evicts keys.
+    allow_evicting: bool,
     /// `None`: Redis's `TIME` cuts the buckets, this store's system clock
     /// times the local refusals and probes.
     clock: Option<SharedClock>,
@@ -237,37 +299,29 @@ impl fmt::Debug for RedisStore {
             .field("timeout", &self.timeout)
             .field("probe_interval", &self.probe)
             .field("manual_time", &self.clock.is_some())
-            .field("status", &self.link.health.status())
+            .field("allow_evicting_server", &self.allow_evicting)
+            .field("status", &self.status())
             .finish_non_exhaustive()
     }
 }
 
 /// # Connecting and settings
 impl RedisStore {
-    /// Connects to the Redis server at `url` (`redis://[user:password@]host[:port][/db]`)
-    /// and loads the admission script.
+    /// Connects to the Redis server at `url` (`redis://[user:password@]host[:port][/db]`),
+    /// loads the admission script and reads the server's eviction policy
+    /// (see [a server that evicts keys](self#a-server-that-evicts-keys)).
     ///
     /// Fails if the URL is invalid, or the server cannot be reached within
-    /// 5 s. Once connected, the store reconnects on its own whenever the
-    /// connection breaks.
+    /// 5 s: a replica that must start while Redis may still be down uses
+    /// [`connect_lazy`](Self::connect_lazy) instead. Once connected, the
+    /// store reconnects on its own whenever the connection breaks.
     ///
     /// Needs a tokio runtime with its time driver (tokio's `rt` and `time`
     /// features; `#[tokio::main]` has both).
     pub async fn connect(url: &str) -> Result<RedisStore, StoreError> {
-        let client = redis::Client::open(url)
-            .map_err(|err| StoreError::redis(StoreErrorKind::InvalidUrl, err))?;
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(CONNECT_TIMEOUT))
-            // Each round trip is bounded by the store's own timeout; the
-            // client's (500 ms by default) would only drop the connection.
-            .set_response_timeout(None)
-            // Reconnection: a few quick tries with backoff; once they are
-            // spent, the next command starts another round.
-            .set_min_delay(Duration::from_millis(20))
-            .set_max_delay(Duration::from_millis(500))
-            .set_number_of_retries(4);
+        let client = client(url)?;
         let connect = async {
-            let mut connection = ConnectionManager::new_with_config(client, config)
+            let mut connection = ConnectionManager::new_with_config(client, manager_config())
                 .await
                 .map_err(|err| StoreError::redis(StoreErrorKind::Connect, err))?;
             let script = Script::new(ADMIT_LUA);
@@ -276,30 +330,108 @@ impl RedisStore {
                 .load_async(&mut connection)
                 .await
                 .map_err(|err| StoreError::redis(StoreErrorKind::Connect, err))?;
-            Ok::<_, StoreError>((connection, script))
+            let policy = read_policy(&mut connection).await?;
+            Ok::<_, StoreError>((connection, script, policy))
         };
-        let (connection, script) = tokio::time::timeout(CONNECT_TIMEOUT, connect)
+        let (connection, script, policy) = tokio::time::timeout(CONNECT_TIMEOUT, connect)
             .await
-            .map_err(|_| StoreError::new(StoreErrorKind::Connect, "no connection within 5 s"))??;
-        Ok(RedisStore {
-            link: Arc::new(Link {
-                connection,
-                script,
-                health: Health::default(),
-            }),
+            .map_err(|_| {
+            StoreError::new(StoreErrorKind::Connect, "no connection within 5 s")
+        })??;
+        let health = Health::default();
+        health.set_policy(&policy);
+        Ok(RedisStore::with_link(Link {
+            connection,
+            script,
+            health,
+        }))
+    }
+
+    /// A store for a server that may not be up yet: returns at once, and
+    /// connects in the background.
+    ///
+    /// The store starts in [`StoreMode::Fallback`] and switches to Redis
+    /// as soon as the connection is made. Until then requests are answered
+    /// by the failure policy (the layer's `on_store_error`), and one per
+    /// [`probe_interval`](Self::probe_interval) tries Redis, so a replica
+    /// started before its Redis serves from the start and joins the shared
+    /// limit once the server is up (within a probe interval or two, with
+    /// the reconnection's backoff). The eviction policy is read when the
+    /// connection is first made, and by the probes. From then on it
+    /// behaves as a store from [`connect`](Self::connect).
+    ///
+    /// Fails only if the URL is invalid, or when called outside a tokio
+    /// runtime (the connection is made on it).
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use tower_sliding_window::store::{RedisStore, StoreFailure};
+    /// use tower_sliding_window::SlidingWindowLayer;
+    ///
+    /// // Redis may come up after this replica: until it does, each
+    /// // replica's own window decides (`StoreFailure::Local`).
+    /// let store = RedisStore::connect_lazy("redis://redis.internal:6379/")?;
+    /// let layer = SlidingWindowLayer::qps(100)
+    ///     .store(store)
+    ///     .on_store_error(StoreFailure::Local);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn connect_lazy(url: &str) -> Result<RedisStore, StoreError> {
+        let client = client(url)?;
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return Err(StoreError::new(
+                StoreErrorKind::Connect,
+                "RedisStore::connect_lazy needs a tokio runtime (call it inside one)",
+            ));
+        };
+        let connection = ConnectionManager::new_lazy_with_config(client, manager_config())
+            .map_err(|err| StoreError::redis(StoreErrorKind::Connect, err))?;
+        let store = RedisStore::with_link(Link {
+            connection,
+            script: Script::new(ADMIT_LUA),
+            health: Health::not_connected(),
+        });
+        // Makes the first connection, reads the policy on it, and
+        // switches the store to Redis. The script is loaded by its first
+        // call (`NOSCRIPT`, then `EVALSHA` again). If Redis is not up, the
+        // probes find it later.
+        let link = Arc::clone(&store.link);
+        runtime.spawn(async move {
+            let mut connection = link.connection.clone();
+            match tokio::time::timeout(CONNECT_TIMEOUT, read_policy(&mut connection)).await {
+                Ok(Ok(policy)) => {
+                    link.health.set_policy(&policy);
+                    link.health.succeeded();
+                }
+                Ok(Err(err)) => tracing::warn!(
+                    error = %err,
+                    "redis store: redis cannot be reached yet; the failure policy answers \
+                     until it can"
+                ),
+                Err(_) => tracing::warn!(
+                    "redis store: no connection to redis within 5 s; the failure policy \
+                     answers until there is one"
+                ),
+            }
+        });
+        Ok(store)
+    }
+
+    fn with_link(link: Link) -> RedisStore {
+        RedisStore {
+            link: Arc::new(link),
             prefix: Arc::from(DEFAULT_PREFIX),
-            window: RemoteWindow {
-                sample_count: 10,
-                interval_ms: 1000,
-                strict: false,
-            },
+            window: DEFAULT_WINDOW,
             timeout: DEFAULT_TIMEOUT,
             probe: DEFAULT_PROBE,
             limit_ttl: DEFAULT_LIMIT_TTL,
+            allow_evicting: false,
             clock: None,
             local_clock: SharedClock::system(),
             blocked: Arc::new(BlockedKeys::default()),
-        })
+        }
     }
 
     fn fresh_blocked(mut self) -> Self {
@@ -443,15 +575,39 @@ impl RedisStore {
         self.fresh_blocked()
     }
 
+    /// Decides in Redis even when the server's `maxmemory-policy` evicts
+    /// keys (anything but `noeviction`). By default such a server is not
+    /// trusted with the limits: it drops a key's buckets when its memory
+    /// fills, and that key passes the limit again, so requests are answered
+    /// by the failure policy until the server is set to `noeviction` (see
+    /// [a server that evicts keys](self#a-server-that-evicts-keys)). With
+    /// this setting, [`StoreStatus::evicting`] still reports it.
+    pub fn allow_evicting_server(mut self) -> Self {
+        self.allow_evicting = true;
+        self
+    }
+
+    /// Whether this store refuses to decide on the server, as its policy
+    /// was last read.
+    fn refuses_server(&self) -> bool {
+        !self.allow_evicting && self.link.health.evicting()
+    }
+
     /// While in fallback, how long until Redis is tried again (the retry
     /// time a `Deny` policy gives), in ms.
     pub(crate) fn probe_ms(&self) -> u64 {
         millis(self.probe)
     }
 
-    /// The store's mode and counters, shared by every clone.
+    /// The store's mode and counters, shared by every clone (the mode is
+    /// [`StoreMode::Fallback`] too while this store refuses a server that
+    /// evicts keys).
     pub fn status(&self) -> StoreStatus {
-        self.link.health.status()
+        let mut status = self.link.health.status();
+        if self.refuses_server() {
+            status.mode = StoreMode::Fallback;
+        }
+        status
     }
 }
 
@@ -487,7 +643,7 @@ impl RedisStore {
 
     /// The refusal in force for the key `id`, if it is known to be blocked
     /// for `n` passes: no round trip, no waiting.
-    pub(crate) fn known_blocked(&self, id: u128, n: u64) -> Option<Verdict> {
+    pub(crate) fn known_blocked(&self, id: KeyId, n: u64) -> Option<Verdict> {
         let now = self.local_clock.now_millis();
         let blocked = self.blocked.check(id, n, now)?;
         self.link.health.answered_locally();
@@ -504,7 +660,7 @@ impl RedisStore {
     /// identity.
     pub(crate) async fn admit_id(
         &self,
-        id: u128,
+        id: KeyId,
         limit: u64,
         n: u64,
     ) -> Result<Verdict, StoreError> {
@@ -513,12 +669,17 @@ impl RedisStore {
         }
         let now = self.local_clock.now_millis();
         let probe_ms = millis(self.probe);
-        if self.link.health.route(now, probe_ms) == Route::Fallback {
-            return Err(StoreError::new(StoreErrorKind::Unavailable, ""));
-        }
+        let policy = match self.link.health.route(now, probe_ms, self.refuses_server()) {
+            Route::Fallback => return Err(StoreError::new(StoreErrorKind::Unavailable, "")),
+            Route::Remote => PolicyCheck::None,
+            // After a failure (a reconnect, perhaps), or while the server
+            // evicts: read its policy again, in the same script call.
+            Route::Probe if self.allow_evicting => PolicyCheck::Report,
+            Route::Probe => PolicyCheck::Refuse,
+        };
 
         self.link.health.round_trip();
-        let reply = self.call_script(id, limit, n).await;
+        let reply = self.call_script(id, limit, n, policy).await;
         let reply = match reply.and_then(parse_reply) {
             Ok(reply) => reply,
             Err(err) => {
@@ -529,7 +690,39 @@ impl RedisStore {
                 return Err(err);
             }
         };
-        self.link.health.succeeded();
+        if let Some(policy) = &reply.policy {
+            self.link.health.set_policy(policy);
+        }
+        match reply.outcome {
+            // Redis answered: the link works, whatever the answer says.
+            Outcome::Decided | Outcome::WrongType => self.link.health.succeeded(),
+            // It works, but is not used: a store in fallback stays there
+            // (no recovery is logged), the others are in fallback by their
+            // refusal of the server.
+            Outcome::Evicting => {}
+        }
+        match reply.outcome {
+            Outcome::Decided => {}
+            Outcome::Evicting => {
+                self.link.health.answered_by_policy();
+                return Err(StoreError::new(
+                    StoreErrorKind::Evicting,
+                    format!(
+                        "maxmemory-policy {}: set it to noeviction, or allow it with \
+                         RedisStore::allow_evicting_server",
+                        reply.policy.as_deref().unwrap_or("?")
+                    ),
+                ));
+            }
+            Outcome::WrongType => {
+                self.link.health.key_error();
+                return Err(StoreError::new(
+                    StoreErrorKind::KeyData,
+                    "the key's name in redis holds a value that is not a hash (WRONGTYPE); \
+                     delete it to use the key again",
+                ));
+            }
+        }
 
         let verdict = Verdict {
             passed: reply.passed,
@@ -553,8 +746,14 @@ impl RedisStore {
         Ok(verdict)
     }
 
-    async fn call_script(&self, id: u128, limit: u64, n: u64) -> Result<Vec<i64>, StoreError> {
-        let (window_key, limit_key) = redis_names(&self.prefix, id);
+    async fn call_script(
+        &self,
+        id: KeyId,
+        limit: u64,
+        n: u64,
+        policy: PolicyCheck,
+    ) -> Result<Vec<redis::Value>, StoreError> {
+        let (window_key, limit_key) = redis_names(&self.prefix, id, &self.window);
         let bucket_ms = self.window.bucket_ms();
         let time = match &self.clock {
             Some(clock) => clock.now_millis().to_string(),
@@ -574,7 +773,8 @@ impl RedisStore {
             .arg(u8::from(self.window.strict))
             .arg(time)
             .arg(window_ttl_ms)
-            .arg(millis(self.limit_ttl));
+            .arg(millis(self.limit_ttl))
+            .arg(policy as u8);
         match tokio::time::timeout(self.timeout, invocation.invoke_async(&mut connection)).await {
             Ok(Ok(reply)) => Ok(reply),
             Ok(Err(err)) => {
@@ -612,8 +812,8 @@ impl RedisStore {
         self.set_limit_id(identity(key), limit).await
     }
 
-    pub(crate) async fn set_limit_id(&self, id: u128, limit: u64) -> Result<(), StoreError> {
-        let (_, limit_key) = redis_names(&self.prefix, id);
+    pub(crate) async fn set_limit_id(&self, id: KeyId, limit: u64) -> Result<(), StoreError> {
+        let (_, limit_key) = redis_names(&self.prefix, id, &self.window);
         let mut command = redis::cmd("SET");
         command
             .arg(limit_key)
@@ -631,8 +831,8 @@ impl RedisStore {
         self.remove_limit_id(identity(key)).await
     }
 
-    pub(crate) async fn remove_limit_id(&self, id: u128) -> Result<bool, StoreError> {
-        let (_, limit_key) = redis_names(&self.prefix, id);
+    pub(crate) async fn remove_limit_id(&self, id: KeyId) -> Result<bool, StoreError> {
+        let (_, limit_key) = redis_names(&self.prefix, id, &self.window);
         let mut command = redis::cmd("DEL");
         command.arg(limit_key);
         let removed = self.command(command).await?;
@@ -649,46 +849,130 @@ impl RedisStore {
     }
 }
 
+/// Whether a script call reads the server's eviction policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PolicyCheck {
+    /// No: the common case.
+    None = 0,
+    /// Yes, and decide whatever it is.
+    Report = 1,
+    /// Yes, and decide nothing if the server evicts keys.
+    Refuse = 2,
+}
+
+/// What became of a script call that Redis answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    /// Passed or refused.
+    Decided,
+    /// The key's name holds a value that is not a hash.
+    WrongType,
+    /// The server evicts keys, and the call asked not to decide then.
+    Evicting,
+}
+
 /// The script's answer.
 #[derive(Debug)]
 struct Reply {
+    outcome: Outcome,
     passed: bool,
     window_pass: u64,
     /// `None`: no pass can ever fit.
     wait_ms: Option<u64>,
     limit: u64,
+    /// The server's `maxmemory-policy`, when the call asked for it and the
+    /// server told.
+    policy: Option<String>,
 }
 
-fn parse_reply(reply: Vec<i64>) -> Result<Reply, StoreError> {
+fn parse_reply(reply: Vec<redis::Value>) -> Result<Reply, StoreError> {
     let bad = || {
         StoreError::new(
             StoreErrorKind::Reply,
             format!("admission script answered {reply:?}"),
         )
     };
-    let [passed, window_pass, wait, limit] = reply[..] else {
+    let [redis::Value::Int(outcome), redis::Value::Int(window_pass), redis::Value::Int(wait), redis::Value::Int(limit), policy] =
+        &reply[..]
+    else {
         return Err(bad());
     };
-    let (Ok(window_pass), Ok(limit)) = (u64::try_from(window_pass), u64::try_from(limit)) else {
-        return Err(bad());
-    };
-    let passed = match passed {
-        0 => false,
-        1 => true,
+    let policy = match policy {
+        redis::Value::BulkString(bytes) if bytes.is_empty() => None,
+        redis::Value::BulkString(bytes) => match std::str::from_utf8(bytes) {
+            Ok(policy) => Some(policy.to_owned()),
+            Err(_) => return Err(bad()),
+        },
         _ => return Err(bad()),
     };
-    let wait_ms = match wait {
+    let (Ok(window_pass), Ok(limit)) = (u64::try_from(*window_pass), u64::try_from(*limit)) else {
+        return Err(bad());
+    };
+    let (outcome, passed) = match outcome {
+        0 => (Outcome::Decided, false),
+        1 => (Outcome::Decided, true),
+        2 => (Outcome::WrongType, false),
+        3 if policy.is_some() => (Outcome::Evicting, false),
+        _ => return Err(bad()),
+    };
+    let wait_ms = match *wait {
         -1 => None,
         0 if passed => Some(0),
-        ms if ms > 0 && !passed => Some(ms as u64),
+        ms if ms > 0 && !passed && outcome == Outcome::Decided => Some(ms as u64),
         _ => return Err(bad()),
     };
     Ok(Reply {
+        outcome,
         passed,
         window_pass,
         wait_ms: if passed { None } else { wait_ms },
         limit,
+        policy,
     })
+}
+
+/// Reads the server's `maxmemory-policy` with `INFO memory`: `Ok("")` when
+/// the server answers without it (or refuses `INFO`: the policy is then
+/// unknown, and trusted).
+async fn read_policy(connection: &mut ConnectionManager) -> Result<String, StoreError> {
+    let info: Result<String, redis::RedisError> = redis::cmd("INFO")
+        .arg("memory")
+        .query_async(connection)
+        .await;
+    match info {
+        Ok(info) => Ok(info
+            .lines()
+            .find_map(|line| line.strip_prefix("maxmemory_policy:"))
+            .map(|policy| policy.trim().to_owned())
+            .unwrap_or_default()),
+        // An error reply (INFO refused by an ACL, say): the link works.
+        Err(err) if err.code().is_some() => {
+            tracing::warn!(
+                error = %err,
+                "redis store: cannot read the server's maxmemory-policy; make sure it is \
+                 noeviction"
+            );
+            Ok(String::new())
+        }
+        Err(err) => Err(StoreError::redis(StoreErrorKind::Connect, err)),
+    }
+}
+
+fn client(url: &str) -> Result<redis::Client, StoreError> {
+    redis::Client::open(url).map_err(|err| StoreError::redis(StoreErrorKind::InvalidUrl, err))
+}
+
+fn manager_config() -> ConnectionManagerConfig {
+    ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(CONNECT_TIMEOUT))
+        // Each round trip is bounded by the store's own timeout; the
+        // client's (500 ms by default) would only drop the connection.
+        .set_response_timeout(None)
+        // Reconnection: a few quick tries with backoff; once they are
+        // spent, the next command starts another round.
+        .set_min_delay(Duration::from_millis(20))
+        .set_max_delay(Duration::from_millis(500))
+        .set_number_of_retries(4)
 }
 
 fn millis(duration: Duration) -> u64 {
@@ -698,33 +982,55 @@ fn millis(duration: Duration) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use redis::Value;
+
+    /// A reply of four numbers and a policy (`""`: none).
+    fn reply(numbers: &[i64], policy: &str) -> Vec<Value> {
+        let mut reply: Vec<Value> = numbers.iter().map(|&n| Value::Int(n)).collect();
+        reply.push(Value::BulkString(policy.as_bytes().to_vec()));
+        reply
+    }
 
     #[test]
     fn replies_of_the_wrong_shape_are_errors() {
-        for reply in [
-            vec![],
-            vec![1, 2, 0],
-            vec![2, 1, 0, 5],
-            vec![1, -1, 0, 5],
-            vec![0, 1, 0, 5],
-            vec![0, 1, -7, 5],
-            vec![1, 1, 30, 5],
-            vec![0, 1, 30, -5],
-            vec![1, 1, 0, 5, 9],
+        for numbers in [
+            &[][..],
+            &[1, 2, 0],
+            &[2, 1, 0, 5, 9],
+            &[4, 1, 0, 5],
+            &[1, -1, 0, 5],
+            &[0, 1, 0, 5],
+            &[0, 1, -7, 5],
+            &[1, 1, 30, 5],
+            &[0, 1, 30, -5],
+            &[2, 0, 30, 5],
+            &[3, 0, -1, 0],
         ] {
-            let err = parse_reply(reply.clone()).expect_err(&format!("{reply:?}"));
+            let err = parse_reply(reply(numbers, "")).expect_err(&format!("{numbers:?}"));
             assert_eq!(err.kind(), StoreErrorKind::Reply);
         }
+        let four = reply(&[1, 1, 0, 5], "")[..4].to_vec();
+        assert!(parse_reply(four).is_err(), "the policy is always there");
+        let mut number_policy = reply(&[1, 1, 0, 5], "");
+        number_policy[4] = Value::Int(7);
+        assert!(parse_reply(number_policy).is_err());
     }
 
     #[test]
     fn replies_that_make_sense_are_read() {
-        let pass = parse_reply(vec![1, 3, 0, 5]).expect("a pass");
+        let pass = parse_reply(reply(&[1, 3, 0, 5], "")).expect("a pass");
         assert!(pass.passed);
         assert_eq!((pass.window_pass, pass.limit, pass.wait_ms), (3, 5, None));
-        let block = parse_reply(vec![0, 5, 40, 5]).expect("a block");
+        assert_eq!((pass.outcome, pass.policy), (Outcome::Decided, None));
+        let block = parse_reply(reply(&[0, 5, 40, 5], "noeviction")).expect("a block");
         assert_eq!((block.passed, block.wait_ms), (false, Some(40)));
-        let never = parse_reply(vec![0, 0, -1, 0]).expect("never");
+        assert_eq!(block.policy.as_deref(), Some("noeviction"));
+        let never = parse_reply(reply(&[0, 0, -1, 0], "")).expect("never");
         assert_eq!(never.wait_ms, None);
+        let wrong = parse_reply(reply(&[2, 0, -1, 5], "")).expect("wrong type");
+        assert_eq!((wrong.outcome, wrong.passed), (Outcome::WrongType, false));
+        let evicting = parse_reply(reply(&[3, 0, -1, 0], "allkeys-lru")).expect("evicting");
+        assert_eq!(evicting.outcome, Outcome::Evicting);
+        assert_eq!(evicting.policy.as_deref(), Some("allkeys-lru"));
     }
 }

@@ -9,6 +9,7 @@
 //! one notice. Nothing is logged per request.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
 
 /// Where admissions are decided now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -17,8 +18,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 pub enum StoreMode {
     /// In Redis: every replica shares the limit.
     Remote,
-    /// Redis failed (an error, or no answer within the timeout): the
-    /// failure policy decides, and Redis is probed again now and then.
+    /// Redis failed (an error, or no answer within the timeout), is not
+    /// connected yet, or evicts keys (see
+    /// [`StoreStatus::evicting`]): the failure policy decides, and Redis
+    /// is probed again now and then.
     Fallback,
 }
 
@@ -43,13 +46,31 @@ pub struct StoreStatus {
     pub fallbacks: u64,
     /// Switches from [`StoreMode::Remote`] to [`StoreMode::Fallback`].
     pub outages: u64,
+    /// Requests whose key's data in Redis could not be used (its name
+    /// holds a value that is not a hash): each was answered by the failure
+    /// policy, and no other key was affected. Not counted in `failures`.
+    pub key_errors: u64,
+    /// The server's `maxmemory-policy` evicts keys (anything but
+    /// `noeviction`), as last read: at connect, and by the probes after a
+    /// failure. Unless the store was told
+    /// [`allow_evicting_server`](super::RedisStore::allow_evicting_server),
+    /// the mode is then [`StoreMode::Fallback`].
+    pub evicting: bool,
 }
 
 /// The shared, lock-free state behind [`StoreStatus`]. Relaxed everywhere:
 /// each field is a counter or flag read on its own.
 #[derive(Debug, Default)]
 pub(crate) struct Health {
+    /// Redis failed and has not answered since (or was never reached).
     fallback: AtomicBool,
+    /// The server's policy evicts keys, as last read. Written by whoever
+    /// read the policy last; a reader may see the previous reading, which
+    /// costs at most one request decided the old way.
+    evicting: AtomicBool,
+    /// The policy last read, for the log line when it changes (read and
+    /// written only then: at connect and by probes).
+    policy: Mutex<String>,
     /// While in fallback: the time (store clock, ms) of the next probe.
     next_probe_ms: AtomicU64,
     failures: AtomicU64,
@@ -57,6 +78,7 @@ pub(crate) struct Health {
     answered_locally: AtomicU64,
     fallbacks: AtomicU64,
     outages: AtomicU64,
+    key_errors: AtomicU64,
 }
 
 /// What a request may do, given the store's health.
@@ -64,16 +86,29 @@ pub(crate) struct Health {
 pub(crate) enum Route {
     /// Ask Redis.
     Remote,
+    /// Ask Redis, as the probe: after a failure, or while the server is
+    /// refused for evicting keys. The probe reads the policy again.
+    Probe,
     /// Do not ask: the failure policy answers.
     Fallback,
 }
 
 impl Health {
-    /// Whether a request at `now_ms` goes to Redis. In fallback, exactly
+    /// A store that has not connected yet: in fallback, with its first
+    /// probe due at once.
+    pub(crate) fn not_connected() -> Health {
+        Health {
+            fallback: AtomicBool::new(true),
+            ..Health::default()
+        }
+    }
+
+    /// Whether a request at `now_ms` goes to Redis. In fallback, or while
+    /// the caller refuses the server (`refused`: it evicts keys), exactly
     /// one request per probe interval does (the one that moves the probe
     /// time on).
-    pub(crate) fn route(&self, now_ms: u64, probe_ms: u64) -> Route {
-        if !self.fallback.load(Ordering::Relaxed) {
+    pub(crate) fn route(&self, now_ms: u64, probe_ms: u64, refused: bool) -> Route {
+        if !refused && !self.fallback.load(Ordering::Relaxed) {
             return Route::Remote;
         }
         let next = self.next_probe_ms.load(Ordering::Relaxed);
@@ -88,7 +123,7 @@ impl Health {
                 )
                 .is_ok()
         {
-            return Route::Remote;
+            return Route::Probe;
         }
         self.fallbacks.fetch_add(1, Ordering::Relaxed);
         Route::Fallback
@@ -100,6 +135,49 @@ impl Health {
 
     pub(crate) fn answered_locally(&self) {
         self.answered_locally.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A request that Redis answered without deciding (the server evicts
+    /// keys), left to the failure policy.
+    pub(crate) fn answered_by_policy(&self) {
+        self.fallbacks.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A request whose key's data could not be used.
+    pub(crate) fn key_error(&self) {
+        self.key_errors.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn evicting(&self) -> bool {
+        self.evicting.load(Ordering::Relaxed)
+    }
+
+    /// Records the server's `maxmemory-policy` (`""`: unknown, trusted);
+    /// logs a change to or from an evicting one.
+    pub(crate) fn set_policy(&self, policy: &str) {
+        let evicting = !policy.is_empty() && policy != "noeviction";
+        let mut last = self
+            .policy
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if *last == policy {
+            return;
+        }
+        if evicting {
+            tracing::warn!(
+                maxmemory_policy = policy,
+                "redis store: the server evicts keys, which drops windows and lets keys pass \
+                 their limit again; set maxmemory-policy noeviction (admissions fall back to \
+                 the failure policy unless the store allows an evicting server)"
+            );
+        } else if self.evicting.load(Ordering::Relaxed) {
+            tracing::info!(
+                maxmemory_policy = policy,
+                "redis store: the server no longer evicts keys"
+            );
+        }
+        policy.clone_into(&mut last);
+        self.evicting.store(evicting, Ordering::Relaxed);
     }
 
     /// Records a failed round trip at `now_ms`; logs the switch to fallback
@@ -137,6 +215,8 @@ impl Health {
             answered_locally: self.answered_locally.load(Ordering::Relaxed),
             fallbacks: self.fallbacks.load(Ordering::Relaxed),
             outages: self.outages.load(Ordering::Relaxed),
+            key_errors: self.key_errors.load(Ordering::Relaxed),
+            evicting: self.evicting.load(Ordering::Relaxed),
         }
     }
 }
@@ -148,15 +228,19 @@ mod tests {
     #[test]
     fn one_probe_per_interval_while_down() {
         let health = Health::default();
-        assert_eq!(health.route(0, 100), Route::Remote);
+        assert_eq!(health.route(0, 100, false), Route::Remote);
         health.failed(10, 100, &"refused");
         assert_eq!(health.status().mode, StoreMode::Fallback);
-        assert_eq!(health.route(50, 100), Route::Fallback);
-        assert_eq!(health.route(110, 100), Route::Remote, "the probe");
-        assert_eq!(health.route(111, 100), Route::Fallback, "one probe only");
+        assert_eq!(health.route(50, 100, false), Route::Fallback);
+        assert_eq!(health.route(110, 100, false), Route::Probe, "the probe");
+        assert_eq!(
+            health.route(111, 100, false),
+            Route::Fallback,
+            "one probe only"
+        );
         health.failed(120, 100, &"refused");
         health.succeeded();
-        assert_eq!(health.route(121, 100), Route::Remote);
+        assert_eq!(health.route(121, 100, false), Route::Remote);
         let status = health.status();
         assert_eq!(
             (
@@ -167,5 +251,33 @@ mod tests {
             ),
             (StoreMode::Remote, 2, 1, 2)
         );
+    }
+
+    #[test]
+    fn a_refused_server_is_probed_once_per_interval() {
+        let health = Health::default();
+        health.set_policy("allkeys-lru");
+        assert!(health.evicting());
+        assert_eq!(health.route(0, 100, true), Route::Probe);
+        assert_eq!(health.route(1, 100, true), Route::Fallback);
+        assert_eq!(health.route(99, 100, true), Route::Fallback);
+        assert_eq!(health.route(100, 100, true), Route::Probe);
+        // A store that allows it decides in Redis meanwhile.
+        assert_eq!(health.route(101, 100, false), Route::Remote);
+        health.set_policy("noeviction");
+        assert!(!health.evicting());
+        health.set_policy("");
+        assert!(!health.evicting(), "unknown: trusted");
+    }
+
+    #[test]
+    fn a_store_not_connected_yet_probes_at_once() {
+        let health = Health::not_connected();
+        assert_eq!(health.status().mode, StoreMode::Fallback);
+        assert_eq!(health.route(0, 100, false), Route::Probe);
+        assert_eq!(health.route(1, 100, false), Route::Fallback);
+        health.succeeded();
+        assert_eq!(health.status().mode, StoreMode::Remote);
+        assert_eq!(health.status().outages, 0);
     }
 }
