@@ -58,11 +58,10 @@ fn passes(verdicts: &[Verdict]) -> u64 {
     verdicts.iter().filter(|v| v.passed).count() as u64
 }
 
+#[ignore = "needs redis-server"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_stores_admit_exactly_the_limit_in_every_window() {
-    let Some(server) = RedisServer::start() else {
-        return;
-    };
+    let server = RedisServer::start();
     let clock = ManualClock::new(1_000_000);
     let stores = stores(&server, 3, &clock).await;
     let limit = 40;
@@ -83,11 +82,10 @@ async fn three_stores_admit_exactly_the_limit_in_every_window() {
     }
 }
 
+#[ignore = "needs redis-server"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_the_server_clock_no_pass_ever_sees_more_than_the_limit() {
-    let Some(server) = RedisServer::start() else {
-        return;
-    };
+    let server = RedisServer::start();
     let mut stores = Vec::new();
     for _ in 0..3 {
         let store = RedisStore::connect(&server.url())
@@ -134,11 +132,10 @@ async fn on_the_server_clock_no_pass_ever_sees_more_than_the_limit() {
     assert!(passed.load(Ordering::Relaxed) <= 4 * limit);
 }
 
+#[ignore = "needs redis-server"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn per_key_limits_are_kept_apart() {
-    let Some(server) = RedisServer::start() else {
-        return;
-    };
+    let server = RedisServer::start();
     let clock = ManualClock::new(50_000);
     let stores = stores(&server, 3, &clock).await;
     let login = burst(&stores, "/login", 3, 10).await;
@@ -148,11 +145,10 @@ async fn per_key_limits_are_kept_apart() {
     assert!(login.iter().all(|v| v.limit == 3));
 }
 
+#[ignore = "needs redis-server"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn set_limit_on_one_store_reaches_every_replica() {
-    let Some(server) = RedisServer::start() else {
-        return;
-    };
+    let server = RedisServer::start();
     let clock = ManualClock::new(70_000);
     let stores = stores(&server, 3, &clock).await;
     stores[0].set_limit("/export", 4).await.expect("set");
@@ -191,11 +187,10 @@ async fn calls(conn: &mut redis::aio::MultiplexedConnection, command: &str) -> u
         .map_or(0, |n| n.parse().expect("a count"))
 }
 
+#[ignore = "needs redis-server"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn blocked_keys_are_refused_without_a_round_trip() {
-    let Some(server) = RedisServer::start() else {
-        return;
-    };
+    let server = RedisServer::start();
     let clock = ManualClock::new(90_050);
     let store = stores(&server, 1, &clock).await.remove(0);
     let mut conn = raw(&server.url()).await;
@@ -236,11 +231,10 @@ async fn blocked_keys_are_refused_without_a_round_trip() {
     assert_eq!(calls(&mut conn, "evalsha").await, after.0 + 1);
 }
 
+#[ignore = "needs redis-server"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn strict_counts_the_bucket_that_just_left() {
-    let Some(server) = RedisServer::start() else {
-        return;
-    };
+    let server = RedisServer::start();
     let clock = ManualClock::new(950);
     let store = stores(&server, 1, &clock).await.remove(0).strict();
     for _ in 0..10 {
@@ -273,11 +267,10 @@ impl Tally {
     }
 }
 
+#[ignore = "needs redis-server"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_server_falls_back_and_a_restarted_one_is_used_again() {
-    let Some(mut server) = RedisServer::start() else {
-        return;
-    };
+    let mut server = RedisServer::start();
     let store = RedisStore::connect(&server.url())
         .await
         .expect("connect")
@@ -332,11 +325,10 @@ async fn a_killed_server_falls_back_and_a_restarted_one_is_used_again() {
     assert!(store.admit("k", 1_000).await.expect("redis").passed);
 }
 
+#[ignore = "needs redis-server"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_server_is_bounded_by_the_timeout() {
-    let Some(server) = RedisServer::start() else {
-        return;
-    };
+    let server = RedisServer::start();
     let store = RedisStore::connect(&server.url())
         .await
         .expect("connect")
@@ -376,11 +368,10 @@ impl StoreKey for Bytes {
     }
 }
 
+#[ignore = "needs redis-server"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_keys_cost_redis_short_names_that_all_expire() {
-    let Some(server) = RedisServer::start() else {
-        return;
-    };
+    let server = RedisServer::start();
     let clock = ManualClock::new(5_000);
     // A long window, so that no key expires while the test looks.
     let store = stores(&server, 1, &clock)
@@ -436,11 +427,10 @@ async fn hostile_keys_cost_redis_short_names_that_all_expire() {
     }
 }
 
+#[ignore = "needs redis-server"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn garbage_in_redis_is_an_error_never_a_panic() {
-    let Some(server) = RedisServer::start() else {
-        return;
-    };
+    let server = RedisServer::start();
     let clock = ManualClock::new(5_000);
     let store = stores(&server, 1, &clock)
         .await
@@ -496,11 +486,10 @@ async fn garbage_in_redis_is_an_error_never_a_panic() {
     assert_eq!(store.status().failures, 0);
 }
 
+#[ignore = "needs redis-server"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shared_limit_belongs_to_its_window() {
-    let Some(server) = RedisServer::start() else {
-        return;
-    };
+    let server = RedisServer::start();
     let clock = ManualClock::new(8_000);
     let per_second = stores(&server, 1, &clock).await.remove(0);
     let per_minute = per_second.clone().window(Duration::from_secs(60), 60);
@@ -534,13 +523,11 @@ async fn a_shared_limit_belongs_to_its_window() {
     assert!(!per_second.remove_limit("/report").await.expect("remove"));
 }
 
+#[ignore = "needs redis-server"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_evicting_server_is_refused_unless_allowed() {
-    let Some(server) =
-        RedisServer::start_with(&["--maxmemory", "64mb", "--maxmemory-policy", "allkeys-lru"])
-    else {
-        return;
-    };
+    let server =
+        RedisServer::start_with(&["--maxmemory", "64mb", "--maxmemory-policy", "allkeys-lru"]);
     let mut conn = raw(&server.url()).await;
     for policy in [
         "allkeys-lru",
@@ -606,15 +593,14 @@ async fn an_evicting_server_is_refused_unless_allowed() {
     assert_eq!((status.mode, status.evicting), (StoreMode::Remote, false));
 }
 
+#[ignore = "needs redis-server"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connect_lazy_refuses_only_a_bad_url() {
     let err = RedisStore::connect_lazy("http://127.0.0.1/").expect_err("not redis");
     assert_eq!(err.kind(), StoreErrorKind::InvalidUrl, "{err}");
     // No server on this port: a store anyway, in fallback, that answers
     // at once.
-    let Some(nothing) = RedisServer::not_started(&[]) else {
-        return;
-    };
+    let nothing = RedisServer::not_started(&[]);
     let store = RedisStore::connect_lazy(&nothing.url())
         .expect("a valid url")
         .timeout(Duration::from_millis(100));
@@ -633,11 +619,10 @@ fn connect_lazy_outside_a_runtime_is_an_error() {
     assert!(err.to_string().contains("tokio runtime"), "{err}");
 }
 
+#[ignore = "needs redis-server"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connect_lazy_to_a_running_server_switches_to_redis_on_its_own() {
-    let Some(server) = RedisServer::start() else {
-        return;
-    };
+    let server = RedisServer::start();
     let store = RedisStore::connect_lazy(&server.url())
         .expect("a valid url")
         .timeout(Duration::from_secs(10));

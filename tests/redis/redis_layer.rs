@@ -92,11 +92,10 @@ async fn burst(replicas: &[Replica], path: &str, per_replica: usize) -> u64 {
     ok
 }
 
+#[ignore = "needs redis-server"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_routers_admit_exactly_the_limit_per_window() {
-    let Some(server) = RedisServer::start() else {
-        return;
-    };
+    let server = RedisServer::start();
     let clock = ManualClock::new(2_000_000);
     let limit = 30;
     let mut replicas = Vec::new();
@@ -152,11 +151,10 @@ async fn three_routers_admit_exactly_the_limit_per_window() {
     assert_eq!((status.mode, status.failures), (StoreMode::Remote, 0));
 }
 
+#[ignore = "needs redis-server"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rules_and_set_limit_reach_every_replica() {
-    let Some(server) = RedisServer::start() else {
-        return;
-    };
+    let server = RedisServer::start();
     let clock = ManualClock::new(3_000_000);
     let mut replicas = Vec::new();
     for _ in 0..3 {
@@ -189,11 +187,10 @@ async fn rules_and_set_limit_reach_every_replica() {
     assert_eq!(burst(&replicas, "/other", 30).await, 50);
 }
 
+#[ignore = "needs redis-server"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_server_is_answered_by_each_policy_without_5xx() {
-    let Some(mut server) = RedisServer::start() else {
-        return;
-    };
+    let mut server = RedisServer::start();
     let clock = ManualClock::new(4_000_000);
     let timeout = Duration::from_millis(200);
     let local = replica(&server, &clock, 5, StoreFailure::Local, timeout).await;
@@ -257,11 +254,10 @@ async fn names(conn: &mut redis::aio::MultiplexedConnection) -> Vec<String> {
     names
 }
 
+#[ignore = "needs redis-server"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_per_second_and_a_per_minute_layer_on_one_route_keep_apart() {
-    let Some(server) = RedisServer::start() else {
-        return;
-    };
+    let server = RedisServer::start();
     let clock = ManualClock::new(6_000_000);
     // One connection, the default prefix, the same route: only the windows
     // differ (10 buckets of 100 ms, and 60 of 1 s).
@@ -320,11 +316,10 @@ enum BadData {
     WrongType,
 }
 
+#[ignore = "needs redis-server"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_keys_bad_data_is_that_keys_alone() {
-    let Some(server) = RedisServer::start() else {
-        return;
-    };
+    let server = RedisServer::start();
     let cases = [
         BadData::Count("-1000"),
         BadData::Count("nan"),
@@ -430,13 +425,11 @@ async fn one_keys_bad_data_is_that_keys_alone() {
     }
 }
 
+#[ignore = "needs redis-server"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_evicting_server_decides_nothing_however_it_is_flooded() {
-    let Some(server) =
-        RedisServer::start_with(&["--maxmemory", "4mb", "--maxmemory-policy", "allkeys-lru"])
-    else {
-        return;
-    };
+    let server =
+        RedisServer::start_with(&["--maxmemory", "4mb", "--maxmemory-policy", "allkeys-lru"]);
     let clock = ManualClock::new(20_000_000);
     let mut conn = redis_server::raw(&server.url()).await;
     // Ten replicas, one after another in one window, each asking for 10
@@ -483,11 +476,10 @@ async fn an_evicting_server_decides_nothing_however_it_is_flooded() {
     );
 }
 
+#[ignore = "needs redis-server"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_server_is_answered_by_each_policy_without_5xx() {
-    let Some(server) = RedisServer::start_with(&["--maxmemory-policy", "noeviction"]) else {
-        return;
-    };
+    let server = RedisServer::start_with(&["--maxmemory-policy", "noeviction"]);
     let clock = ManualClock::new(30_000_000);
     let timeout = Duration::from_secs(10);
     let local = replica(&server, &clock, 5, StoreFailure::Local, timeout).await;
@@ -545,11 +537,10 @@ async fn a_full_server_is_answered_by_each_policy_without_5xx() {
     );
 }
 
+#[ignore = "needs redis-server"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replicas_started_before_redis_serve_and_then_share_the_limit() {
-    let Some(mut server) = RedisServer::not_started(&[]) else {
-        return;
-    };
+    let mut server = RedisServer::not_started(&[]);
     let clock = ManualClock::new(40_000_000);
     // Nothing listens yet: `connect` says so.
     let err = RedisStore::connect(&server.url())

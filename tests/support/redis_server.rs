@@ -2,9 +2,10 @@
 //! loopback port, with a temporary directory, no persistence, stopped (and
 //! its directory removed) on drop.
 //!
-//! When no server can be started: with `CI=true` the test panics (the
-//! suite must not pass without running); otherwise it prints why and the
-//! test returns early.
+//! The tests that need one are marked `#[ignore = "needs redis-server"]`:
+//! `cargo test` leaves them out, and `.ci/run` runs them with
+//! `--include-ignored`. When no server can be started, the test fails with
+//! the reason: it never passes without having run.
 
 #![allow(dead_code)]
 
@@ -23,43 +24,53 @@ pub struct RedisServer {
 }
 
 impl RedisServer {
-    /// Starts a server, or returns `None` (outside CI) when that is not
-    /// possible here.
-    pub fn start() -> Option<RedisServer> {
+    /// Starts a server.
+    ///
+    /// # Panics
+    ///
+    /// When no server can be started here.
+    pub fn start() -> RedisServer {
         RedisServer::start_with(&[])
     }
 
-    /// Starts a server with more settings (`["--maxmemory", "2mb"]`), or
-    /// returns `None` (outside CI) when that is not possible here.
-    pub fn start_with(settings: &[&str]) -> Option<RedisServer> {
-        let mut server = RedisServer::not_started(settings)?;
-        match server.launch() {
-            Ok(()) => Some(server),
-            Err(why) => unavailable(&why),
+    /// Starts a server with more settings (`["--maxmemory", "2mb"]`).
+    ///
+    /// # Panics
+    ///
+    /// When no server can be started here.
+    pub fn start_with(settings: &[&str]) -> RedisServer {
+        let mut server = RedisServer::not_started(settings);
+        if let Err(why) = server.launch() {
+            unavailable(&why);
         }
+        server
     }
 
     /// A server with its port and directory chosen, not started yet (its
     /// URL refuses connections until [`begin`](Self::begin)).
-    pub fn not_started(settings: &[&str]) -> Option<RedisServer> {
+    ///
+    /// # Panics
+    ///
+    /// When `redis-server` cannot be run here.
+    pub fn not_started(settings: &[&str]) -> RedisServer {
         if let Err(err) = Command::new("redis-server").arg("--version").output() {
-            return unavailable(&format!("cannot run redis-server: {err}"));
+            unavailable(&format!("cannot run redis-server: {err}"));
         }
         let dir =
             std::env::temp_dir().join(format!("tsw-redis-{}-{}", std::process::id(), unique()));
         if let Err(err) = std::fs::create_dir_all(&dir) {
-            return unavailable(&format!("cannot create {}: {err}", dir.display()));
+            unavailable(&format!("cannot create {}: {err}", dir.display()));
         }
         let port = match free_port() {
             Ok(port) => port,
-            Err(err) => return unavailable(&format!("no free port: {err}")),
+            Err(err) => unavailable(&format!("no free port: {err}")),
         };
-        Some(RedisServer {
+        RedisServer {
             port,
             dir,
             child: None,
             settings: settings.iter().map(|s| (*s).to_owned()).collect(),
-        })
+        }
     }
 
     /// Starts a server made with [`not_started`](Self::not_started).
@@ -139,12 +150,11 @@ impl Drop for RedisServer {
     }
 }
 
-fn unavailable(why: &str) -> Option<RedisServer> {
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("the Redis tests need redis-server (CI=true): {why}");
-    }
-    eprintln!("skipping a Redis test: {why} (install redis-server to run it)");
-    None
+fn unavailable(why: &str) -> ! {
+    panic!(
+        "this test needs redis-server: {why} (install it, e.g. `apt-get install redis-server`, \
+         and run the ignored tests with `--include-ignored`)"
+    );
 }
 
 fn free_port() -> std::io::Result<u16> {
