@@ -29,15 +29,30 @@ pub type DefaultClassifier = SharedClassifier<ServerErrorsAsFailures>;
 ///
 /// See the [crate docs](crate) for an overview and examples.
 ///
+/// # A configuration value
+///
+/// The layer is a plain value: its builder methods are cheap, can be called
+/// in any order, and each changes only the value it is called on. Cloning a
+/// layer and configuring the clone never changes the original:
+///
+/// ```
+/// use tower_sliding_window::{PathKey, SlidingWindowLayer};
+///
+/// let base = SlidingWindowLayer::qps(100).key(PathKey);
+/// let strict = base.clone().rule("/login", 5); // /login: 5 per second
+/// let loose = base.clone().rule("/login", 50); // /login: 50 per second
+/// // `base` still has no rule for /login.
+/// # let _ = (strict, loose);
+/// ```
+///
 /// # Shared state
 ///
-/// The layer is a configuration value: its builder methods are cheap, can be
-/// called in any order, and build nothing. The limiter state (the key table,
-/// with every key's windows and limit) is built once, when it is first
-/// needed: when the layer makes its first service, or when a
-/// [`StatsHandle`] first reads it. From then on it is shared by the layer,
-/// its clones, every service it makes and every handle: cloning the layer
-/// does not create new windows.
+/// The limiter state (the key table, with every key's windows and limit) is
+/// built once, when the layer is first used: when it makes its first
+/// service ([`Layer::layer`]) or its first [`StatsHandle`]
+/// ([`handle`](Self::handle)). From then on it is shared by that layer
+/// value, the clones made of it before or after, every service they make
+/// and every handle: cloning the layer does not create new windows.
 ///
 /// This matters under axum, which calls [`Layer::layer`] once per route and
 /// method (and, for a router served without `with_state(())`, once per
@@ -45,16 +60,16 @@ pub type DefaultClassifier = SharedClassifier<ServerErrorsAsFailures>;
 /// limit into one per route or per connection. Build two layers for two
 /// independent limits.
 ///
-/// Until the state is built, the limiter settings ([`window`](Self::window),
-/// [`rule`](Self::rule), [`max_keys`](Self::max_keys),
-/// [`clock`](Self::clock)) belong to that shared state: a handle taken
-/// before a [`rule`](Self::rule) sees the rule. Once it is built (the layer
-/// has served, or its statistics were read), a limiter setting starts a new
-/// state for the layer value it is called on; the services and handles of
-/// the old one keep theirs. The response settings ([`status`](Self::status),
+/// A limiter setting ([`window`](Self::window), [`rule`](Self::rule),
+/// [`max_keys`](Self::max_keys), [`clock`](Self::clock), the flow
+/// behaviours and breakers) called on a layer whose state is built or
+/// shared starts a new state, built from the same settings plus the new
+/// one, for the value it is called on; the services, handles and clones of
+/// the old state keep it. So configure first, then take handles and serve.
+/// The response settings ([`status`](Self::status),
 /// [`reject_with`](Self::reject_with), the header options,
-/// [`classify`](Self::classify) and the body mode) belong to each layer value
-/// and are copied into the services it makes.
+/// [`classify`](Self::classify) and the body mode) belong to each layer
+/// value and are copied into the services it makes.
 ///
 /// # Panics
 ///
@@ -107,7 +122,7 @@ impl SlidingWindowLayer {
 impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
     /// Applies a change to the limiter settings (see "Shared state").
     pub(super) fn configure(mut self, change: impl FnOnce(&mut Settings<X::Key>)) -> Self {
-        self.store = self.store.configure(change);
+        self.store = Store::configure(self.store, change);
         self
     }
 
@@ -122,17 +137,14 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
     /// # let _ = layer;
     /// ```
     ///
-    /// Every other setting carries over. Rules given before carry over when
-    /// the new extractor has the same key type; a rule for a key of another
-    /// type could not name any key of the new extractor, so it is dropped.
-    /// Call `key` first, then [`rule`](Self::rule). A [`StatsHandle`] taken
-    /// before `key` belongs to the old key type and sees none of the new
-    /// layer's requests: take handles after `key`.
-    ///
-    /// # Panics
-    ///
-    /// When a [`store`](Self::store) was set before (feature `redis`): set
-    /// the store after `key`, since it names the keys `key` chooses.
+    /// Every other setting carries over. Rules given before, and a
+    /// [`store`](Self::store) set before (feature `redis`), carry over when
+    /// the new extractor has the same key type. With another key type they
+    /// could not name any key of the new extractor: they are dropped, and a
+    /// `tracing` warning says so. Call `key` first, then
+    /// [`rule`](Self::rule) and [`store`](Self::store). A [`StatsHandle`]
+    /// taken before `key` belongs to the old key type and sees none of the
+    /// new layer's requests: take handles after `key`.
     pub fn key<Y: KeyExtractor>(self, extractor: Y) -> SlidingWindowLayer<Y, M, R> {
         SlidingWindowLayer {
             extractor,
@@ -297,10 +309,11 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
         self.configure(|s| s.clock = clock)
     }
 
-    /// A handle on the layer's live statistics and limits, sharing the
-    /// layer's state (see "Shared state"). It may be taken at any point
-    /// after [`key`](Self::key).
+    /// A handle on the layer's live statistics and limits. Taking it builds
+    /// the layer's state if nothing has yet, and shares it (see "Shared
+    /// state"): take it once the layer is configured.
     pub fn handle(&self) -> StatsHandle<X::Key> {
+        self.store.registry();
         StatsHandle::new(Arc::clone(&self.store)).with_remote(self.remote.clone())
     }
 }

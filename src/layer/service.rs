@@ -65,6 +65,49 @@ pub struct SlidingWindow<
     body: PhantomData<fn() -> R>,
 }
 
+impl<S> SlidingWindow<S> {
+    /// Limits `inner` to `limit` requests per second for one global key:
+    /// the same as `SlidingWindowLayer::qps(limit).layer(inner)`. Configure
+    /// anything else on the [`SlidingWindowLayer`](crate::SlidingWindowLayer).
+    ///
+    /// ```
+    /// use std::convert::Infallible;
+    /// use http::{Request, Response};
+    /// use tower_sliding_window::SlidingWindow;
+    ///
+    /// let service = SlidingWindow::new(
+    ///     tower::service_fn(|_: Request<String>| async {
+    ///         Ok::<_, Infallible>(Response::new(String::from("hello")))
+    ///     }),
+    ///     100,
+    /// );
+    /// let stats = service.handle();
+    /// # let _ = stats;
+    /// ```
+    pub fn new(inner: S, limit: u64) -> Self {
+        use tower_layer::Layer as _;
+        crate::SlidingWindowLayer::qps(limit).layer(inner)
+    }
+}
+
+// In an impl of its own, for a fixed inner type, so that
+// `SlidingWindow::layer(..)` needs no inner type named.
+impl SlidingWindow<()> {
+    /// The layer that makes this service:
+    /// [`SlidingWindowLayer::qps(limit)`](crate::SlidingWindowLayer::qps).
+    ///
+    /// ```
+    /// use tower::ServiceBuilder;
+    /// use tower_sliding_window::SlidingWindow;
+    ///
+    /// let builder = ServiceBuilder::new().layer(SlidingWindow::layer(100));
+    /// # let _ = builder;
+    /// ```
+    pub fn layer(limit: u64) -> crate::SlidingWindowLayer {
+        crate::SlidingWindowLayer::qps(limit)
+    }
+}
+
 impl<S, X: KeyExtractor, M, R> SlidingWindow<S, X, M, R> {
     pub(crate) fn from_parts(
         inner: S,

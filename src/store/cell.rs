@@ -83,7 +83,8 @@ impl<K> Settings<K> {
     where
         K: 'static,
     {
-        let rules = self
+        let given = self.rules.len();
+        let rules: HashMap<L, u64> = self
             .rules
             .into_iter()
             .filter_map(|(key, limit)| {
@@ -91,6 +92,13 @@ impl<K> Settings<K> {
                 key.downcast::<L>().ok().map(|key| (*key, limit))
             })
             .collect();
+        if rules.len() < given {
+            tracing::warn!(
+                dropped = given - rules.len(),
+                "SlidingWindowLayer::key: rules given before `key` name keys of the previous \
+                 key type and are dropped; give rules after `key`"
+            );
+        }
         Settings {
             default_limit: self.default_limit,
             overflow_limit: self.overflow_limit,
@@ -106,16 +114,17 @@ impl<K> Settings<K> {
 /// One limiter's state: its settings until something needs the key table,
 /// then the table, built once from them.
 ///
-/// A layer, its clones, the services it makes and its handles share one
-/// `Store`. Until the table is built, a builder method changes the shared
-/// settings in place (so a handle taken early sees the final
-/// configuration); after that, it starts a new `Store` for the layer value
-/// it was called on, and the others keep the table they use.
+/// A layer value owns its `Store` until it is first used. Cloning the layer
+/// shares the `Store`, and a builder method on a layer whose `Store` is
+/// shared (by a clone, a service or a handle) or already built changes a
+/// copy of the settings in a new `Store` for that layer value alone: a
+/// setter on one value never reaches another. The table is built when the
+/// layer makes a service or a handle, and shared from then on by every
+/// clone that still holds this `Store`.
 pub(crate) struct Store<K> {
-    /// Read while the table is built, written by builder methods; both take
-    /// the lock around the check of `built`, so a build never reads settings
-    /// that a concurrent builder method is half-way through changing, and a
-    /// change never lands after the build that should have seen it.
+    /// Written only through `configure` on a `Store` no one else holds, and
+    /// read when the table is built; the lock makes both safe without
+    /// relying on that.
     settings: RwLock<Settings<K>>,
     built: OnceLock<Arc<Registry<K>>>,
 }
@@ -130,27 +139,24 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Store<K> {
 
     /// The key table, built from the settings on first use.
     pub(crate) fn registry(&self) -> &Arc<Registry<K>> {
-        if let Some(registry) = self.built.get() {
-            return registry;
-        }
-        // Holding the read lock across the build keeps builder methods out
-        // until `built` is set (see `settings`).
-        let settings = read(&self.settings);
         self.built
-            .get_or_init(|| Arc::new(Registry::new(&settings)))
+            .get_or_init(|| Arc::new(Registry::new(&read(&self.settings))))
     }
 
-    /// Applies `change` to the settings: in place while the table is not
-    /// built, else to a copy in a new store, which is returned.
-    pub(crate) fn configure(self: Arc<Self>, change: impl FnOnce(&mut Settings<K>)) -> Arc<Self> {
-        let mut settings = write(&self.settings);
-        if self.built.get().is_none() {
-            change(&mut settings);
-            drop(settings);
-            return self;
+    /// Applies `change` to the settings: in place when `store` is this
+    /// layer value's alone and not built yet, else to a copy in a new
+    /// store, which is returned.
+    pub(crate) fn configure(
+        mut store: Arc<Self>,
+        change: impl FnOnce(&mut Settings<K>),
+    ) -> Arc<Self> {
+        if let Some(own) = Arc::get_mut(&mut store) {
+            if own.built.get().is_none() {
+                change(&mut write(&own.settings));
+                return store;
+            }
         }
-        let mut copy = settings.clone();
-        drop(settings);
+        let mut copy = store.settings();
         change(&mut copy);
         Arc::new(Store::new(copy))
     }

@@ -37,6 +37,7 @@ pub(crate) use enabled::{RemoteLookup, RemoteSlot};
 
 #[cfg(feature = "redis")]
 mod enabled {
+    use std::any::Any;
     use std::borrow::Borrow;
     use std::hash::Hash;
     use std::sync::Arc;
@@ -83,20 +84,33 @@ mod enabled {
             }
         }
 
-        /// The slot for a layer whose key type changes (`key`): a store set
-        /// before could not name the new keys.
-        ///
-        /// # Panics
-        ///
-        /// When a store was set: `key` must come before `store`.
-        pub(crate) fn rekey<L>(self) -> RemoteSlot<L> {
-            assert!(
-                self.remote.is_none(),
-                "SlidingWindowLayer::key: invalid `store`: must be set after `key` (the store \
-                 names keys of the key type `key` chooses)"
-            );
+        /// The slot for a layer whose key type changes (`key`). A store set
+        /// before is kept when the key type stays the same (it names the
+        /// new keys as it named the old); for another key type it could not
+        /// name the new keys, and is dropped with a `warn` event, as the
+        /// layer's rules of another key type are. The failure policy stays.
+        pub(crate) fn rekey<L: 'static>(self) -> RemoteSlot<L>
+        where
+            K: 'static,
+        {
+            let remote = self.remote.and_then(|remote| {
+                let identity: Box<dyn Any> = Box::new(remote.identity);
+                match identity.downcast::<fn(&L) -> KeyId>() {
+                    Ok(identity) => Some(Remote {
+                        store: remote.store,
+                        identity: *identity,
+                    }),
+                    Err(_) => {
+                        tracing::warn!(
+                            "SlidingWindowLayer::key: the store set before `key` names keys of \
+                             the previous key type and is dropped; set the store after `key`"
+                        );
+                        None
+                    }
+                }
+            });
             RemoteSlot {
-                remote: None,
+                remote,
                 policy: self.policy,
             }
         }

@@ -332,16 +332,17 @@ fn a_policy_name_with_a_quote_panics_at_construction() {
     let _ = SlidingWindowLayer::qps(1).policy_name("a\"b");
 }
 
-/// Settings are a value: a handle taken early and a clone taken early share
-/// the state, and see settings given after them; nothing panics because of
-/// the order of the builder methods.
+/// Settings are a value: taking a handle builds the state; a setter given
+/// after it starts a new state for the value it is called on, which the
+/// early handle and a clone taken early do not share; nothing panics
+/// because of the order of the builder methods.
 #[tokio::test]
-async fn configuring_after_taking_the_handle_reaches_the_handle() {
+async fn configuring_after_taking_the_handle_starts_a_new_state() {
     let clock = clock();
-    let layer = SlidingWindowLayer::qps(5).key(PathKey);
+    let layer = SlidingWindowLayer::qps(5).key(PathKey).clock(clock.clone());
     let stats = layer.handle();
     let early_clone = layer.clone();
-    let layer = layer.rule("/late", 1).clock(clock.clone());
+    let layer = layer.rule("/late", 1);
     let app = Router::new()
         .route("/late", get(hello))
         .layer(layer.clone());
@@ -351,15 +352,22 @@ async fn configuring_after_taking_the_handle_reaches_the_handle() {
         "{}",
         at(&clock)
     );
-    let snapshot = stats
+    let snapshot = layer
+        .handle()
         .snapshot("/late")
-        .expect("the handle sees the layer's key");
+        .expect("the new value's handle sees its key");
     assert_eq!((snapshot.pass, snapshot.block, snapshot.limit), (1, 2, 1));
-    // The early clone is the same limiter.
+    // The early handle and the early clone keep the state they had: no
+    // request of the new value, and the limit of 5.
+    assert!(stats.snapshot("/late").is_none(), "{}", at(&clock));
+    let early = Router::new().route("/late", get(hello)).layer(early_clone);
     assert_eq!(
-        early_clone.handle().snapshot("/late").map(|s| s.block),
-        Some(2)
+        statuses(&early, "/late", 6).await,
+        ok_then_429(5, 1),
+        "{}",
+        at(&clock)
     );
+    assert_eq!(stats.snapshot("/late").map(|s| s.pass), Some(5));
 }
 
 /// Rules given before `key` carry over when the key type is the same.

@@ -18,3 +18,4 @@ mod layer_socket;
 mod layer_streaming;
 mod layer_tower;
 mod snapshot_serde;
+mod value;

@@ -592,3 +592,26 @@ async fn replicas_started_before_redis_serve_and_then_share_the_limit() {
         assert_eq!(status.mode, StoreMode::Remote, "{status:?}");
     }
 }
+
+/// `key` after `store` never panics: the store carries over when the key
+/// type stays the same, and is dropped (with a warning) when the new key
+/// type could not name keys in it, as rules of another key type are.
+#[tokio::test]
+async fn key_after_store_keeps_the_store_for_the_same_key_type_and_drops_it_otherwise() {
+    let store = || {
+        // Nothing listens on port 1: the store stays in fallback, and no
+        // test needs a server.
+        RedisStore::connect_lazy("redis://127.0.0.1:1/").expect("a valid url")
+    };
+    let same = SlidingWindowLayer::qps(5)
+        .key(PathKey)
+        .store(store())
+        .key(tower_sliding_window::MethodPathKey);
+    assert!(same.handle().store_status().is_some(), "String keys both");
+
+    let other = SlidingWindowLayer::qps(5).store(store()).key(PathKey);
+    assert!(
+        other.handle().store_status().is_none(),
+        "a store for `()` keys cannot name `String` keys"
+    );
+}
