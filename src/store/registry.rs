@@ -45,7 +45,7 @@ use super::{Entry, Settings, Window};
 use crate::clock::SharedClock;
 use crate::flow::breaker::Breaker;
 use crate::key::KeyVisitor;
-use crate::stat::{Counts, MetricBucket};
+use crate::stat::{Counts, MetricBucket, RtSlot};
 use crate::sync::{fence, read, write, AtomicU64, AtomicUsize, Ordering, RwLock};
 
 /// Number of table shards. A power of two comfortably above the core count
@@ -148,6 +148,9 @@ pub(crate) struct Registry<K> {
     /// so that exporters' counters summed over keys never lose what an
     /// evicted key had counted.
     evicted: MetricBucket,
+    /// The layer's response-time histogram, once an exporter installs it;
+    /// every entry holds the slot.
+    rt_histogram: RtSlot,
 }
 
 impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
@@ -163,6 +166,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
         } = *settings;
         let breakers: Arc<[Breaker]> = Arc::from(breakers.as_slice());
         let hasher = RandomState::new();
+        let rt_histogram = RtSlot::default();
         let overflow = Arc::new(Entry::new(
             window,
             clock.clone(),
@@ -170,6 +174,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
             None,
             false,
             &breakers,
+            &rt_histogram,
         ));
         Registry {
             shards: (0..SHARDS).map(|_| RwLock::new(HashTable::new())).collect(),
@@ -185,7 +190,14 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
             last_sweep: AtomicU64::new(0),
             breakers,
             evicted: MetricBucket::new(),
+            rt_histogram,
         }
+    }
+
+    /// The layer's response-time histogram slot.
+    #[cfg_attr(not(feature = "prometheus"), allow(dead_code))]
+    pub(crate) fn rt_histogram(&self) -> &RtSlot {
+        &self.rt_histogram
     }
 
     pub(crate) fn clock(&self) -> &SharedClock {
@@ -266,6 +278,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
             rule.map(|_| hash),
             pinned,
             &self.breakers,
+            &self.rt_histogram,
         );
         (Arc::new(key), Arc::new(entry))
     }
