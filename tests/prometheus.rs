@@ -649,6 +649,7 @@ async fn twenty_thousand_keys_export_the_top_keys_and_one_sum() {
     // The size first: parsing a scrape of every key would take minutes.
     let mut text = String::new();
     encode(&mut text, &registry).unwrap();
+    eprintln!("a scrape of 20 013 keys: {} bytes", text.len());
     assert!(text.len() < 16 * 1024, "{} bytes", text.len());
     let (text, first) = scrape(&registry);
     let passes: Vec<_> = first
@@ -821,6 +822,7 @@ async fn two_layers_in_one_scrape_pass_promtool() {
         "{text}"
     );
     let (code, said) = promtool_check(&promtool, &text);
+    eprintln!("promtool check metrics: exit {code}\n{said}");
     assert!(
         code == 0 || code == 3,
         "promtool: exit {code}: {said}\n{text}"
