@@ -71,8 +71,9 @@ use crate::stat::{Counts, RtCounts, RtHistogram, DEFAULT_RT_BUCKETS};
 /// [`top_keys`](Self::top_keys) busiest (10 by default; traffic is passes
 /// and blocks counted since the first collector was made). So a metric has
 /// at most `top_keys` + 3 series plus one per key with its own limit,
-/// whatever the number of clients: 20 000 client addresses make 13 series
-/// per metric, not 20 000. With [`totals_only`](Self::totals_only) there
+/// whatever the number of clients: 20 000 client addresses make at most 13
+/// series per metric, not 20 000. The gauges of `other` are those of the
+/// keys it sums that hold an entry now, summed. With [`totals_only`](Self::totals_only) there
 /// are no labels: one series per metric, every entry summed (the limit
 /// gauge is then the sum of the limits, as in [`StatsHandle::total`]).
 ///
