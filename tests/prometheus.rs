@@ -994,3 +994,82 @@ async fn a_tuple_key_is_exported() {
         assert_eq!(get(&samples, "sliding_window_block", label, "key"), block);
     }
 }
+
+/// Keys change rank, lose their series, are evicted and come back, round
+/// after round: between any two scrapes, the increases of every series
+/// (as Prometheus's `increase()` sums them) are exactly the layer's, and
+/// `other` never goes backwards.
+#[tokio::test]
+async fn series_that_come_and_go_account_for_every_request() {
+    let clock = clock();
+    let (app, stats) = app(&clock, 1_000, 4, Duration::from_millis(1));
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(stats.collector().top_keys(2)));
+    let mut totals = Registry::default();
+    totals.register_collector(Box::new(stats.collector().totals_only()));
+    stats.set_limit(key("ruled"), 1_000);
+
+    let (_, mut before) = scrape(&registry);
+    let (_, mut totals_before) = scrape(&totals);
+    let (mut overflowed, mut changes, mut last_set) = (false, 0, None);
+    for round in 0..12u64 {
+        // Each round a different pair of keys is busiest; some rounds let
+        // every key go idle, so that new keys evict them.
+        for (i, tenant) in ["k0", "k1", "k2", "k3", "k4", "k5", "ruled"]
+            .iter()
+            .enumerate()
+        {
+            let i = i as u64;
+            let n = (round * 7 + i * 3) % 6 + if (round + i) % 5 == 0 { 8 } else { 0 };
+            for _ in 0..n {
+                send(&app, req_with("/", "x-tenant", tenant)).await;
+            }
+            if round % 3 == 2 && i % 2 == 1 {
+                send(&app, req_with("/fail", "x-tenant", tenant)).await;
+            }
+        }
+        send(&app, req("/")).await;
+        if round % 4 == 3 {
+            clock.advance(Duration::from_secs(3));
+        }
+        let (text, after) = scrape(&registry);
+        let (_, totals_after) = scrape(&totals);
+        let mut metrics = COUNTERS.to_vec();
+        metrics.push("sliding_window_response_seconds");
+        for metric in metrics {
+            let want = get(&totals_after, metric, "", "") - get(&totals_before, metric, "", "");
+            let got = increase(&before, &after, metric);
+            assert!(
+                (got - want).abs() < 1e-9,
+                "round {round}, {metric}: the series rose by {got}, the layer by {want}\n{text}"
+            );
+            assert!(
+                get(&after, metric, "", "other") >= get(&before, metric, "", "other"),
+                "round {round}, {metric}"
+            );
+        }
+        let keyed = after
+            .keys()
+            .filter(|(m, _, e)| m == "sliding_window_pass" && e == "key")
+            .count();
+        assert!(keyed <= 3, "two busiest and the ruled key: {text}");
+        overflowed |= get(&after, "sliding_window_pass", "", "overflow") > 0.0;
+        let mut with_series: Vec<String> = after
+            .keys()
+            .filter(|(m, _, e)| m == "sliding_window_pass" && e == "key")
+            .map(|(_, k, _)| k.clone())
+            .collect();
+        with_series.sort_unstable();
+        if last_set.as_ref() != Some(&with_series) {
+            changes += 1;
+        }
+        last_set = Some(with_series);
+        before = after;
+        totals_before = totals_after;
+    }
+    assert!(overflowed, "the table filled up at some point");
+    assert!(
+        changes >= 4,
+        "the keys with a series changed {changes} times"
+    );
+}
