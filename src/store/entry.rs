@@ -38,7 +38,9 @@ pub(crate) struct Entry {
     /// never counts a request that is gone. Relaxed: a gauge, read alone.
     waiting: AtomicU64,
     /// The layer's response-time histogram, shared by every entry; empty
-    /// until an exporter installs it.
+    /// until an exporter installs it, then set for good. `OnceLock::get`
+    /// is an acquire load paired with the release of the set: a completion
+    /// that sees the slot set sees the histogram whole.
     pub(crate) rt_histogram: RtSlot,
 }
 
