@@ -17,8 +17,10 @@ use axum::http::header::CONTENT_TYPE;
 use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
-use prometheus_client::encoding::text::encode;
-use prometheus_client::registry::Registry;
+// The prometheus-client the collector is built for, re-exported: no second
+// version can slip in through Cargo.toml.
+use tower_sliding_window::export::prometheus_client::encoding::text::encode;
+use tower_sliding_window::export::prometheus_client::registry::Registry;
 use tower_sliding_window::{PathKey, SlidingWindowLayer};
 
 async fn metrics(State(registry): State<Arc<Registry>>) -> impl IntoResponse {

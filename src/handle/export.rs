@@ -25,6 +25,8 @@ pub(crate) struct Lifetime {
     pub(crate) limit: u64,
     /// The entry's circuit breakers that are open or half-open.
     pub(crate) breakers_not_closed: u64,
+    /// The key has a limit of its own (a rule or `set_limit`).
+    pub(crate) own_limit: bool,
 }
 
 #[cfg(feature = "prometheus")]
@@ -35,6 +37,7 @@ impl Lifetime {
             concurrency: entry.node.cur_concurrency(),
             limit: entry.limit(),
             breakers_not_closed: entry.breakers.not_closed(),
+            own_limit: entry.policy_tag().is_some(),
         }
     }
 }
@@ -63,6 +66,12 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
     pub(crate) fn for_each_lifetime(&self, mut f: impl FnMut(&K, Lifetime)) {
         self.registry()
             .for_each_entry(|key, entry| f(key, Lifetime::of(entry)));
+    }
+
+    /// The layer's response-time histogram slot, shared by its entries.
+    #[cfg(feature = "prometheus")]
+    pub(crate) fn rt_slot(&self) -> &crate::stat::RtSlot {
+        self.registry().rt_histogram()
     }
 
     /// The overflow entry's lifetime totals.

@@ -85,6 +85,11 @@ impl InFlight {
         let (now_ms, now_us) = node.clock().now_both();
         let rt_us = now_us.saturating_sub(self.started_us);
         node.record_completion_at(now_ms, Duration::from_micros(rt_us), failed);
+        // The layer's histogram, once an exporter wants it: two relaxed
+        // adds on counters the layer shares (see `RtHistogram`).
+        if let Some(histogram) = self.entry.rt_histogram.get() {
+            histogram.record(rt_us);
+        }
         // Closed breakers that count on the key's statistics have nothing
         // to do for a good completion: the key has just recorded it.
         if self.probe.is_some() || self.entry.breakers.want(rt_us, failed) {

@@ -56,6 +56,7 @@ mod bucket_ref;
 mod counts;
 mod event;
 mod future_array;
+mod histogram;
 mod leap_array;
 mod metric_array;
 mod metric_node;
@@ -82,6 +83,11 @@ pub use snapshot::BucketSnapshot;
 pub use window_wrap::WindowWrap;
 
 pub(crate) use counts::Counts;
+#[cfg(feature = "prometheus")]
+pub(crate) use histogram::RtHistogram;
+pub(crate) use histogram::RtSlot;
+#[cfg(feature = "prometheus")]
+pub(crate) use histogram::{RtCounts, DEFAULT_RT_BUCKETS};
 #[cfg_attr(not(feature = "prometheus"), allow(unused_imports))]
 pub(crate) use rollup::want_lifetime_totals;
 // Part of the crate-internal interface (snapshots that merge several nodes

@@ -4,7 +4,7 @@ use crate::clock::SharedClock;
 use crate::flow::breaker::{Breaker, Breakers, Completion, ProbeSet};
 use crate::flow::warm_up::WarmUp;
 use crate::flow::Pacer;
-use crate::stat::StatisticNode;
+use crate::stat::{RtSlot, StatisticNode};
 use crate::sync::{AtomicU64, Ordering};
 
 use super::Window;
@@ -38,6 +38,11 @@ pub(crate) struct Entry {
     /// its guard takes it off when the wait ends or is dropped, so the gauge
     /// never counts a request that is gone. Relaxed: a gauge, read alone.
     waiting: AtomicU64,
+    /// The layer's response-time histogram, shared by every entry; empty
+    /// until an exporter installs it, then set for good. `OnceLock::get`
+    /// is an acquire load paired with the release of the set: a completion
+    /// that sees the slot set sees the histogram whole.
+    pub(crate) rt_histogram: RtSlot,
 }
 
 const DEFAULT_POLICY: u64 = u64::MAX;
@@ -52,6 +57,7 @@ impl Entry {
         policy_tag: Option<u64>,
         pinned: bool,
         breakers: &[Breaker],
+        rt_histogram: &RtSlot,
     ) -> Self {
         Entry {
             node: StatisticNode::build(
@@ -68,6 +74,7 @@ impl Entry {
             pacer: Pacer::new(),
             warm_up: window.behaviours.warm_up.map(|_| Box::new(WarmUp::new())),
             waiting: AtomicU64::new(0),
+            rt_histogram: Arc::clone(rt_histogram),
         }
     }
 

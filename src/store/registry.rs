@@ -49,7 +49,7 @@ use super::{Entry, Settings, Window};
 use crate::clock::SharedClock;
 use crate::flow::breaker::Breaker;
 use crate::key::KeyVisitor;
-use crate::stat::{Counts, MetricBucket};
+use crate::stat::{Counts, MetricBucket, RtSlot};
 use crate::sync::{fence, read, write, AtomicU64, AtomicUsize, Ordering, RwLock};
 
 /// At most one overflow warning per this many milliseconds of the clock.
@@ -162,6 +162,9 @@ pub(crate) struct Registry<K> {
     /// so that exporters' counters summed over keys never lose what an
     /// evicted key had counted.
     evicted: MetricBucket,
+    /// The layer's response-time histogram, once an exporter installs it;
+    /// every entry holds the slot.
+    rt_histogram: RtSlot,
 }
 
 impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
@@ -177,6 +180,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
         } = *settings;
         let breakers: Arc<[Breaker]> = Arc::from(breakers.as_slice());
         let hasher = RandomState::new();
+        let rt_histogram = RtSlot::default();
         let overflow = Arc::new(
             Entry::new(
                 window,
@@ -185,6 +189,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
                 None,
                 false,
                 &breakers,
+                &rt_histogram,
             )
             .into_overflow(),
         );
@@ -204,7 +209,14 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
             overflowed: AtomicU64::new(0),
             breakers,
             evicted: MetricBucket::new(),
+            rt_histogram,
         }
+    }
+
+    /// The layer's response-time histogram slot.
+    #[cfg_attr(not(feature = "prometheus"), allow(dead_code))]
+    pub(crate) fn rt_histogram(&self) -> &RtSlot {
+        &self.rt_histogram
     }
 
     pub(crate) fn clock(&self) -> &SharedClock {
@@ -285,6 +297,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
             rule.map(|_| hash),
             pinned,
             &self.breakers,
+            &self.rt_histogram,
         );
         (Arc::new(key), Arc::new(entry))
     }

@@ -51,12 +51,19 @@ fn unescape(s: &str) -> String {
     out
 }
 
-fn scrape(registry: &Registry) -> (String, Samples) {
+/// The registry's exposition, checked against the OpenMetrics grammar.
+fn exposition(
+    registry: &Registry,
+) -> (String, MetricsExposition<OpenMetricsType, OpenMetricsValue>) {
     let mut text = String::new();
     encode(&mut text, registry).expect("the collector encodes");
-    let parsed: MetricsExposition<OpenMetricsType, OpenMetricsValue> =
-        openmetrics_parser::openmetrics::parse_openmetrics(&text)
-            .unwrap_or_else(|e| panic!("the exposition does not parse ({e:?}):\n{text}"));
+    let parsed = openmetrics_parser::openmetrics::parse_openmetrics(&text)
+        .unwrap_or_else(|e| panic!("the exposition does not parse ({e:?}):\n{text}"));
+    (text, parsed)
+}
+
+fn scrape(registry: &Registry) -> (String, Samples) {
+    let (text, parsed) = exposition(registry);
     let mut samples = Samples::new();
     for (name, family) in &parsed.families {
         for sample in family.iter_samples() {
@@ -102,6 +109,17 @@ fn sum(samples: &Samples, metric: &str) -> f64 {
         .sum()
 }
 
+/// What Prometheus's `increase()` summed over every series of `metric`
+/// gives from `before` to `after`: the change of each series present in
+/// both (a series that starts or ends adds nothing).
+fn increase(before: &Samples, after: &Samples, metric: &str) -> f64 {
+    after
+        .iter()
+        .filter(|((m, _, _), _)| m == metric)
+        .filter_map(|(id, now)| before.get(id).map(|then| now - then))
+        .sum()
+}
+
 /// The per-key series of `key` against the handle's snapshot (read while
 /// the window still holds every event of the key's life).
 fn check_key(samples: &Samples, key: &str, entry: &str, snap: &Snapshot, rt: Duration) {
@@ -121,19 +139,7 @@ fn check_key(samples: &Samples, key: &str, entry: &str, snap: &Snapshot, rt: Dur
         get(samples, "sliding_window_limit", key, entry),
         snap.limit as f64
     );
-    let count = get(
-        samples,
-        "sliding_window_response_time_seconds_count",
-        key,
-        entry,
-    );
-    assert_eq!(count, snap.success as f64);
-    let seconds = get(
-        samples,
-        "sliding_window_response_time_seconds_sum",
-        key,
-        entry,
-    );
+    let seconds = get(samples, "sliding_window_response_seconds", key, entry);
     let want = rt.as_secs_f64() * snap.success as f64;
     assert!((seconds - want).abs() < 1e-9, "{seconds} vs {want}");
 }
@@ -209,10 +215,11 @@ async fn per_key_series_match_the_handle() {
     );
     let b = stats.snapshot(&key("b")).unwrap();
     assert_eq!(b.exception, 1, "{b:?}");
-    // The idle overflow entry and the empty evicted sum are there, at zero.
+    // The idle overflow entry and the empty sum of other keys are there,
+    // at zero.
     assert_eq!(get(&samples, "sliding_window_pass", "", "overflow"), 0.0);
-    assert_eq!(get(&samples, "sliding_window_pass", "", "evicted"), 0.0);
-    // Every key, once per metric: 4 keys, the overflow and the evicted sum.
+    assert_eq!(get(&samples, "sliding_window_pass", "", "other"), 0.0);
+    // Every key, once per metric: 4 keys, the overflow and the other sum.
     let passes = samples
         .keys()
         .filter(|(m, _, _)| m == "sliding_window_pass")
@@ -221,7 +228,11 @@ async fn per_key_series_match_the_handle() {
     // Naming conventions: `_total` counters, seconds, no key in the name.
     assert!(text.contains("\nsliding_window_pass_total{"), "{text}");
     assert!(
-        text.contains("\nsliding_window_response_time_seconds_sum{"),
+        text.contains("\nsliding_window_response_seconds_total{"),
+        "{text}"
+    );
+    assert!(
+        text.contains("\nsliding_window_response_time_seconds_sum "),
         "{text}"
     );
 }
@@ -259,40 +270,54 @@ async fn counters_survive_eviction_and_return() {
         );
     }
 
-    // Two new keys need the room: a and b are idle and evicted.
+    // Two new keys need the room: a and b are idle and evicted. Their
+    // series end; what they showed stays theirs, and `other` takes what
+    // c and d counted before their series started.
+    let (_, totals_later) = scrape(&totals);
     send(&app, req_with("/", "x-tenant", "c")).await;
     send(&app, req_with("/", "x-tenant", "d")).await;
     assert!(stats.snapshot(&key("a")).is_none(), "a was evicted");
     let (_, evicted) = scrape(&registry);
-    for metric in COUNTERS {
-        let gone = get(&first, metric, "a", "key") + get(&first, metric, "b", "key");
-        assert_eq!(get(&evicted, metric, "", "evicted"), gone, "{metric}");
-        assert!(sum(&evicted, metric) >= sum(&later, metric), "{metric}");
-    }
+    let (_, totals_evicted) = scrape(&totals);
     assert!(!evicted.contains_key(&("sliding_window_pass".into(), "a".into(), "key".into())));
+    for metric in COUNTERS {
+        assert!(
+            get(&evicted, metric, "", "other") >= get(&later, metric, "", "other"),
+            "{metric}"
+        );
+        assert_eq!(
+            increase(&later, &evicted, metric),
+            get(&totals_evicted, metric, "", "") - get(&totals_later, metric, "", ""),
+            "{metric}"
+        );
+    }
+    assert_eq!(get(&evicted, "sliding_window_pass", "", "other"), 2.0);
 
-    // a returns (after c and d went idle): a new series from zero, the
-    // evicted sum keeps what it had, and no sum goes backwards.
+    // a returns (after c and d went idle): a new series from zero, `other`
+    // does not go backwards, and the increases over all series are the
+    // layer's.
     clock.advance(Duration::from_secs(5));
     send(&app, req_with("/", "x-tenant", "a")).await;
     let (_, back) = scrape(&registry);
+    let (_, totals_back) = scrape(&totals);
     let a_again = stats.snapshot(&key("a")).unwrap();
     check_key(&back, "a", "key", &a_again, rt);
     for metric in COUNTERS {
-        assert!(get(&back, metric, "", "evicted") >= get(&evicted, metric, "", "evicted"));
-        assert!(sum(&back, metric) >= sum(&evicted, metric), "{metric}");
+        assert!(get(&back, metric, "", "other") >= get(&evicted, metric, "", "other"));
+        assert_eq!(
+            increase(&evicted, &back, metric),
+            get(&totals_back, metric, "", "") - get(&totals_evicted, metric, "", ""),
+            "{metric}"
+        );
     }
     assert_eq!(
-        sum(&back, "sliding_window_pass"),
+        get(&totals_back, "sliding_window_pass", "", ""),
         (a.pass + b.pass + 2 + a_again.pass) as f64,
         "every pass ever admitted, once"
     );
 
-    // Without labels: one series per metric, equal to the sums above.
+    // Without labels: one series per metric.
     let (text, total) = scrape(&totals);
-    for metric in COUNTERS {
-        assert_eq!(get(&total, metric, "", ""), sum(&back, metric), "{metric}");
-    }
     assert!(!text.contains("key=\""), "{text}");
     assert_eq!(
         get(&total, "sliding_window_limit", "", ""),
@@ -380,7 +405,7 @@ async fn totals_never_go_backwards_under_concurrent_load() {
             }
         }
         if let Some(last) = &last_shared {
-            for entry in ["overflow", "evicted"] {
+            for entry in ["overflow", "other"] {
                 for metric in COUNTERS {
                     assert!(get(&keyed, metric, "", entry) >= get(last, metric, "", entry));
                 }
@@ -450,4 +475,601 @@ async fn a_tripped_breaker_shows_in_its_keys_gauge() {
     totals.register_collector(Box::new(stats.collector().totals_only()));
     let (_, samples) = scrape(&totals);
     assert_eq!(get(&samples, gauge, "", ""), 1.0);
+}
+
+/// One sample of a scrape: the sample's name (with its `_total`,
+/// `_bucket`, `_sum` or `_count` suffix), its labels and its value.
+#[derive(Debug, Clone)]
+struct Line {
+    name: String,
+    labels: HashMap<String, String>,
+    value: f64,
+}
+
+/// Every sample line of an exposition, read off the text (each line checked
+/// against the grammar by [`scrape`] first).
+fn lines(text: &str) -> Vec<Line> {
+    let mut out = Vec::new();
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let (series, value) = line.rsplit_once(' ').expect("a value");
+        let (name, labels) = match series.split_once('{') {
+            Some((name, rest)) => (name, rest.strip_suffix('}').expect("closing brace")),
+            None => (series, ""),
+        };
+        let mut map = HashMap::new();
+        let mut rest = labels;
+        while let Some((label, after)) = rest.split_once("=\"") {
+            // The value runs to the first quote that is not escaped.
+            let mut end = 0;
+            let bytes = after.as_bytes();
+            while bytes[end] != b'"' {
+                end += if bytes[end] == b'\\' { 2 } else { 1 };
+            }
+            map.insert(
+                label.trim_start_matches(',').to_owned(),
+                unescape(&after[..end]),
+            );
+            rest = &after[end + 1..];
+        }
+        let value = match value {
+            "+Inf" => f64::INFINITY,
+            v => v.parse().expect("a number"),
+        };
+        out.push(Line {
+            name: name.to_owned(),
+            labels: map,
+            value,
+        });
+    }
+    out
+}
+
+/// The samples of `name` whose labels include every pair of `with`.
+fn pick<'a>(lines: &'a [Line], name: &str, with: &[(&str, &str)]) -> Vec<&'a Line> {
+    lines
+        .iter()
+        .filter(|l| l.name == name)
+        .filter(|l| {
+            with.iter()
+                .all(|(k, v)| l.labels.get(*k).map(String::as_str) == Some(*v))
+        })
+        .collect()
+}
+
+/// The `le` bounds and cumulative counts of the response-time histogram's
+/// series labelled `with`, in the order written.
+fn buckets(lines: &[Line], with: &[(&str, &str)]) -> Vec<(String, f64)> {
+    pick(lines, "sliding_window_response_time_seconds_bucket", with)
+        .into_iter()
+        .map(|l| (l.labels["le"].clone(), l.value))
+        .collect()
+}
+
+/// A server whose `/ms/{n}` handler takes `n` ms on the manual clock.
+fn timed_app(clock: &ManualClock) -> (Router, StatsHandle<Key>) {
+    let layer = SlidingWindowLayer::qps(10_000)
+        .key(HeaderKey::new(HeaderName::from_static("x-tenant")))
+        .clock(clock.clone());
+    let stats = layer.handle();
+    let handler_clock = clock.clone();
+    let app = Router::new()
+        .route(
+            "/ms/{n}",
+            routing::get(move |axum::extract::Path(n): axum::extract::Path<u64>| {
+                let clock = handler_clock.clone();
+                async move {
+                    clock.advance(Duration::from_millis(n));
+                    "ok"
+                }
+            }),
+        )
+        .layer(layer);
+    (app, stats)
+}
+
+/// The histogram's buckets are Prometheus's (`le="+Inf"`, not `inf`), and
+/// there are enough of them for quantiles: each request lands in the
+/// bucket its response time belongs to.
+#[tokio::test]
+async fn the_response_time_histogram_has_real_buckets() {
+    let clock = clock();
+    let (app, stats) = timed_app(&clock);
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(stats.collector()));
+    // 1 ms and 5 ms sit on bounds (a bound counts what equals it); 7 ms,
+    // 300 ms and 20 s do not; 20 s is past every bound but `+Inf`.
+    let times = [1u64, 1, 5, 7, 7, 7, 300, 20_000];
+    for (i, ms) in times.iter().enumerate() {
+        let tenant = format!("t{}", i % 3);
+        send(&app, req_with(&format!("/ms/{ms}"), "x-tenant", &tenant)).await;
+    }
+    let (text, _) = scrape(&registry);
+    assert!(!text.contains("le=\"inf\""), "{text}");
+    let lines = lines(&text);
+    let got = buckets(&lines, &[]);
+    let want = [
+        ("0.001", 2.0),
+        ("0.0025", 2.0),
+        ("0.005", 3.0),
+        ("0.01", 6.0),
+        ("0.025", 6.0),
+        ("0.05", 6.0),
+        ("0.1", 6.0),
+        ("0.25", 6.0),
+        ("0.5", 7.0),
+        ("1.0", 7.0),
+        ("2.5", 7.0),
+        ("5.0", 7.0),
+        ("10.0", 7.0),
+        ("+Inf", 8.0),
+    ];
+    let want: Vec<(String, f64)> = want.iter().map(|(l, v)| (l.to_string(), *v)).collect();
+    assert_eq!(got, want, "{text}");
+    let count = pick(&lines, "sliding_window_response_time_seconds_count", &[]);
+    assert_eq!(count.len(), 1, "one histogram for the layer: {text}");
+    assert_eq!(count[0].value, 8.0);
+    let seconds = pick(&lines, "sliding_window_response_time_seconds_sum", &[])[0].value;
+    let want_sum = times.iter().sum::<u64>() as f64 / 1e3;
+    assert!((seconds - want_sum).abs() < 1e-9, "{seconds} vs {want_sum}");
+}
+
+/// 20 000 client keys: a scrape carries the busiest keys and keys with
+/// their own limit one by one, and every other key summed in one series;
+/// that sum never goes backwards as keys come, go and change rank.
+#[tokio::test]
+async fn twenty_thousand_keys_export_the_top_keys_and_one_sum() {
+    let clock = clock();
+    let layer = SlidingWindowLayer::qps(1_000_000)
+        .key(HeaderKey::new(HeaderName::from_static("x-tenant")))
+        .max_keys(25_000)
+        .clock(clock.clone());
+    let stats = layer.handle();
+    let app = Router::new()
+        .route("/", routing::get(|| async { "ok" }))
+        .layer(layer);
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(stats.collector()));
+    stats.set_limit(key("vip"), 5);
+    send(&app, req_with("/", "x-tenant", "vip")).await;
+    // Twelve heavy keys: heavy-i sends 20 + i requests.
+    for i in 0..12u64 {
+        for _ in 0..20 + i {
+            send(&app, req_with("/", "x-tenant", &format!("heavy-{i}"))).await;
+        }
+    }
+    for i in 0..20_000 {
+        send(
+            &app,
+            req_with("/", "x-tenant", &format!("10.0.{}.{}", i / 256, i % 256)),
+        )
+        .await;
+    }
+    let sent = 1.0 + (0..12).map(|i| 20.0 + i as f64).sum::<f64>() + 20_000.0;
+
+    // The size first: parsing a scrape of every key would take minutes.
+    let mut text = String::new();
+    encode(&mut text, &registry).unwrap();
+    eprintln!("a scrape of 20 013 keys: {} bytes", text.len());
+    assert!(text.len() < 16 * 1024, "{} bytes", text.len());
+    let (text, first) = scrape(&registry);
+    let passes: Vec<_> = first
+        .keys()
+        .filter(|(m, _, _)| m == "sliding_window_pass")
+        .collect();
+    // The ten busiest (heavy-2 to heavy-11), vip (its own limit), the
+    // overflow entry and the sum of the others.
+    let mut keyed: Vec<&str> = passes
+        .iter()
+        .filter(|(_, _, e)| e == "key")
+        .map(|(_, k, _)| k.as_str())
+        .collect();
+    keyed.sort_unstable();
+    let mut want: Vec<String> = (2..12).map(|i| format!("heavy-{i}")).collect();
+    want.push("vip".to_owned());
+    want.sort_unstable();
+    assert_eq!(keyed, want, "{text}");
+    assert_eq!(passes.len(), 13, "{text}");
+    assert_eq!(
+        get(&first, "sliding_window_pass", "", "other"),
+        20_000.0 + 20.0 + 21.0
+    );
+    assert_eq!(sum(&first, "sliding_window_pass"), sent);
+
+    // A key of the sum becomes the busiest: it gets a series, heavy-2
+    // goes to the sum, and the sum does not go backwards.
+    for _ in 0..100 {
+        send(&app, req_with("/", "x-tenant", "10.0.0.7")).await;
+    }
+    let (_, second) = scrape(&registry);
+    assert_eq!(
+        get(&second, "sliding_window_pass", "10.0.0.7", "key"),
+        101.0
+    );
+    assert!(!second.contains_key(&(
+        "sliding_window_pass".to_owned(),
+        "heavy-2".to_owned(),
+        "key".to_owned()
+    )));
+    let other = |s: &Samples| get(s, "sliding_window_pass", "", "other");
+    assert!(
+        other(&second) >= other(&first),
+        "{} < {}",
+        other(&second),
+        other(&first)
+    );
+
+    // Every idle key is evicted when new ones need the room: the sum
+    // keeps what they counted.
+    clock.advance(Duration::from_secs(120));
+    for i in 0..24_000 {
+        send(&app, req_with("/", "x-tenant", &format!("new-{i}"))).await;
+    }
+    let (_, third) = scrape(&registry);
+    assert!(stats.snapshot(&key("10.0.0.7")).is_none(), "evicted");
+    assert!(other(&third) >= other(&second) + 23_000.0);
+    let everything = sent + 100.0 + 24_000.0;
+    let keyed_now: f64 = third
+        .iter()
+        .filter(|((m, _, e), _)| m == "sliding_window_pass" && e != "other")
+        .map(|(_, v)| v)
+        .sum();
+    assert!(keyed_now + other(&third) <= everything);
+    assert!(
+        third
+            .keys()
+            .filter(|(m, _, _)| m == "sliding_window_pass")
+            .count()
+            <= 13
+    );
+}
+
+/// The `promtool` binary (Debian's `prometheus` package), if installed.
+fn promtool() -> Option<std::path::PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join("promtool"))
+        .find(|candidate| candidate.is_file())
+}
+
+/// Runs `promtool check metrics` on `text`: its exit code and output.
+fn promtool_check(promtool: &std::path::Path, text: &str) -> (i32, String) {
+    use std::io::Write as _;
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(promtool)
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool starts");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(text.as_bytes())
+        .expect("promtool reads the scrape");
+    let out = child.wait_with_output().expect("promtool finishes");
+    let mut said = String::from_utf8_lossy(&out.stdout).into_owned();
+    said.push_str(&String::from_utf8_lossy(&out.stderr));
+    (out.status.code().expect("an exit code"), said)
+}
+
+/// Two layers, one per-client and one per-path, exported into one scrape:
+/// every metric once, each sample with its `layer`, and `promtool check
+/// metrics` finds no error. Registering the two collectors side by side
+/// instead is what promtool refuses (checked too, so that the test shows
+/// promtool does catch it).
+///
+/// promtool reads the text as the older Prometheus format, in which a
+/// counter's samples must carry the family's own name: it takes the
+/// OpenMetrics samples `<name>_total` of a counter family `<name>` for
+/// families without help text and says so (exit code 3, "lint problems").
+/// Those notes, one per counter, are the only ones allowed.
+///
+/// Needs `promtool` (`.ci/run` installs Debian's `prometheus` package).
+/// Without it the test fails when `CI=true`, and otherwise prints why and
+/// returns.
+#[tokio::test]
+async fn two_layers_in_one_scrape_pass_promtool() {
+    let Some(promtool) = promtool() else {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "promtool is not installed (CI=true: .ci/run installs Debian's prometheus package)"
+        );
+        eprintln!("skipping the promtool test: promtool is not installed");
+        return;
+    };
+    let clock = clock();
+    let (clients, client_stats) = app(&clock, 2, 8, Duration::from_millis(3));
+    let paths = SlidingWindowLayer::qps(5)
+        .key(tower_sliding_window::PathKey)
+        .clock(clock.clone());
+    let path_stats = paths.handle();
+    let by_path = Router::new()
+        .route("/a", routing::get(|| async { "ok" }))
+        .route("/b", routing::get(|| async { "ok" }))
+        .layer(paths);
+    // Side by side: every family written twice.
+    let mut apart = Registry::default();
+    apart.register_collector(Box::new(client_stats.collector()));
+    apart.register_collector(Box::new(path_stats.collector()));
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(
+        client_stats
+            .collector()
+            .layer("clients")
+            .join(path_stats.collector().layer("paths")),
+    ));
+    for tenant in ["x", "x", "x", "y", r#"we"ird\"#] {
+        send(&clients, req_with("/", "x-tenant", tenant)).await;
+    }
+    send(&clients, req("/")).await;
+    for path in ["/a", "/a", "/b"] {
+        send(&by_path, req(path)).await;
+    }
+
+    let mut text = String::new();
+    encode(&mut text, &apart).unwrap();
+    let (code, said) = promtool_check(&promtool, &text);
+    assert_eq!(code, 1, "promtool accepted a family written twice: {said}");
+    assert!(said.contains("second HELP line"), "{said}");
+
+    // Joined: each family once, the layers told apart.
+    let (text, _) = exposition(&registry);
+    assert_eq!(
+        text.matches("# TYPE sliding_window_pass counter\n").count(),
+        1,
+        "{text}"
+    );
+    let (code, said) = promtool_check(&promtool, &text);
+    eprintln!("promtool check metrics: exit {code}\n{said}");
+    assert!(
+        code == 0 || code == 3,
+        "promtool: exit {code}: {said}\n{text}"
+    );
+    let counters = [
+        "sliding_window_pass",
+        "sliding_window_block",
+        "sliding_window_success",
+        "sliding_window_exception",
+        "sliding_window_response_seconds",
+    ];
+    for line in said.lines().filter(|l| !l.trim().is_empty()) {
+        let allowed = counters
+            .iter()
+            .any(|c| line == format!("{c}_total no help text"));
+        assert!(allowed, "promtool: {line}\n{said}\n{text}");
+    }
+
+    let lines = lines(&text);
+    for (layer, key, want) in [
+        ("clients", "x", 2.0),
+        ("clients", "y", 1.0),
+        ("clients", r#"we"ird\"#, 1.0),
+        ("paths", "/a", 2.0),
+        ("paths", "/b", 1.0),
+    ] {
+        let got = pick(
+            &lines,
+            "sliding_window_pass_total",
+            &[("layer", layer), ("key", key), ("entry", "key")],
+        );
+        assert_eq!(got.len(), 1, "{layer} {key}: {text}");
+        assert_eq!(got[0].value, want, "{layer} {key}");
+    }
+    let blocked = pick(
+        &lines,
+        "sliding_window_block_total",
+        &[("layer", "clients"), ("key", "x")],
+    );
+    assert_eq!(blocked[0].value, 1.0);
+    assert_eq!(
+        pick(
+            &lines,
+            "sliding_window_pass_total",
+            &[("layer", "clients"), ("entry", "missing")]
+        )[0]
+        .value,
+        1.0
+    );
+    // One histogram per layer: 5 completed requests of 3 ms, 3 of none.
+    let client_buckets = buckets(&lines, &[("layer", "clients")]);
+    assert_eq!(client_buckets.last(), Some(&("+Inf".to_owned(), 5.0)));
+    assert_eq!(client_buckets[1], ("0.0025".to_owned(), 0.0));
+    assert_eq!(client_buckets[2], ("0.005".to_owned(), 5.0));
+    let path_buckets = buckets(&lines, &[("layer", "paths")]);
+    assert_eq!(path_buckets[0], ("0.001".to_owned(), 3.0));
+    // Every sample has its layer.
+    assert!(
+        lines.iter().all(|l| l.labels.contains_key("layer")),
+        "{text}"
+    );
+}
+
+#[test]
+#[should_panic(expected = "every joined collector needs a name")]
+fn joining_an_unnamed_collector_is_refused() {
+    let a = SlidingWindowLayer::qps(1).handle().collector().layer("a");
+    let _ = a.join(SlidingWindowLayer::qps(1).handle().collector());
+}
+
+#[test]
+#[should_panic(expected = "two joined collectors are named \"a\"")]
+fn joining_two_layers_of_one_name_is_refused() {
+    let a = SlidingWindowLayer::qps(1).handle().collector().layer("a");
+    let _ = a.join(SlidingWindowLayer::qps(1).handle().collector().layer("a"));
+}
+
+#[test]
+#[should_panic(expected = "collector_with_rt_buckets: bounds must increase")]
+fn histogram_bounds_that_do_not_increase_are_refused() {
+    let layer = SlidingWindowLayer::qps(1);
+    let _ = layer.handle().collector_with_rt_buckets(&[0.5, 0.1]);
+}
+
+#[test]
+#[should_panic(expected = "already counts with the bounds [0.001")]
+fn a_layers_histogram_bounds_cannot_change() {
+    let layer = SlidingWindowLayer::qps(1);
+    let _first = layer.handle().collector();
+    let _ = layer.handle().collector_with_rt_buckets(&[0.5, 1.0]);
+}
+
+/// Chosen bounds are the histogram's, and the re-exported crate is the one
+/// the collector registers in.
+#[tokio::test]
+async fn chosen_histogram_bounds() {
+    use tower_sliding_window::export::prometheus_client as client;
+
+    let clock = clock();
+    let (app, stats) = timed_app(&clock);
+    let collector = stats.collector_with_rt_buckets(&[0.002, 0.004]);
+    // A second collector of the layer shares the bounds.
+    let again = stats.collector().totals_only();
+    let mut registry = client::registry::Registry::default();
+    registry.register_collector(Box::new(collector));
+    registry.register_collector(Box::new(again.layer("again")));
+    for ms in [1, 2, 3, 4, 5] {
+        send(&app, req(&format!("/ms/{ms}"))).await;
+    }
+    let mut text = String::new();
+    client::encoding::text::encode(&mut text, &registry).unwrap();
+    let lines = lines(&text);
+    let want: Vec<(String, f64)> = [("0.002", 2.0), ("0.004", 4.0), ("+Inf", 5.0)]
+        .iter()
+        .map(|(l, v)| (l.to_string(), *v))
+        .collect();
+    let unnamed: Vec<&Line> = pick(&lines, "sliding_window_response_time_seconds_bucket", &[])
+        .into_iter()
+        .filter(|l| !l.labels.contains_key("layer"))
+        .collect();
+    let unnamed: Vec<(String, f64)> = unnamed
+        .iter()
+        .map(|l| (l.labels["le"].clone(), l.value))
+        .collect();
+    assert_eq!(unnamed, want, "{text}");
+    assert_eq!(buckets(&lines, &[("layer", "again")]), want, "{text}");
+}
+
+type PairKey = (Option<std::net::IpAddr>, String);
+
+/// A key made of the client's address (from `x-client`, if it parses) and
+/// the path: the collector labels it part by part.
+#[tokio::test]
+async fn a_tuple_key_is_exported() {
+    let layer = SlidingWindowLayer::qps(2).key(|parts: &http::request::Parts| -> PairKey {
+        let ip = parts
+            .headers
+            .get("x-client")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse().ok());
+        (ip, parts.uri.path().to_owned())
+    });
+    let stats: StatsHandle<PairKey> = layer.handle();
+    let app = Router::new()
+        .route("/a", routing::get(|| async { "ok" }))
+        .route("/a,b", routing::get(|| async { "ok" }))
+        .layer(layer);
+    for _ in 0..3 {
+        send(&app, req_with("/a", "x-client", "10.0.0.1")).await;
+    }
+    send(&app, req_with("/a", "x-client", "::1")).await;
+    send(&app, req("/a")).await;
+    send(&app, req_with("/a,b", "x-client", "10.0.0.1")).await;
+
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(stats.collector()));
+    let (text, samples) = scrape(&registry);
+    for (label, pass, block) in [
+        ("10.0.0.1, /a", 2.0, 1.0),
+        ("::1, /a", 1.0, 0.0),
+        ("-, /a", 1.0, 0.0),
+        ("10.0.0.1, /a\\,b", 1.0, 0.0),
+    ] {
+        assert_eq!(
+            get(&samples, "sliding_window_pass", label, "key"),
+            pass,
+            "{text}"
+        );
+        assert_eq!(get(&samples, "sliding_window_block", label, "key"), block);
+    }
+}
+
+/// Keys change rank, lose their series, are evicted and come back, round
+/// after round: between any two scrapes, the increases of every series
+/// (as Prometheus's `increase()` sums them) are exactly the layer's, and
+/// `other` never goes backwards.
+#[tokio::test]
+async fn series_that_come_and_go_account_for_every_request() {
+    let clock = clock();
+    let (app, stats) = app(&clock, 1_000, 4, Duration::from_millis(1));
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(stats.collector().top_keys(2)));
+    let mut totals = Registry::default();
+    totals.register_collector(Box::new(stats.collector().totals_only()));
+    stats.set_limit(key("ruled"), 1_000);
+
+    let (_, mut before) = scrape(&registry);
+    let (_, mut totals_before) = scrape(&totals);
+    let (mut overflowed, mut changes, mut last_set) = (false, 0, None);
+    for round in 0..12u64 {
+        // Each round a different pair of keys is busiest; some rounds let
+        // every key go idle, so that new keys evict them.
+        for (i, tenant) in ["k0", "k1", "k2", "k3", "k4", "k5", "ruled"]
+            .iter()
+            .enumerate()
+        {
+            let i = i as u64;
+            let n = (round * 7 + i * 3) % 6 + if (round + i) % 5 == 0 { 8 } else { 0 };
+            for _ in 0..n {
+                send(&app, req_with("/", "x-tenant", tenant)).await;
+            }
+            if round % 3 == 2 && i % 2 == 1 {
+                send(&app, req_with("/fail", "x-tenant", tenant)).await;
+            }
+        }
+        send(&app, req("/")).await;
+        if round % 4 == 3 {
+            clock.advance(Duration::from_secs(3));
+        }
+        let (text, after) = scrape(&registry);
+        let (_, totals_after) = scrape(&totals);
+        let mut metrics = COUNTERS.to_vec();
+        metrics.push("sliding_window_response_seconds");
+        for metric in metrics {
+            let want = get(&totals_after, metric, "", "") - get(&totals_before, metric, "", "");
+            let got = increase(&before, &after, metric);
+            assert!(
+                (got - want).abs() < 1e-9,
+                "round {round}, {metric}: the series rose by {got}, the layer by {want}\n{text}"
+            );
+            assert!(
+                get(&after, metric, "", "other") >= get(&before, metric, "", "other"),
+                "round {round}, {metric}"
+            );
+        }
+        let keyed = after
+            .keys()
+            .filter(|(m, _, e)| m == "sliding_window_pass" && e == "key")
+            .count();
+        assert!(keyed <= 3, "two busiest and the ruled key: {text}");
+        overflowed |= get(&after, "sliding_window_pass", "", "overflow") > 0.0;
+        let mut with_series: Vec<String> = after
+            .keys()
+            .filter(|(m, _, e)| m == "sliding_window_pass" && e == "key")
+            .map(|(_, k, _)| k.clone())
+            .collect();
+        with_series.sort_unstable();
+        if last_set.as_ref() != Some(&with_series) {
+            changes += 1;
+        }
+        last_set = Some(with_series);
+        before = after;
+        totals_before = totals_after;
+    }
+    assert!(overflowed, "the table filled up at some point");
+    assert!(
+        changes >= 4,
+        "the keys with a series changed {changes} times"
+    );
 }
