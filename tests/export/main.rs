@@ -6,6 +6,7 @@
 mod support;
 
 mod dashboard;
+mod export_keys;
 // Drives headless Chromium against the dashboard: built only with it.
 #[cfg(feature = "dashboard")]
 mod dashboard_browser;

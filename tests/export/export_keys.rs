@@ -1,10 +1,10 @@
 //! Keys made of several parts (a tuple of the client's address and the
 //! path) in the exporters: the dashboard serves them, labelled part by
-//! part. The Prometheus side is in `tests/prometheus.rs`.
+//! part. The Prometheus side is in `prometheus.rs`.
 
 #![cfg(feature = "dashboard")]
 
-mod support;
+use crate::support;
 
 use std::net::IpAddr;
 
