@@ -17,7 +17,7 @@
 //! | `noop_layer`             | a `Router::layer` whose service only forwards            |
 //! | `ours_global`            | `SlidingWindowLayer::qps(u64::MAX / 4)`, the global key (default body: the inner service's) |
 //! | `ours_global_breaker`    | `ours_global`'s layer with one `Breaker::error_ratio(0.5)` (closed throughout) |
-//! | `ours_global_wrap_body`  | the same with `.wrap_body()` (`ResponseBody`, boxed again by axum) |
+//! | `ours_global_track_body` | the same with `.track_body()` (`ResponseBody`, boxed again by axum) |
 //! | `ours_matched_path`      | the same with the matched route as the key (`"GET /items/{id}"`) |
 //! | `ours_header`            | the same keyed by `HeaderKey::new(x-api-key)`            |
 //! | `tower_governor`         | `GovernorLayer`, global key, one cell per ns, burst `u32::MAX` |
@@ -86,7 +86,7 @@ pub(crate) enum Contender {
     Noop,
     OursGlobal,
     OursGlobalBreaker,
-    OursGlobalWrapBody,
+    OursGlobalTrackBody,
     OursMatchedPath,
     OursHeader,
     TowerGovernor,
@@ -103,7 +103,7 @@ impl Contender {
         Contender::Noop,
         Contender::OursGlobal,
         Contender::OursGlobalBreaker,
-        Contender::OursGlobalWrapBody,
+        Contender::OursGlobalTrackBody,
         Contender::OursMatchedPath,
         Contender::OursHeader,
         Contender::TowerGovernor,
@@ -119,7 +119,7 @@ impl Contender {
             Contender::Noop => "noop_layer",
             Contender::OursGlobal => "ours_global",
             Contender::OursGlobalBreaker => "ours_global_breaker",
-            Contender::OursGlobalWrapBody => "ours_global_wrap_body",
+            Contender::OursGlobalTrackBody => "ours_global_track_body",
             Contender::OursMatchedPath => "ours_matched_path",
             Contender::OursHeader => "ours_header",
             Contender::TowerGovernor => "tower_governor",
@@ -164,9 +164,10 @@ impl Contender {
             Contender::OursGlobalBreaker => {
                 app.layer(SlidingWindowLayer::qps(NEVER_REJECT).breaker(Breaker::error_ratio(0.5)))
             }
-            // The body wrapped in `ResponseBody`, which axum then boxes.
-            Contender::OursGlobalWrapBody => {
-                app.layer(SlidingWindowLayer::qps(NEVER_REJECT).wrap_body())
+            // The body wrapped in `ResponseBody` (completion at its end), which
+            // axum then boxes.
+            Contender::OursGlobalTrackBody => {
+                app.layer(SlidingWindowLayer::qps(NEVER_REJECT).track_body())
             }
             Contender::OursMatchedPath => {
                 app.layer(SlidingWindowLayer::qps(NEVER_REJECT).key(matched_path_key()))

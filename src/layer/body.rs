@@ -4,8 +4,10 @@
 //! | mode | body type | completes when | costs |
 //! |---|---|---|---|
 //! | [`InnerBody`] (default) | the inner service's `B` (needs `B: From<Bytes>`) | the response head is ready | nothing: under axum, no allocation per request |
-//! | [`WrapBody`] ([`wrap_body`](crate::SlidingWindowLayer::wrap_body)) | [`ResponseBody<B>`] | the response head is ready | under axum, one allocation per request (axum boxes bodies that are not its own) |
-//! | [`TrackBody`] ([`track_body`](crate::SlidingWindowLayer::track_body)) | [`ResponseBody<B>`] | the body has ended | as `WrapBody` |
+//! | [`TrackBody`] ([`track_body`](crate::SlidingWindowLayer::track_body)) | [`ResponseBody<B>`] (any `B`) | the body has ended | under axum, one allocation per request (axum boxes bodies that are not its own) |
+//!
+//! An inner body type that cannot be made from `Bytes` takes
+//! [`TrackBody`], which wraps it.
 //!
 //! "Completes" is when the request's success, response time and exception
 //! are recorded and it leaves the concurrency gauge. With [`TrackBody`] a
@@ -35,7 +37,7 @@ pub type DefaultEos = NeverClassifyEos<ServerErrorsFailureClass>;
 
 pin_project! {
     /// The response body of [`SlidingWindow`](crate::SlidingWindow) with
-    /// [`WrapBody`] or [`TrackBody`]: the inner service's body for passed
+    /// [`TrackBody`]: the inner service's body for passed
     /// requests, the rejection text otherwise. `E` is the classifier's
     /// end-of-stream classifier (see the [module docs](self)).
     pub struct ResponseBody<B, E = DefaultEos> {
@@ -212,10 +214,10 @@ impl<B, E> fmt::Debug for ResponseBody<B, E> {
 
 /// How a [`SlidingWindow`](crate::SlidingWindow)'s response body relates to
 /// the inner service's, and when a request completes: [`InnerBody`] (the
-/// default), [`WrapBody`] or [`TrackBody`], chosen on the layer. See the
+/// default) or [`TrackBody`], chosen on the layer. See the
 /// [module docs](self).
 ///
-/// Sealed: the three kinds of this module are the only ones. `E` is the
+/// Sealed: the two kinds of this module are the only ones. `E` is the
 /// classifier's end-of-stream classifier.
 pub trait BodyKind<B, E>: sealed::Sealed + Send + Sync + 'static {
     /// The response body type.
@@ -239,7 +241,6 @@ pub trait BodyKind<B, E>: sealed::Sealed + Send + Sync + 'static {
 
 mod sealed {
     pub trait Sealed {}
-    impl Sealed for super::WrapBody {}
     impl Sealed for super::InnerBody {}
     impl Sealed for super::TrackBody {}
 }
@@ -252,17 +253,10 @@ mod sealed {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct InnerBody;
 
-/// Responses carry a [`ResponseBody`] wrapping the inner body: works with
-/// every body type, for inner bodies that cannot be made from `Bytes`. A
-/// request completes at its response head.
-///
-/// Under axum this costs one allocation per request: axum boxes any body
-/// that is not its own `Body`.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct WrapBody;
-
 /// Responses carry a [`ResponseBody`] that records the request's completion
-/// when the body ends: for streamed responses (see the [module docs](self)).
+/// when the body ends: for streamed responses (see the [module docs](self)),
+/// and for inner body types that cannot be made from `Bytes` (it works with
+/// every body type).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct TrackBody;
 
@@ -281,24 +275,6 @@ where
 
     fn rejected(text: Bytes) -> B {
         B::from(text)
-    }
-}
-
-impl<B, E> BodyKind<B, E> for WrapBody
-where
-    B: Body<Data = Bytes>,
-{
-    type Body = ResponseBody<B, E>;
-    const TRACKS_BODY: bool = false;
-
-    #[inline]
-    #[allow(private_interfaces)]
-    fn passed(body: B, _tail: Option<Tail<E>>) -> ResponseBody<B, E> {
-        ResponseBody::inner(body)
-    }
-
-    fn rejected(text: Bytes) -> ResponseBody<B, E> {
-        ResponseBody::full(text)
     }
 }
 

@@ -10,7 +10,7 @@ use http::{Response, StatusCode};
 use tower_http::classify::{ServerErrorsAsFailures, SharedClassifier};
 use tower_layer::Layer;
 
-use super::body::{InnerBody, TrackBody, WrapBody};
+use super::body::{InnerBody, TrackBody};
 use super::priority::Priority;
 use super::service::SlidingWindow;
 use crate::clock::{Clock, SharedClock};
@@ -499,24 +499,6 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
             remote: self.remote,
             body: PhantomData,
         }
-    }
-
-    /// Answers with the inner service's own body type: the default. The body
-    /// type must implement `From<Bytes>` (axum's `Body` and
-    /// `http_body_util::Full<Bytes>` do), which turns a rejection's text into
-    /// a body. A request completes when the inner service's response head
-    /// is ready.
-    #[deprecated(since = "0.2.0", note = "`InnerBody` is the default body mode now")]
-    pub fn inner_body(self) -> SlidingWindowLayer<X, M, InnerBody> {
-        self.body_kind()
-    }
-
-    /// Wraps the inner service's body in
-    /// [`ResponseBody`](crate::body::ResponseBody), for inner body types
-    /// that cannot be made from `Bytes`. A request completes when the inner
-    /// service's response head is ready, as by default.
-    pub fn wrap_body(self) -> SlidingWindowLayer<X, M, WrapBody> {
-        self.body_kind()
     }
 
     /// Records completion when the response body ends, not when its head is

@@ -444,13 +444,11 @@ async fn reject_with_is_handed_the_configured_status() {
 
 /// The layer answers with the inner service's own body type by default
 /// (axum's `Body` here): passes go through untouched, and a rejection
-/// carries the same text and headers as with the wrapper. The deprecated
-/// `inner_body` is the same mode.
+/// carries the same text and headers as with the wrapper.
 #[tokio::test]
-#[allow(deprecated)]
-async fn inner_body_answers_with_the_inner_body_type() {
+async fn the_default_answers_with_the_inner_body_type() {
     let clock = clock();
-    let layer = SlidingWindowLayer::qps(2).clock(clock.clone()).inner_body();
+    let layer = SlidingWindowLayer::qps(2).clock(clock.clone());
     let stats = layer.handle();
     let app = Router::new()
         .route("/", get(|| async { "ok" }))
@@ -458,7 +456,7 @@ async fn inner_body_answers_with_the_inner_body_type() {
 
     // The layer's service answers `Response<axum::body::Body>` itself.
     let service = tower::Layer::layer(
-        &SlidingWindowLayer::qps(1).inner_body(),
+        &SlidingWindowLayer::qps(1),
         tower::service_fn(|_: Request<Body>| async {
             Ok::<_, std::convert::Infallible>(Response::new(Body::from("inner")))
         }),

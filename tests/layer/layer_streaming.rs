@@ -138,7 +138,9 @@ async fn a_tracked_stream_is_in_flight_until_its_end() {
 #[tokio::test]
 async fn by_default_a_stream_completes_at_its_head() {
     let clock = clock();
-    let layer = SlidingWindowLayer::qps(10).clock(clock.clone()).wrap_body();
+    let layer = SlidingWindowLayer::qps(10)
+        .clock(clock.clone())
+        .track_body();
     let stats = layer.handle();
     let (feeds, mut fed) = mpsc::unbounded_channel();
     let service = layer.layer(streaming_service(feeds));

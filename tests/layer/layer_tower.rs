@@ -43,7 +43,7 @@ where
 #[tokio::test]
 async fn service_builder_with_service_fn() {
     let clock = clock();
-    let layer = SlidingWindowLayer::qps(2).clock(clock.clone()).wrap_body();
+    let layer = SlidingWindowLayer::qps(2).clock(clock.clone()).track_body();
     let stats = layer.handle();
     let mut svc = ServiceBuilder::new().layer(layer).service_fn(echo);
 
@@ -89,7 +89,7 @@ impl Body for Chunks {
 #[tokio::test]
 async fn a_streaming_body_passes_through_untouched() {
     let clock = clock();
-    let layer = SlidingWindowLayer::qps(5).clock(clock.clone()).wrap_body();
+    let layer = SlidingWindowLayer::qps(5).clock(clock.clone()).track_body();
     let svc = layer.layer(service_fn(|_: Request<()>| async {
         let body = Chunks(VecDeque::from(["one,", "two,", "three"]));
         Ok::<_, Infallible>(Response::new(body))
@@ -140,7 +140,7 @@ impl std::task::Wake for NoWake {
 #[tokio::test]
 async fn poll_ready_only_forwards_and_reserves_nothing() {
     let clock = clock();
-    let layer = SlidingWindowLayer::qps(3).clock(clock.clone()).wrap_body();
+    let layer = SlidingWindowLayer::qps(3).clock(clock.clone()).track_body();
     let stats = layer.handle();
     let inner = Gated {
         open: Arc::new(AtomicBool::new(false)),
@@ -188,7 +188,7 @@ async fn poll_ready_only_forwards_and_reserves_nothing() {
 #[tokio::test]
 async fn every_service_a_layer_makes_shares_one_state() {
     let clock = clock();
-    let layer = SlidingWindowLayer::qps(4).clock(clock.clone()).wrap_body();
+    let layer = SlidingWindowLayer::qps(4).clock(clock.clone()).track_body();
     let stats = layer.handle();
     let mut one = layer.layer(service_fn(echo));
     let mut two = layer.clone().layer(service_fn(echo));
@@ -208,7 +208,7 @@ async fn every_service_a_layer_makes_shares_one_state() {
 
 #[tokio::test]
 async fn the_inner_service_is_reachable() {
-    let layer = SlidingWindowLayer::qps(1).wrap_body();
+    let layer = SlidingWindowLayer::qps(1).track_body();
     let mut svc = layer.layer(Gated {
         open: Arc::new(AtomicBool::new(true)),
         fail: Arc::new(AtomicBool::new(false)),

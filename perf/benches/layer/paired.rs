@@ -136,7 +136,7 @@ impl Rounds {
         }
         for (ours, governor) in [
             (Contender::OursGlobal, Contender::TowerGovernor),
-            (Contender::OursGlobalWrapBody, Contender::TowerGovernor),
+            (Contender::OursGlobalTrackBody, Contender::TowerGovernor),
             (Contender::OursMatchedPath, Contender::TowerGovernor),
             (Contender::OursHeader, Contender::TowerGovernorHeader),
             (Contender::OursHeader, Contender::TowerGovernor),
