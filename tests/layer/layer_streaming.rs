@@ -41,6 +41,16 @@ impl Body for Fed {
     }
 }
 
+/// A rejection's text as a `Fed` body: one data frame, then the end. This
+/// lets the default body mode (the inner body type) answer with `Fed`.
+impl From<Bytes> for Fed {
+    fn from(text: Bytes) -> Fed {
+        let (feed, body) = mpsc::unbounded_channel();
+        feed.send(Ok(Frame::data(text))).expect("the body is alive");
+        Fed(body)
+    }
+}
+
 type Feed = mpsc::UnboundedSender<Result<Frame<Bytes>, &'static str>>;
 
 /// A service that answers every request with a `Fed` body, handing the
@@ -138,9 +148,7 @@ async fn a_tracked_stream_is_in_flight_until_its_end() {
 #[tokio::test]
 async fn by_default_a_stream_completes_at_its_head() {
     let clock = clock();
-    let layer = SlidingWindowLayer::qps(10)
-        .clock(clock.clone())
-        .track_body();
+    let layer = SlidingWindowLayer::qps(10).clock(clock.clone());
     let stats = layer.handle();
     let (feeds, mut fed) = mpsc::unbounded_channel();
     let service = layer.layer(streaming_service(feeds));
