@@ -405,7 +405,8 @@ impl<S: Clone + Send + 'static, X: KeyExtractor, M: MakeClassifier, R> SlidingWi
             .pacer
             .reserve(now_us.saturating_mul(1_000), cost_ns, max_wait)
         {
-            Turn::Wait { wait, .. } if wait.is_zero() => {
+            Turn::Wait { wait, at_ns } if wait.is_zero() => {
+                entry.pacer.used(at_ns);
                 record_paced_pass(&entry, at, window);
                 let quota = self.response.headers_on_pass.then(|| {
                     let window_pass = entry.node.window_counts(at).pass;

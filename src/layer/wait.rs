@@ -103,6 +103,9 @@ impl Waiter {
     /// The wait is over and its reservation used.
     pub(crate) fn finish(mut self) -> Arc<Entry> {
         self.done = true;
+        if let Some((at_ns, _)) = self.turn {
+            self.entry.pacer.used(at_ns);
+        }
         Arc::clone(&self.entry)
     }
 }
@@ -113,7 +116,8 @@ impl Drop for Waiter {
             if let Some((at_ns, cost_ns)) = self.turn {
                 // The latest turn goes back to the next caller; an earlier
                 // one stays unused, which only spaces later passes further
-                // apart (see `flow::throttle`).
+                // apart, until the last waiter has left (see
+                // `flow::throttle`).
                 self.entry.pacer.give_back(at_ns, cost_ns);
             }
             // Borrowed quota stays reserved in its bucket: it can only make
