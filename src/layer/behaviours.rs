@@ -70,7 +70,14 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
     /// assert_eq!(send().await, StatusCode::OK);
     /// # }
     /// ```
+    ///
+    /// # Panics
+    ///
+    /// When the window's interval plus one bucket is more than `u64::MAX`
+    /// milliseconds (admission adds the two).
     pub fn strict(self) -> Self {
+        let window = self.current_window();
+        super::builder::check_strict_span("strict", window.interval_ms, window.sample_count);
         self.configure(|s| s.window.strict = true)
     }
 
