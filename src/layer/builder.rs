@@ -217,14 +217,14 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
     ///
     /// Each key costs at most about 5.2 KiB with the default window: its
     /// entry (a [`StatisticNode`](crate::stat::StatisticNode) with a second
-    /// and a minute window, 4 968 bytes, plus its limit and the small state
-    /// of the flow behaviours, about 5 050 bytes in all), the key (held in an `Arc`: 16 bytes, the key's own size and
+    /// and a minute window, 4 952 bytes, plus its limit and the small state
+    /// of the flow behaviours, about 5 035 bytes in all), the key (held in an `Arc`: 16 bytes, the key's own size and
     /// its heap) and its slot in the table (a pair of pointers and a control
     /// byte, at hashbrown's load factor). The built-in string extractors keep
     /// at most [`MAX_KEY_BYTES`](crate::key::MAX_KEY_BYTES) (256) bytes of a
     /// key whatever a client sends (see [long keys](crate::key#long-keys)):
-    /// measured, a [`HeaderKey`](crate::HeaderKey) key costs 5 360 bytes in
-    /// all with 256-byte values, 5 206 bytes with 16 KiB values, 5 109 with
+    /// measured, a [`HeaderKey`](crate::HeaderKey) key costs 5 354 bytes in
+    /// all with 256-byte values, 5 196 bytes with 16 KiB values, 5 101 with
     /// short ones. So the default table holds at most about 20.9 MiB,
     /// however hostile its keys (`cargo test --test memory -- --nocapture`
     /// prints these figures). Every bucket beyond the default 10 adds 64

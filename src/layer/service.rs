@@ -401,12 +401,19 @@ impl<S: Clone + Send + 'static, X: KeyExtractor, M: MakeClassifier, R> SlidingWi
         } else {
             Duration::ZERO
         };
-        match entry
-            .pacer
-            .reserve(now_us.saturating_mul(1_000), cost_ns, max_wait)
-        {
+        // Every entry of a throttled layer has a pacer; without one nothing
+        // could be paced, and the request is refused for a window.
+        let turn = entry.pacer().map_or(
+            Turn::Refuse {
+                retry_after: Duration::from_millis(window.interval_ms),
+            },
+            |pacer| pacer.reserve(now_us.saturating_mul(1_000), cost_ns, max_wait),
+        );
+        match turn {
             Turn::Wait { wait, at_ns } if wait.is_zero() => {
-                entry.pacer.used(at_ns);
+                if let Some(pacer) = entry.pacer() {
+                    pacer.used(at_ns);
+                }
                 record_paced_pass(&entry, at, window);
                 let quota = self.response.headers_on_pass.then(|| {
                     let window_pass = entry.node.window_counts(at).pass;

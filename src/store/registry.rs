@@ -372,10 +372,14 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
                 // does a used turn more than a window ahead of `at`: the
                 // clock went back, and the key is not pinned for the step.
                 let interval = self.window().interval_ms;
-                let paced_recently = entry.pacer.used_ns().is_some_and(|ns| {
-                    let ms = ns / 1_000_000;
-                    ms.saturating_add(interval) > at && ms <= at.saturating_add(interval)
-                });
+                let paced_recently =
+                    entry
+                        .pacer()
+                        .and_then(|pacer| pacer.used_ns())
+                        .is_some_and(|ns| {
+                            let ms = ns / 1_000_000;
+                            ms.saturating_add(interval) > at && ms <= at.saturating_add(interval)
+                        });
                 // An entry whose breaker is not closed keeps it too: eviction
                 // must not close a breaker.
                 let evict =
