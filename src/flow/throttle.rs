@@ -3,8 +3,8 @@
 //!
 //! # Implementation details
 //!
-//! One word per key, the *latest turn*: the time (ns on the limiter's clock)
-//! of the last turn handed out, or [`NEVER`]. A caller at `now` asks for the
+//! The pacer's main word is the *latest turn*: the time (ns on the
+//! limiter's clock) of the last turn handed out, or [`NEVER`]. A caller at `now` asks for the
 //! turn `max(latest + cost, now)`, with `cost = ceil(interval / limit)`
 //! nanoseconds:
 //!
@@ -509,6 +509,48 @@ mod tests {
             let end = take(&pacer, u64::MAX, cost, max_wait);
             assert_eq!(end, LAST_TURN);
             pacer.used(end);
+        }
+    }
+
+    #[test]
+    fn racing_arrivals_on_real_threads_never_share_a_turn() {
+        // Rounds of two threads arriving together at a pacer nobody is
+        // present at, each taking a turn and using it (either may find
+        // itself alone), then one caller leaving a hole behind: the used
+        // turns of a round are always one cost apart.
+        use std::sync::{Arc, Barrier};
+        let cost = 10;
+        let max_wait = Duration::from_secs(1);
+        let now = 1_000_000;
+        let pacer = Arc::new(Pacer::new());
+        let barrier = Arc::new(Barrier::new(2));
+        let rounds = 20_000;
+        let threads: Vec<_> = (0..2)
+            .map(|_| {
+                let (pacer, barrier) = (Arc::clone(&pacer), Arc::clone(&barrier));
+                std::thread::spawn(move || {
+                    (0..rounds)
+                        .map(|_| {
+                            barrier.wait();
+                            let mine = take(&pacer, now, cost, max_wait);
+                            pacer.used(mine);
+                            barrier.wait();
+                            mine
+                        })
+                        .collect::<Vec<u64>>()
+                })
+            })
+            .collect();
+        let turns: Vec<Vec<u64>> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+        let mut all: Vec<u64> = turns.concat();
+        all.sort_unstable();
+        for pair in all.windows(2) {
+            assert!(
+                pair[1] >= pair[0] + cost,
+                "turns {} and {}",
+                pair[0],
+                pair[1]
+            );
         }
     }
 }

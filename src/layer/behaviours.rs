@@ -166,7 +166,9 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
     ///   (3 000 per second paces at 333 334 ns).
     /// - A request dropped while it waits (client gone, timeout) gives its
     ///   turn back if no later turn was handed out meanwhile; otherwise its
-    ///   turn stays unused, which only spaces the later passes further apart.
+    ///   turn stays unused, which only spaces the later passes further apart,
+    ///   until the last waiting request of the key has left: the next one is
+    ///   then spaced from the latest turn used, as if nobody had queued.
     /// - At most `max_wait * limit / interval + 1` requests of a key wait at
     ///   once (each holds its own turn within `max_wait`);
     ///   [`Snapshot::waiting`](crate::Snapshot::waiting) shows how many do.
