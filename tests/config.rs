@@ -300,14 +300,29 @@ mod layer {
 
     /// A window `(interval, sample_count)` that may or may not be valid.
     fn windows() -> impl Strategy<Value = (Duration, usize)> {
-        (
-            prop_oneof![Just(1usize), Just(2), Just(10), Just(600), 1usize..=600],
-            prop_oneof![Just(1u64), Just(1_000), Just(u64::MAX), any::<u64>()],
+        prop_oneof![Just(1usize), Just(2), Just(10), Just(600), 1usize..=600].prop_flat_map(
+            |sample_count| {
+                let longest = u64::MAX / sample_count as u64;
+                (
+                    Just(sample_count),
+                    prop_oneof![
+                        Just(1u64),
+                        Just(1_000),
+                        // The longest valid interval, and the longest a
+                        // strict window accepts.
+                        Just(longest),
+                        Just(longest / 2),
+                        Just(longest - 1),
+                        1..=longest,
+                        any::<u64>(),
+                    ],
+                )
+                    .prop_map(|(sample_count, per_bucket)| {
+                        let interval = per_bucket.saturating_mul(sample_count as u64);
+                        (Duration::from_millis(interval), sample_count)
+                    })
+            },
         )
-            .prop_map(|(sample_count, per_bucket)| {
-                let interval = per_bucket.saturating_mul(sample_count as u64);
-                (Duration::from_millis(interval), sample_count)
-            })
     }
 
     /// Builds a layer from hostile settings; a setting the builder refuses
