@@ -172,9 +172,10 @@ where
         // back, a thread that read it before another opened that bucket) is
         // moved forward to it, as admission itself does; the decision, the
         // block it records and the counts in the headers are all at that
-        // time. A wait computed there is `behind` longer on the clock.
+        // time. A wait computed there is `behind` longer on the clock (0
+        // once the key runs on a skew after a step back beyond a window).
         let at = effective_now(&entry, now);
-        let behind = at - now;
+        let behind = entry.node.lag(now, at);
 
         // Circuit breakers, concurrency and warm-up first, when configured
         // or, for breakers, when one is not closed (a plain limiter, or one

@@ -573,6 +573,8 @@ impl StatisticNode {
     /// count for one more window at most, and the key can be idle again a
     /// window later. Readings are clamped at 2^62 ms, so a node written at
     /// that clamp stays there.
+    ///
+    /// See [`lag`](Self::lag) for how long `now` must wait for the result.
     #[inline]
     pub(crate) fn effective_now(&self, now: u64) -> u64 {
         let skewed = now.saturating_add(self.skew_ms.load(Ordering::Relaxed));
@@ -586,6 +588,16 @@ impl StatisticNode {
             self.skew_ms.fetch_max(newest - now, Ordering::Relaxed);
         }
         newest
+    }
+
+    /// How long the clock, reading `now`, must run before it reaches the
+    /// node's time `at` (a result of [`effective_now`](Self::effective_now)
+    /// at `now`): the lag behind the newest bucket that the node's skew does
+    /// not cover (at most one window, see `effective_now`). A wait computed
+    /// at `at` is that much longer on the clock.
+    #[inline]
+    pub(crate) fn lag(&self, now: u64, at: u64) -> u64 {
+        at.saturating_sub(now.saturating_add(self.skew_ms.load(Ordering::Relaxed)))
     }
 
     /// Adds `n` passes to the second window at `now` if
