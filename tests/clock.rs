@@ -418,4 +418,29 @@ mod steps {
         assert_eq!(statuses(&app, "/", 6).await, ok_then_429(5, 1));
         assert_eq!(stats.snapshot(&()).unwrap().pass, 10);
     }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_paced_key_is_neither_frozen_nor_pinned_by_a_step_back() {
+        let clock = ManualClock::new(START_MS + HOUR_MS);
+        let layer = SlidingWindowLayer::qps(10)
+            .key(PathKey)
+            .max_keys(1)
+            .throttle(Duration::from_millis(500))
+            .clock(clock.clone());
+        let stats = layer.handle();
+        let app = app(layer);
+        assert_eq!(statuses(&app, "/a", 1).await, [StatusCode::OK]);
+        // An hour back: the turn used lies an hour ahead, further than any
+        // wait could reach. The key is paced from the clock again at once...
+        clock.set(START_MS);
+        assert_eq!(statuses(&app, "/a", 1).await, [StatusCode::OK]);
+        // ...and, a window after its last pass, it is idle: the next key
+        // gets the slot, not the overflow entry.
+        clock.advance(Duration::from_millis(1_000));
+        assert_eq!(statuses(&app, "/b", 1).await, [StatusCode::OK]);
+        assert!(
+            stats.snapshot("/b").is_some(),
+            "/b was sent to the overflow entry"
+        );
+    }
 }

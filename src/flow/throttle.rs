@@ -51,9 +51,13 @@
 //! than `max_wait` ahead of now, and a used turn is never ahead of now. A
 //! caller that arrives with nobody present and finds the latest used turn
 //! more than `max_wait` ahead of its clock therefore knows the clock went
-//! back: it takes its turn from now, so a key is not frozen for the length
-//! of the step. What that costs: the passes of at most one `max_wait` before
-//! the step are not spaced from the passes after it.
+//! back: if `latest` is as far ahead, it takes its turn from now, so a key
+//! is not frozen for the length of the step; the callers after it are
+//! spaced from its turn as usual (the used turns from before the step are
+//! not taken as a sign that everything since was given back). What that
+//! costs: the passes of at most one `max_wait` before the step are not
+//! spaced from the passes after it, and until the clock is back past the
+//! old turns, holes are reclaimed from the tail only.
 
 use std::fmt;
 use std::time::Duration;
@@ -203,24 +207,34 @@ impl Pacer {
         let mut latest = self.latest.load(Ordering::Acquire);
         let mut base = latest;
         if arrived & PRESENT_MASK == 0 {
-            let used = match self.used.load(Ordering::Acquire) {
-                0 => NEVER,
-                used => used - 1,
-            };
-            // A used turn beyond `max_wait` ahead: the clock went back.
-            let used = if used != NEVER && used - now_ns.min(used) > max_wait_ns {
-                NEVER
-            } else {
-                used
+            // Further ahead than any turn handed out now could be: only a
+            // clock that went back leaves such a turn.
+            let far = |turn: u64| turn != NEVER && turn - now_ns.min(turn) > max_wait_ns;
+            let from = match self.used.load(Ordering::Acquire).checked_sub(1) {
+                // Nothing used: every turn handed out was given back.
+                None => NEVER,
+                // The clock went back: what was used since is not known
+                // apart from the turns before the step, so `latest` stands,
+                // unless it is as far ahead.
+                Some(used) if far(used) => {
+                    if far(latest) {
+                        NEVER
+                    } else {
+                        latest
+                    }
+                }
+                // Every turn after the latest used one was given back.
+                Some(used) if used < latest => used,
+                Some(_) => latest,
             };
             let me = arrived.wrapping_add(ARRIVED + PRESENT);
-            if turn_after(used) < turn_after(latest)
+            if turn_after(from) < turn_after(latest)
                 && self
                     .callers
                     .compare_exchange(me, me, Ordering::AcqRel, Ordering::Relaxed)
                     .is_ok()
             {
-                base = used;
+                base = from;
             }
         }
         loop {
@@ -501,8 +515,16 @@ mod tests {
             pacer.reserve(near, cost, max_wait),
             Turn::Refuse { .. }
         ));
-        // ...further away the clock went back: a turn now.
-        assert_eq!(take(&pacer, back, cost, max_wait), back);
+        // ...further away the clock went back: a turn now...
+        let first = take(&pacer, back, cost, max_wait);
+        assert_eq!(first, back);
+        pacer.used(first);
+        // ...and the spacing holds on the clock's new time: the turns used
+        // before the step do not make every caller "first".
+        let second = take(&pacer, back, cost, max_wait);
+        assert_eq!(second, back + cost);
+        pacer.used(second);
+        assert_eq!(take(&pacer, back + cost, cost, max_wait), back + 2 * cost);
         // A clock at the end of time saturates at the last turn, without a
         // panic.
         for _ in 0..2 {

@@ -369,7 +369,8 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
                 // keeps its pacer: a new entry would hand out a turn early.
                 // Turns given back do not count (nobody holds the entry, so
                 // the next caller would be spaced from the used one), nor
-                // does a used turn more than a window ahead of `at`: the
+                // does a used turn more than a window ahead of the clock
+                // (turns are on the clock's own time, not the key's): the
                 // clock went back, and the key is not pinned for the step.
                 let interval = self.window().interval_ms;
                 let paced_recently =
@@ -378,7 +379,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
                         .and_then(|pacer| pacer.used_ns())
                         .is_some_and(|ns| {
                             let ms = ns / 1_000_000;
-                            ms.saturating_add(interval) > at && ms <= at.saturating_add(interval)
+                            ms.saturating_add(interval) > now && ms <= now.saturating_add(interval)
                         });
                 // An entry whose breaker is not closed keeps it too: eviction
                 // must not close a breaker.
