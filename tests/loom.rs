@@ -570,6 +570,152 @@ fn pacer_give_back_racing_a_reservation() {
     });
 }
 
+/// The last holder of a turn leaves (giving back the latest turn, with an
+/// earlier one already a hole) while a caller arrives: whichever way they
+/// interleave, the turns used are at least one `cost` apart, and once
+/// everyone has left the next caller is spaced from the latest used turn
+/// only, as if nobody had queued.
+#[test]
+fn pacer_last_waiter_leaving_races_an_arrival() {
+    use std::time::Duration;
+    use tower_sliding_window::flow::{Pacer, Turn};
+
+    const COST: u64 = 10;
+    const NOW: u64 = 1_000;
+
+    fn turn(pacer: &Pacer) -> u64 {
+        match pacer.reserve(NOW, COST, Duration::from_nanos(100)) {
+            Turn::Wait { at_ns, .. } => at_ns,
+            Turn::Refuse { .. } => panic!("room for every caller"),
+        }
+    }
+
+    loom::model(|| {
+        let pacer = Arc::new(Pacer::new());
+        let first = turn(&pacer);
+        pacer.used(first);
+        let hole = turn(&pacer);
+        let last = turn(&pacer);
+        assert!(!pacer.give_back(hole, COST));
+        let leaver = {
+            let pacer = Arc::clone(&pacer);
+            thread::spawn(move || {
+                pacer.give_back(last, COST);
+                let again = turn(&pacer);
+                pacer.used(again);
+                again
+            })
+        };
+        let arrival = {
+            let pacer = Arc::clone(&pacer);
+            thread::spawn(move || {
+                let mine = turn(&pacer);
+                pacer.used(mine);
+                mine
+            })
+        };
+        let mut used = vec![first, leaver.join().unwrap(), arrival.join().unwrap()];
+        used.sort_unstable();
+        for pair in used.windows(2) {
+            assert!(pair[1] >= pair[0] + COST, "turns {used:?} too close");
+        }
+        assert_eq!(turn(&pacer), used[2] + COST, "used {used:?}");
+    });
+}
+
+/// Two callers take turns and give them back while a third takes one and
+/// uses it: a caller that arrives when nobody is present may move the
+/// latest turn back, and it must never do so over a turn someone else
+/// took meanwhile (the same value of `latest` can come back after a turn is
+/// given back).
+#[test]
+fn pacer_reclaiming_holes_never_overwrites_a_promised_turn() {
+    use std::time::Duration;
+    use tower_sliding_window::flow::{Pacer, Turn};
+
+    const COST: u64 = 10;
+    const NOW: u64 = 1_000;
+
+    fn turn(pacer: &Pacer) -> u64 {
+        match pacer.reserve(NOW, COST, Duration::from_nanos(100)) {
+            Turn::Wait { at_ns, .. } => at_ns,
+            Turn::Refuse { .. } => panic!("room for every caller"),
+        }
+    }
+
+    loom::model(|| {
+        let pacer = Arc::new(Pacer::new());
+        let first = turn(&pacer);
+        pacer.used(first);
+        let hole = turn(&pacer);
+        let last = turn(&pacer);
+        assert!(!pacer.give_back(hole, COST));
+        pacer.give_back(last, COST);
+        // Nobody present, `latest` past a hole.
+        let flaky = {
+            let pacer = Arc::clone(&pacer);
+            thread::spawn(move || {
+                let mine = turn(&pacer);
+                pacer.give_back(mine, COST);
+            })
+        };
+        let keeper = {
+            let pacer = Arc::clone(&pacer);
+            thread::spawn(move || {
+                let mine = turn(&pacer);
+                pacer.used(mine);
+                mine
+            })
+        };
+        flaky.join().unwrap();
+        let kept = keeper.join().unwrap();
+        assert!(kept >= first + COST, "{kept} too close to {first}");
+        let next = turn(&pacer);
+        assert_eq!(next, kept + COST);
+    });
+}
+
+/// Two callers arrive at a pacer nobody is present at: each may find
+/// itself alone and move `latest` back to one `cost` after the latest used
+/// turn. Neither may do so over the turn the other just took: the two used
+/// turns are distinct and one `cost` apart, and the next caller follows
+/// the later one.
+#[test]
+fn pacer_two_arrivals_at_an_empty_pacer_get_distinct_turns() {
+    use std::time::Duration;
+    use tower_sliding_window::flow::{Pacer, Turn};
+
+    const COST: u64 = 10;
+    const NOW: u64 = 1_000;
+
+    fn turn(pacer: &Pacer) -> u64 {
+        match pacer.reserve(NOW, COST, Duration::from_nanos(100)) {
+            Turn::Wait { at_ns, .. } => at_ns,
+            Turn::Refuse { .. } => panic!("room for every caller"),
+        }
+    }
+
+    loom::model(|| {
+        let pacer = Arc::new(Pacer::new());
+        let first = turn(&pacer);
+        pacer.used(first);
+        let threads: Vec<_> = (0..2)
+            .map(|_| {
+                let pacer = Arc::clone(&pacer);
+                thread::spawn(move || {
+                    let mine = turn(&pacer);
+                    pacer.used(mine);
+                    mine
+                })
+            })
+            .collect();
+        let mut used: Vec<u64> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+        used.sort_unstable();
+        assert_eq!(used, [first + COST, first + 2 * COST]);
+        assert_eq!(turn(&pacer), first + 3 * COST);
+    });
+}
+
 /// A breaker opened at 0 ms for 10 ms, so half-open at 10 ms.
 fn half_open_breaker() -> Arc<tower_sliding_window::breaker::CircuitBreaker> {
     use std::time::Duration;

@@ -45,8 +45,37 @@ use std::sync::Arc;
 /// A source of the current time.
 ///
 /// Implementations must be cheap to call and should never go backwards; the
-/// statistics stay consistent if they do (a reading behind a bucket is
-/// recorded in that bucket's newer window), but windows only slide forward.
+/// statistics stay consistent if they do, and a step is paid for within one
+/// window (see [Steps](Clock#steps)).
+///
+/// # Steps
+///
+/// Each key's statistics run on the clock's readings, never behind the
+/// newest bucket they have opened:
+///
+/// - A reading behind that bucket by at most one window (a thread that read
+///   the clock a little before another, a small step back) is recorded in
+///   that bucket, and the key's windows hold still until the clock catches
+///   up: at most one window.
+/// - A reading behind it by more than a window (the clock stepped back, or
+///   one reading ran far ahead and the clock is sane again) makes the key
+///   take the difference as a skew: from then on its windows slide at the
+///   clock's pace, that much ahead of it. The passes recorded before the
+///   step still count, for one window at most, so a key is never frozen or
+///   held in the table for longer than one window after the first request
+///   that sees the step.
+/// - A step forward slides every window forward at once, as time passing
+///   would: the passes of the last window are forgotten. The cost of a
+///   step, either way, is at most one extra window of passes.
+///
+/// Under [`throttle`](crate::SlidingWindowLayer::throttle), a key's turns are
+/// spaced on the clock's readings too: a turn more than the throttle's
+/// `max_wait` ahead of the clock can only come from a step back, and is
+/// forgotten once no request waits for a turn (see
+/// [`Pacer`](crate::flow::Pacer)).
+///
+/// Readings are clamped at 2^62 ms (146 million years): a key written at
+/// the clamp stays there.
 pub trait Clock: Send + Sync + 'static {
     /// Milliseconds since an arbitrary but fixed origin. Windows and buckets
     /// are cut from this value.

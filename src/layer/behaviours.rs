@@ -70,7 +70,14 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
     /// assert_eq!(send().await, StatusCode::OK);
     /// # }
     /// ```
+    ///
+    /// # Panics
+    ///
+    /// When the window's interval plus one bucket is more than `u64::MAX`
+    /// milliseconds (admission adds the two).
     pub fn strict(self) -> Self {
+        let window = self.current_window();
+        super::builder::check_strict_span("strict", window.interval_ms, window.sample_count);
         self.configure(|s| s.window.strict = true)
     }
 
@@ -159,7 +166,9 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
     ///   (3 000 per second paces at 333 334 ns).
     /// - A request dropped while it waits (client gone, timeout) gives its
     ///   turn back if no later turn was handed out meanwhile; otherwise its
-    ///   turn stays unused, which only spaces the later passes further apart.
+    ///   turn stays unused, which only spaces the later passes further apart,
+    ///   until the last waiting request of the key has left: the next one is
+    ///   then spaced from the latest turn used, as if nobody had queued.
     /// - At most `max_wait * limit / interval + 1` requests of a key wait at
     ///   once (each holds its own turn within `max_wait`);
     ///   [`Snapshot::waiting`](crate::Snapshot::waiting) shows how many do.

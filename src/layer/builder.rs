@@ -120,6 +120,11 @@ impl SlidingWindowLayer {
 
 /// # Keys and limits
 impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
+    /// The window the limiter settings hold now.
+    pub(super) fn current_window(&self) -> Window {
+        self.store.settings().window
+    }
+
     /// Applies a change to the limiter settings (see "Shared state").
     pub(super) fn configure(mut self, change: impl FnOnce(&mut Settings<X::Key>)) -> Self {
         self.store = Store::configure(self.store, change);
@@ -176,7 +181,8 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
     /// When `interval` is not a whole number of milliseconds, or is zero, or
     /// not a multiple of `sample_count` milliseconds; when `sample_count` is
     /// 0 or above the maximum [`LeapArray::new`](crate::stat::LeapArray::new)
-    /// accepts.
+    /// accepts; under [`strict`](Self::strict), when the interval plus one
+    /// bucket is more than `u64::MAX` milliseconds.
     pub fn window(self, interval: Duration, sample_count: usize) -> Self {
         assert!(
             interval.subsec_nanos() % 1_000_000 == 0,
@@ -188,6 +194,9 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
         };
         if let Err(err) = validate_window(sample_count, interval_ms) {
             panic!("SlidingWindowLayer::window: {err}");
+        }
+        if self.current_window().strict {
+            check_strict_span("window", interval_ms, sample_count);
         }
         self.configure(|s| {
             s.window = Window {
@@ -220,14 +229,14 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
     ///
     /// Each key costs at most about 5.2 KiB with the default window: its
     /// entry (a [`StatisticNode`](crate::stat::StatisticNode) with a second
-    /// and a minute window, 4 968 bytes, plus its limit and the small state
-    /// of the flow behaviours, about 5 050 bytes in all), the key (held in an `Arc`: 16 bytes, the key's own size and
+    /// and a minute window, 4 952 bytes, plus its limit and the small state
+    /// of the flow behaviours, about 5 035 bytes in all), the key (held in an `Arc`: 16 bytes, the key's own size and
     /// its heap) and its slot in the table (a pair of pointers and a control
     /// byte, at hashbrown's load factor). The built-in string extractors keep
     /// at most [`MAX_KEY_BYTES`](crate::key::MAX_KEY_BYTES) (256) bytes of a
     /// key whatever a client sends (see [long keys](crate::key#long-keys)):
-    /// measured, a [`HeaderKey`](crate::HeaderKey) key costs 5 360 bytes in
-    /// all with 256-byte values, 5 206 bytes with 16 KiB values, 5 109 with
+    /// measured, a [`HeaderKey`](crate::HeaderKey) key costs 5 354 bytes in
+    /// all with 256-byte values, 5 196 bytes with 16 KiB values, 5 101 with
     /// short ones. So the default table holds at most about 20.9 MiB,
     /// however hostile its keys (`cargo test --test memory -- --nocapture`
     /// prints these figures). Every bucket beyond the default 10 adds 64
@@ -395,7 +404,19 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
     /// With [`reject_with`](Self::reject_with), the builder makes the whole
     /// response and decides its status; it finds this one in
     /// [`Rejection::status`].
+    ///
+    /// # Panics
+    ///
+    /// When `status` is not a client or server error (4xx or 5xx): a
+    /// rejection answered `200 OK` would read as served, and `101` would
+    /// switch protocols.
     pub fn status(self, status: StatusCode) -> Self {
+        if !(status.is_client_error() || status.is_server_error()) {
+            panic!(
+                "SlidingWindowLayer::status: invalid `status`: must be a client or server error \
+                 (4xx or 5xx) (got {status})"
+            );
+        }
         self.respond(|r| r.status = status)
     }
 
@@ -559,5 +580,19 @@ impl<X: KeyExtractor + fmt::Debug, M, R> fmt::Debug for SlidingWindowLayer<X, M,
             .field("state", &self.store)
             .field("response", &self.response)
             .finish_non_exhaustive()
+    }
+}
+
+/// Panics, naming `interval`, when a strict window's span (its interval and
+/// the bucket that has just left it, which admission counts too) is more
+/// than `u64::MAX` milliseconds: admission adds the two on every request.
+pub(super) fn check_strict_span(method: &str, interval_ms: u64, sample_count: usize) {
+    let bucket_ms = interval_ms / sample_count as u64;
+    if interval_ms.checked_add(bucket_ms).is_none() {
+        panic!(
+            "SlidingWindowLayer::{method}: invalid `interval`: under `strict`, the interval plus \
+             one bucket must be at most u64::MAX ms (got {interval_ms} ms in {sample_count} \
+             buckets)"
+        );
     }
 }

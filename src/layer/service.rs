@@ -215,9 +215,10 @@ where
         // back, a thread that read it before another opened that bucket) is
         // moved forward to it, as admission itself does; the decision, the
         // block it records and the counts in the headers are all at that
-        // time. A wait computed there is `behind` longer on the clock.
+        // time. A wait computed there is `behind` longer on the clock (0
+        // once the key runs on a skew after a step back beyond a window).
         let at = effective_now(&entry, now);
-        let behind = at - now;
+        let behind = entry.node.lag(now, at);
 
         // Circuit breakers, concurrency and warm-up first, when configured
         // or, for breakers, when one is not closed (a plain limiter, or one
@@ -444,11 +445,19 @@ impl<S: Clone + Send + 'static, X: KeyExtractor, M: MakeClassifier, R> SlidingWi
         } else {
             Duration::ZERO
         };
-        match entry
-            .pacer
-            .reserve(now_us.saturating_mul(1_000), cost_ns, max_wait)
-        {
-            Turn::Wait { wait, .. } if wait.is_zero() => {
+        // Every entry of a throttled layer has a pacer; without one nothing
+        // could be paced, and the request is refused for a window.
+        let turn = entry.pacer().map_or(
+            Turn::Refuse {
+                retry_after: Duration::from_millis(window.interval_ms),
+            },
+            |pacer| pacer.reserve(now_us.saturating_mul(1_000), cost_ns, max_wait),
+        );
+        match turn {
+            Turn::Wait { wait, at_ns } if wait.is_zero() => {
+                if let Some(pacer) = entry.pacer() {
+                    pacer.used(at_ns);
+                }
                 record_paced_pass(&entry, at, window);
                 let quota = self.response.headers_on_pass.then(|| {
                     let window_pass = entry.node.window_counts(at).pass;

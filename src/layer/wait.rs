@@ -103,6 +103,9 @@ impl Waiter {
     /// The wait is over and its reservation used.
     pub(crate) fn finish(mut self) -> Arc<Entry> {
         self.done = true;
+        if let (Some((at_ns, _)), Some(pacer)) = (self.turn, self.entry.pacer()) {
+            pacer.used(at_ns);
+        }
         Arc::clone(&self.entry)
     }
 }
@@ -110,11 +113,12 @@ impl Waiter {
 impl Drop for Waiter {
     fn drop(&mut self) {
         if !self.done {
-            if let Some((at_ns, cost_ns)) = self.turn {
+            if let (Some((at_ns, cost_ns)), Some(pacer)) = (self.turn, self.entry.pacer()) {
                 // The latest turn goes back to the next caller; an earlier
                 // one stays unused, which only spaces later passes further
-                // apart (see `flow::throttle`).
-                self.entry.pacer.give_back(at_ns, cost_ns);
+                // apart, until the last waiter has left (see
+                // `flow::throttle`).
+                pacer.give_back(at_ns, cost_ns);
             }
             // Borrowed quota stays reserved in its bucket: it can only make
             // that bucket admit fewer, never more.

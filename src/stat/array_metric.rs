@@ -130,6 +130,12 @@ impl ArrayMetric {
         self.clock.now_millis()
     }
 
+    /// The clock this metric reads.
+    #[inline]
+    pub(crate) fn shared_clock(&self) -> &SharedClock {
+        &self.clock
+    }
+
     fn sum(&self, f: impl Fn(BucketRef<'_>) -> u64) -> u64 {
         self.array.sum(self.now(), f)
     }

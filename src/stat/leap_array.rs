@@ -88,10 +88,10 @@ impl BucketValue for MetricBucket {
 /// + 64 × sample_count, once anything is reserved  (reservation ring)
 /// ```
 ///
-/// On a 64-bit target the struct is 328 bytes, so the default node (10
-/// samples) holds 4 640 bytes on the heap and 4 968 in all, 5 608 once it
+/// On a 64-bit target the struct is 312 bytes, so the default node (10
+/// samples) holds 4 640 bytes on the heap and 4 952 in all, 5 592 once it
 /// lends quota (`tests/no_alloc.rs` checks these figures); at the cap of
-/// 600, 52 168 bytes (90 568 with reservations). Finer buckets than a tenth of a
+/// 600, 52 152 bytes (90 552 with reservations). Finer buckets than a tenth of a
 /// second over a minute-long window buy no accuracy worth that.
 pub(crate) const MAX_SAMPLE_COUNT: usize = 600;
 

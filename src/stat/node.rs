@@ -48,11 +48,11 @@ const NEVER_FETCHED: u64 = u64::MAX;
 ///
 /// # Memory
 ///
-/// A default node takes 4 968 bytes on a 64-bit target (4 640 of them on
+/// A default node takes 4 952 bytes on a 64-bit target (4 640 of them on
 /// the heap), plus 640 once it lends quota. In general: the struct, plus 80
 /// bytes per second-window bucket, plus 3 840 for the minute window, plus 64
 /// per second-window bucket once it lends quota. `sample_count` is capped at
-/// 600 (52 168 bytes, 90 568 with reservations).
+/// 600 (52 152 bytes, 90 552 with reservations).
 ///
 /// # Examples
 ///
@@ -89,7 +89,12 @@ pub struct StatisticNode {
     /// compare-and-swap so that concurrent callers split the seconds between
     /// them instead of both reporting one.
     last_fetch: AtomicU64,
-    clock: SharedClock,
+    /// Milliseconds added to the clock's readings (see `effective_now`):
+    /// 0 until a reading lags the newest bucket by more than one window.
+    /// Only raised (`fetch_max`), so the node's time never goes back.
+    /// Relaxed: a thread that reads an older value reaches the same time
+    /// through the newest bucket's start, and raises it itself.
+    skew_ms: AtomicU64,
 }
 
 impl StatisticNode {
@@ -142,12 +147,12 @@ impl StatisticNode {
                     MINUTE_INTERVAL_MS,
                     strict,
                 )?,
-                clock.clone(),
+                clock,
             ),
             concurrency: AtomicU64::new(0),
             occupy_timeout_ms: AtomicU64::new(DEFAULT_OCCUPY_TIMEOUT_MS.min(interval_ms)),
             last_fetch: AtomicU64::new(NEVER_FETCHED),
-            clock,
+            skew_ms: AtomicU64::new(0),
         })
     }
 
@@ -185,7 +190,7 @@ impl StatisticNode {
 
     /// The minute window.
     pub fn minute_window(&self) -> MinuteWindow<'_> {
-        MinuteWindow::new(self.sec(), &self.clock)
+        MinuteWindow::new(self.sec(), self.clock())
     }
 
     /// The minute window's seconds at `now`, oldest first.
@@ -195,11 +200,12 @@ impl StatisticNode {
 
     #[inline]
     pub(crate) fn now(&self) -> u64 {
-        self.clock.now_millis()
+        self.second.now()
     }
 
+    /// The node's clock (kept once, by the second window).
     pub(crate) fn clock(&self) -> &SharedClock {
-        &self.clock
+        self.second.shared_clock()
     }
 
     /// The second window's admission ring.
@@ -549,16 +555,49 @@ impl StatisticNode {
             .map(|(start, bucket)| (start, bucket.success(), bucket.exception()))
     }
 
-    /// The time the node is read, decided and judged idle at: the later of
-    /// the clock reading `now` and the start of the second window's newest
-    /// bucket. Admission moves a reading that lags behind that bucket
-    /// forward to it, so this is the earliest time the statistics can be
-    /// read at without missing the newest events.
+    /// The time the node is read, decided and judged idle at: the clock
+    /// reading `now` plus the node's skew (0 unless the clock went back
+    /// further than a window, below), or the start of the second window's
+    /// newest bucket if that is later. Admission moves a reading that lags
+    /// behind that bucket forward to it, so this is the earliest time the
+    /// statistics can be read at without missing the newest events.
+    ///
+    /// A reading that lags the newest bucket by at most one window (a slow
+    /// thread, a small step back) is moved forward to that bucket, which
+    /// then holds still until the clock catches up: at most one window. A
+    /// reading that lags it by more (the clock stepped back, or one reading
+    /// ran far ahead and the clock is sane again) would hold it still for
+    /// the whole step, so the node instead takes the difference as its skew
+    /// and from then on runs that much ahead of the clock: its windows keep
+    /// sliding at the clock's pace, the passes recorded before the step
+    /// count for one more window at most, and the key can be idle again a
+    /// window later. Readings are clamped at 2^62 ms, so a node written at
+    /// that clamp stays there.
+    ///
+    /// See [`lag`](Self::lag) for how long `now` must wait for the result.
     #[inline]
     pub(crate) fn effective_now(&self, now: u64) -> u64 {
-        self.sec()
-            .newest_bucket_start()
-            .map_or(now, |newest| now.max(newest))
+        let skewed = now.saturating_add(self.skew_ms.load(Ordering::Relaxed));
+        let Some(newest) = self.sec().newest_bucket_start() else {
+            return skewed;
+        };
+        if newest <= skewed {
+            return skewed;
+        }
+        if newest - skewed > self.sec().interval_ms() {
+            self.skew_ms.fetch_max(newest - now, Ordering::Relaxed);
+        }
+        newest
+    }
+
+    /// How long the clock, reading `now`, must run before it reaches the
+    /// node's time `at` (a result of [`effective_now`](Self::effective_now)
+    /// at `now`): the lag behind the newest bucket that the node's skew does
+    /// not cover (at most one window, see `effective_now`). A wait computed
+    /// at `at` is that much longer on the clock.
+    #[inline]
+    pub(crate) fn lag(&self, now: u64, at: u64) -> u64 {
+        at.saturating_sub(now.saturating_add(self.skew_ms.load(Ordering::Relaxed)))
     }
 
     /// Adds `n` passes to the second window at `now` if

@@ -28,8 +28,9 @@ pub(crate) struct Entry {
     /// own limit (never overflowed), or for the single key of a zero-sized
     /// key type. Eviction gives a slot back only for entries that hold one.
     pub(crate) pinned: bool,
-    /// The key's turns under `throttle` (one word; unused otherwise).
-    pub(crate) pacer: Pacer,
+    /// The key's turns, under `throttle` only (boxed: 8 bytes per key when
+    /// unused).
+    pacer: Option<Box<Pacer>>,
     /// The key's warm-up tokens, under `warm_up` only (boxed: 8 bytes per
     /// key when unused).
     warm_up: Option<Box<WarmUp>>,
@@ -71,7 +72,7 @@ impl Entry {
             limit: AtomicU64::new(limit),
             policy_tag: AtomicU64::new(policy_tag.map_or(DEFAULT_POLICY, |t| t & 0xFFFF_FFFF)),
             pinned,
-            pacer: Pacer::new(),
+            pacer: window.behaviours.throttle.map(|_| Box::new(Pacer::new())),
             warm_up: window.behaviours.warm_up.map(|_| Box::new(WarmUp::new())),
             waiting: AtomicU64::new(0),
             rt_histogram: Arc::clone(rt_histogram),
@@ -88,6 +89,11 @@ impl Entry {
     /// Whether this is the overflow entry.
     pub(crate) fn is_overflow(&self) -> bool {
         self.policy_tag.load(Ordering::Relaxed) == OVERFLOW_POLICY
+    }
+
+    /// The key's pacer; present when the window has a throttle.
+    pub(crate) fn pacer(&self) -> Option<&Pacer> {
+        self.pacer.as_deref()
     }
 
     /// The key's warm-up state; present when the window has a warm-up.

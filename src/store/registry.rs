@@ -431,11 +431,22 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
                 // dropped its clone, so its events are visible below.
                 fence(Ordering::Acquire);
                 let at = effective_now(entry, now);
-                // A key whose latest paced turn is less than a window ago
+                // A key whose latest used turn is less than a window ago
                 // keeps its pacer: a new entry would hand out a turn early.
-                let paced_recently = entry.pacer.latest_ns().is_some_and(|ns| {
-                    (ns / 1_000_000).saturating_add(self.window().interval_ms) > at
-                });
+                // Turns given back do not count (nobody holds the entry, so
+                // the next caller would be spaced from the used one), nor
+                // does a used turn more than a window ahead of the clock
+                // (turns are on the clock's own time, not the key's): the
+                // clock went back, and the key is not pinned for the step.
+                let interval = self.window().interval_ms;
+                let paced_recently =
+                    entry
+                        .pacer()
+                        .and_then(|pacer| pacer.used_ns())
+                        .is_some_and(|ns| {
+                            let ms = ns / 1_000_000;
+                            ms.saturating_add(interval) > now && ms <= now.saturating_add(interval)
+                        });
                 // An entry whose breaker is open keeps it too: eviction must
                 // not cut an open time short. A breaker whose open time is
                 // over (or whose probe was dropped) waits for a probe that

@@ -507,3 +507,51 @@ fn a_runtime_without_timers_refuses_instead_of_panicking() {
         assert_eq!((snapshot.pass, snapshot.block, snapshot.waiting), (1, 2, 0));
     });
 }
+
+/// Queues `n` requests on `qps(1000).throttle(10 s)`, cancels every one of
+/// them (`newest_first` or oldest first), then times the next request.
+async fn wait_after_abandoned_queue(n: usize, newest_first: bool) -> Duration {
+    let clock = clock();
+    let layer = SlidingWindowLayer::qps(1_000)
+        .throttle(Duration::from_secs(10))
+        .clock(clock.clone());
+    let stats = layer.handle();
+    let app = app(layer);
+    let mut waiters: Vec<_> = (0..n)
+        .map(|_| tokio::spawn(app.clone().oneshot(req("/"))))
+        .collect();
+    // The first passes at once; the rest wait for turns 1 ms apart.
+    let queued = n as u64 - 1;
+    for _ in 0..1_000 {
+        if stats.snapshot(&()).map_or(0, |s| s.waiting) == queued {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(stats.snapshot(&()).unwrap().waiting, queued);
+    if newest_first {
+        waiters.reverse();
+    }
+    for waiter in waiters {
+        waiter.abort();
+        // The one that passed at once has finished already.
+        let _ = waiter.await;
+    }
+    let snapshot = stats.snapshot(&()).unwrap();
+    assert_eq!((snapshot.waiting, snapshot.pass), (0, 1));
+    let start = tokio::time::Instant::now();
+    assert_eq!(send(&app, req("/")).await.status, StatusCode::OK);
+    start.elapsed()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_queue_abandoned_newest_first_leaves_no_wait_behind() {
+    let waited = wait_after_abandoned_queue(10_000, true).await;
+    assert!(waited < ms(50), "waited {waited:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_queue_abandoned_oldest_first_leaves_no_wait_behind() {
+    let waited = wait_after_abandoned_queue(10_000, false).await;
+    assert!(waited < ms(50), "waited {waited:?}");
+}

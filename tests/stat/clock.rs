@@ -1,6 +1,8 @@
 //! `ManualClock`, `SystemClock`, `CachedClock` and the `Clock` trait's
 //! provided pieces.
 
+use crate::support;
+
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -301,4 +303,144 @@ fn custom_clocks_and_pointer_wrappers() {
     let metric = ArrayMetric::with_clock(2, 1000, arc).unwrap();
     metric.add_pass(1);
     assert_eq!(metric.details()[0].timestamp_ms, 0);
+}
+
+// --------------------------------------------- readings far from the rest
+
+mod steps {
+    use std::time::Duration;
+
+    use axum::routing::get;
+    use axum::Router;
+    use http::StatusCode;
+    use tower_sliding_window::clock::ManualClock;
+    use tower_sliding_window::{PathKey, SlidingWindowLayer};
+
+    use super::support::{ok_then_429, statuses, START_MS};
+
+    const TEN_YEARS_MS: u64 = 10 * 365 * 24 * 3_600_000;
+    const HOUR_MS: u64 = 3_600_000;
+
+    fn app<X: tower_sliding_window::KeyExtractor>(layer: SlidingWindowLayer<X>) -> Router
+    where
+        X::Key: Clone,
+    {
+        Router::new()
+            .route("/{path}", get(|| async { "hi" }))
+            .layer(layer)
+    }
+
+    /// `qps(10)` per path, at most one key of its own.
+    fn one_key_layer(clock: &ManualClock) -> SlidingWindowLayer<PathKey> {
+        SlidingWindowLayer::qps(10)
+            .key(PathKey)
+            .max_keys(1)
+            .clock(clock.clone())
+    }
+
+    #[tokio::test]
+    async fn one_reading_ten_years_ahead_pins_no_key_once_the_clock_is_back() {
+        let clock = ManualClock::new(START_MS);
+        let layer = one_key_layer(&clock);
+        let stats = layer.handle();
+        let app = app(layer);
+        // One request read the clock ten years ahead.
+        clock.set(START_MS + TEN_YEARS_MS);
+        assert_eq!(statuses(&app, "/a", 1).await, [StatusCode::OK]);
+        // The clock is sane again. Within one window the key written then
+        // is idle: the next key gets the slot, not the overflow entry.
+        clock.set(START_MS + 1_000);
+        assert_eq!(statuses(&app, "/a", 1).await, [StatusCode::OK]);
+        clock.advance(Duration::from_millis(1_000));
+        assert_eq!(statuses(&app, "/b", 1).await, [StatusCode::OK]);
+        assert!(
+            stats.snapshot("/b").is_some(),
+            "/b was sent to the overflow entry"
+        );
+        assert!(stats.snapshot("/a").is_none(), "/a is still held");
+    }
+
+    #[tokio::test]
+    async fn a_key_filled_ten_years_ahead_admits_again_within_a_window() {
+        let clock = ManualClock::new(START_MS);
+        let layer = SlidingWindowLayer::qps(10).clock(clock.clone());
+        let app = Router::new()
+            .route("/", get(|| async { "hi" }))
+            .layer(layer);
+        clock.set(START_MS + TEN_YEARS_MS);
+        assert_eq!(statuses(&app, "/", 11).await, ok_then_429(10, 1));
+        // Back: what passed then counts for one more window from the first
+        // request that sees the clock back, not for ten years.
+        clock.set(START_MS);
+        assert_eq!(
+            statuses(&app, "/", 1).await,
+            [StatusCode::TOO_MANY_REQUESTS]
+        );
+        clock.advance(Duration::from_millis(1_000));
+        assert_eq!(statuses(&app, "/", 11).await, ok_then_429(10, 1));
+        // And the key's window slides with the clock from then on.
+        clock.advance(Duration::from_millis(1_000));
+        assert_eq!(statuses(&app, "/", 11).await, ok_then_429(10, 1));
+    }
+
+    #[tokio::test]
+    async fn a_clock_stepped_back_an_hour_freezes_no_key() {
+        let clock = ManualClock::new(START_MS + HOUR_MS);
+        let layer = SlidingWindowLayer::qps(10).clock(clock.clone());
+        let app = Router::new()
+            .route("/", get(|| async { "hi" }))
+            .layer(layer);
+        assert_eq!(statuses(&app, "/", 11).await, ok_then_429(10, 1));
+        // An hour back: the passes just made still count for their window
+        // (no extra passes)...
+        clock.set(START_MS);
+        assert_eq!(
+            statuses(&app, "/", 1).await,
+            [StatusCode::TOO_MANY_REQUESTS]
+        );
+        // ...and one window later the key admits again, not an hour later.
+        clock.advance(Duration::from_millis(1_000));
+        assert_eq!(statuses(&app, "/", 11).await, ok_then_429(10, 1));
+    }
+
+    #[tokio::test]
+    async fn a_step_back_within_a_window_is_recorded_in_the_newest_bucket() {
+        let clock = ManualClock::new(START_MS);
+        let layer = SlidingWindowLayer::qps(10).clock(clock.clone());
+        let stats = layer.handle();
+        let app = Router::new()
+            .route("/", get(|| async { "hi" }))
+            .layer(layer);
+        assert_eq!(statuses(&app, "/", 5).await, ok_then_429(5, 0));
+        // 300 ms back: the reading lags the newest bucket; it is recorded
+        // there and the limit holds across the step.
+        clock.set(START_MS - 300);
+        assert_eq!(statuses(&app, "/", 6).await, ok_then_429(5, 1));
+        assert_eq!(stats.snapshot(&()).unwrap().pass, 10);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_paced_key_is_neither_frozen_nor_pinned_by_a_step_back() {
+        let clock = ManualClock::new(START_MS + HOUR_MS);
+        let layer = SlidingWindowLayer::qps(10)
+            .key(PathKey)
+            .max_keys(1)
+            .throttle(Duration::from_millis(500))
+            .clock(clock.clone());
+        let stats = layer.handle();
+        let app = app(layer);
+        assert_eq!(statuses(&app, "/a", 1).await, [StatusCode::OK]);
+        // An hour back: the turn used lies an hour ahead, further than any
+        // wait could reach. The key is paced from the clock again at once...
+        clock.set(START_MS);
+        assert_eq!(statuses(&app, "/a", 1).await, [StatusCode::OK]);
+        // ...and, a window after its last pass, it is idle: the next key
+        // gets the slot, not the overflow entry.
+        clock.advance(Duration::from_millis(1_000));
+        assert_eq!(statuses(&app, "/b", 1).await, [StatusCode::OK]);
+        assert!(
+            stats.snapshot("/b").is_some(),
+            "/b was sent to the overflow entry"
+        );
+    }
 }

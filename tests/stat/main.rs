@@ -2,6 +2,9 @@
 //!
 //! One binary for the area (as tower groups its tests), one module per surface.
 
+#[path = "../support/mod.rs"]
+mod support;
+
 mod array_metric;
 mod clock;
 mod config;
