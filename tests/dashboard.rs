@@ -606,3 +606,135 @@ async fn idle_keys_read_as_the_handle_reads_them() {
     assert_eq!(keys[1]["snapshot"]["pass"], 0, "/idle's window is empty");
     assert_eq!(s["total"], serde_json::to_value(stats.total()).unwrap());
 }
+
+/// `POST /limit` with the admin token, a valid body and `headers` on top.
+fn hostile_post(uri: &str, headers: &[(&str, &str)], body: &str) -> Request<Body> {
+    let mut request = Request::post(uri)
+        .header("host", "limits.internal:8080")
+        .header("x-admin-token", "s3cret");
+    let mut typed = false;
+    for (name, value) in headers {
+        typed |= name.eq_ignore_ascii_case("content-type");
+        request = request.header(*name, *value);
+    }
+    if !typed {
+        request = request.header("content-type", "application/json");
+    }
+    request.body(Body::from(body.to_owned())).unwrap()
+}
+
+#[tokio::test]
+async fn cross_site_limit_changes_are_refused() {
+    let (app, stats) = app(5, 10);
+    send(&app, req("/a")).await;
+    send(&app, req("/b")).await;
+    let board = editable(stats.clone());
+    let body = r#"{"key":"/a","limit":1}"#;
+    // What a page on another site can send without a preflight, all at
+    // once and each alone: every one is refused.
+    let cases: Vec<(Vec<(&str, &str)>, &str, StatusCode)> = vec![
+        (
+            vec![
+                ("content-type", "text/plain"),
+                ("origin", "http://evil.example"),
+                ("sec-fetch-site", "cross-site"),
+            ],
+            body,
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        ),
+        (
+            vec![("content-type", "text/plain")],
+            body,
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        ),
+        (
+            vec![("content-type", "text/plain;charset=UTF-8")],
+            body,
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        ),
+        (
+            vec![("content-type", "application/x-www-form-urlencoded")],
+            body,
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        ),
+        (
+            vec![("content-type", "multipart/form-data; boundary=x")],
+            body,
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        ),
+        (
+            vec![("origin", "http://evil.example")],
+            body,
+            StatusCode::FORBIDDEN,
+        ),
+        // The same host name on another port, a look-alike, and `null`
+        // (a sandboxed frame or a redirect).
+        (
+            vec![("origin", "http://limits.internal:9090")],
+            body,
+            StatusCode::FORBIDDEN,
+        ),
+        (
+            vec![("origin", "http://limits.internal:8080.evil.example")],
+            body,
+            StatusCode::FORBIDDEN,
+        ),
+        (vec![("origin", "null")], body, StatusCode::FORBIDDEN),
+        (
+            vec![("sec-fetch-site", "cross-site")],
+            body,
+            StatusCode::FORBIDDEN,
+        ),
+        (
+            vec![("sec-fetch-site", "same-site")],
+            body,
+            StatusCode::FORBIDDEN,
+        ),
+        // A field given twice: which one wins must not be a guess.
+        (
+            vec![],
+            r#"{"key":"/b","key":"/a","limit":1}"#,
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            vec![],
+            r#"{"key":"/a","limit":9,"limit":1}"#,
+            StatusCode::BAD_REQUEST,
+        ),
+    ];
+    for (i, (headers, body, want)) in cases.into_iter().enumerate() {
+        let answer = send(&board, hostile_post("/limit", &headers, body)).await;
+        assert_eq!(answer.status, want, "case {i} {headers:?}: {}", answer.body);
+        assert_eq!(
+            stats.snapshot("/a").unwrap().limit,
+            5,
+            "case {i} changed /a"
+        );
+        assert_eq!(
+            stats.snapshot("/b").unwrap().limit,
+            5,
+            "case {i} changed /b"
+        );
+    }
+
+    // What the page itself sends from its own origin is applied.
+    for headers in [
+        vec![
+            ("origin", "http://limits.internal:8080"),
+            ("sec-fetch-site", "same-origin"),
+            ("content-type", "application/json"),
+        ],
+        vec![("content-type", "application/json; charset=utf-8")],
+        vec![("sec-fetch-site", "none")],
+    ] {
+        let answer = send(&board, hostile_post("/limit", &headers, body)).await;
+        assert_eq!(
+            answer.status,
+            StatusCode::NO_CONTENT,
+            "{headers:?}: {}",
+            answer.body
+        );
+        assert_eq!(stats.snapshot("/a").unwrap().limit, 1);
+        stats.set_limit("/a", 5);
+    }
+}
