@@ -124,13 +124,18 @@ mod stats;
 
 use std::fmt;
 use std::hash::Hash;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
+use axum::body::Bytes;
+use axum::extract::Request;
 use axum::http::header::{CACHE_CONTROL, CONTENT_TYPE};
-use axum::response::IntoResponse;
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use http::request::Parts;
+use http::StatusCode;
 
 use super::KeyLabel;
 use crate::handle::StatsHandle;
@@ -145,32 +150,93 @@ const PAGE: &str = concat!(
     "</script>\n</body>\n</html>\n"
 );
 
-/// A check on a limit-change request: `true` lets it through.
+/// A check on a request's head: `true` lets it through.
 type Check = Arc<dyn Fn(&Parts) -> bool + Send + Sync>;
 
+/// Keys listed by default (see [`Options::top`]).
+pub const DEFAULT_TOP: usize = 100;
+
+/// How long one read of the keys serves every reader by default (see
+/// [`Options::refresh`]): the page's own polling period.
+pub const DEFAULT_REFRESH: Duration = Duration::from_secs(1);
+
+/// Searches whose JSON is kept per refresh period, at most: a reader
+/// typing a new search each time still costs one answer each.
+const KEPT_VIEWS: usize = 64;
+
 /// Settings of [`router_with`].
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct Options {
+    access: Option<Check>,
     allow: Option<Check>,
+    top: usize,
+    refresh: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            access: None,
+            allow: None,
+            top: DEFAULT_TOP,
+            refresh: DEFAULT_REFRESH,
+        }
+    }
 }
 
 impl fmt::Debug for Options {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Options")
+            .field("access_check", &self.access.is_some())
             .field("limit_changes", &self.allow.is_some())
+            .field("top", &self.top)
+            .field("refresh", &self.refresh)
             .finish()
     }
 }
 
 impl Options {
-    /// The defaults: a read-only dashboard.
+    /// The defaults: a read-only dashboard open to whoever reaches it,
+    /// listing the [`DEFAULT_TOP`] busiest keys, read once per
+    /// [`DEFAULT_REFRESH`].
     pub fn new() -> Self {
         Options::default()
     }
 
+    /// Guards every route of the dashboard (the page, `stats` and `limit`)
+    /// with `check`, which sees each request's head (method, URI, headers,
+    /// extensions) before anything else is done: a request it refuses is
+    /// answered `403 Forbidden` and reads nothing. The page lists client
+    /// keys (addresses, tokens, paths): give a check unless only operators
+    /// can reach the router. See the [module docs](self#access).
+    ///
+    /// ```
+    /// use tower_sliding_window::dashboard::{self, Options};
+    /// use tower_sliding_window::{PeerIpKey, SlidingWindowLayer};
+    ///
+    /// let stats = SlidingWindowLayer::qps(100).key(PeerIpKey).handle();
+    /// let board = dashboard::router_with(
+    ///     stats,
+    ///     Options::new().access(|head| {
+    ///         head.headers
+    ///             .get("cookie")
+    ///             .and_then(|c| c.to_str().ok())
+    ///             .is_some_and(|c| c.split("; ").any(|c| c == "ops=s3cret"))
+    ///     }),
+    /// );
+    /// # let _: axum::Router = board;
+    /// ```
+    pub fn access(mut self, check: impl Fn(&Parts) -> bool + Send + Sync + 'static) -> Self {
+        self.access = Some(Arc::new(check));
+        self
+    }
+
     /// Lets the page change limits, for requests that `check` accepts
     /// (it sees the request's head: method, URI, headers, extensions).
-    /// Every other change request is answered `403 Forbidden`.
+    /// It runs after the [`access`](Self::access) check, on change
+    /// requests only: `|_| true` lets everyone the access check admits
+    /// change limits. Every other change request is answered
+    /// `403 Forbidden`.
     pub fn allow_limit_changes(
         mut self,
         check: impl Fn(&Parts) -> bool + Send + Sync + 'static,
@@ -178,10 +244,45 @@ impl Options {
         self.allow = Some(Arc::new(check));
         self
     }
+
+    /// Lists the `n` keys with the most traffic (the busiest of those a
+    /// search selects), [`DEFAULT_TOP`] unless set. The total and the key
+    /// count still cover every key.
+    ///
+    /// # Panics
+    ///
+    /// If `n` is 0 or over 100 000 (the page draws one row per key).
+    pub fn top(mut self, n: usize) -> Self {
+        assert!(
+            (1..=100_000).contains(&n),
+            "dashboard Options::top: {n} keys; it must be from 1 to 100000"
+        );
+        self.top = n;
+        self
+    }
+
+    /// How long one read of every key serves all readers:
+    /// [`DEFAULT_REFRESH`] unless set. The keys are read at most once per
+    /// `period` whatever the number of readers, one read at a time, on a
+    /// blocking thread (not the runtime's workers that serve requests); a
+    /// reader gets figures at most `period` old. `Duration::ZERO` reads
+    /// them for every request (still one read at a time).
+    ///
+    /// # Panics
+    ///
+    /// If `period` is over one hour.
+    pub fn refresh(mut self, period: Duration) -> Self {
+        assert!(
+            period <= Duration::from_secs(3600),
+            "dashboard Options::refresh: {period:?}; it must be at most one hour"
+        );
+        self.refresh = period;
+        self
+    }
 }
 
-/// The read-only dashboard of `handle`'s statistics (see the
-/// [module docs](self)).
+/// The read-only dashboard of `handle`'s statistics, with the default
+/// [`Options`]: no access check (see the [module docs](self#access)).
 pub fn router<K>(handle: StatsHandle<K>) -> Router
 where
     K: KeyLabel + Clone + Eq + Hash + Send + Sync + 'static,
@@ -189,47 +290,190 @@ where
     router_with(handle, Options::new())
 }
 
-/// The dashboard with `options`, for example with limit changes allowed.
+/// The dashboard with `options`: an access check, limit changes, how many
+/// keys it lists and how often it reads them.
 pub fn router_with<K>(handle: StatsHandle<K>, options: Options) -> Router
 where
     K: KeyLabel + Clone + Eq + Hash + Send + Sync + 'static,
 {
-    let editable = options.allow.is_some();
-    let reader = handle.clone();
+    let board = Arc::new(Board {
+        handle: handle.clone(),
+        editable: options.allow.is_some(),
+        top: options.top,
+        refresh: options.refresh,
+        table: tokio::sync::Mutex::new(None),
+    });
+    let reader = Arc::clone(&board);
     let mut router = Router::new().route("/", get(page)).route(
         "/stats",
         get(move |uri: http::Uri| {
-            let handle = reader.clone();
-            async move {
-                let Ok(with_history) = stats::history_param(uri.query()) else {
-                    return (
-                        http::StatusCode::BAD_REQUEST,
-                        [(CONTENT_TYPE, "text/plain"), (CACHE_CONTROL, "no-store")],
-                        b"history: a whole number of keys\n".to_vec(),
-                    );
-                };
-                (
-                    http::StatusCode::OK,
-                    [
-                        (CONTENT_TYPE, "application/json"),
-                        (CACHE_CONTROL, "no-store"),
-                    ],
-                    stats::json(&handle, editable, with_history.unwrap_or(usize::MAX)),
-                )
-            }
+            let board = Arc::clone(&reader);
+            async move { board.stats(uri.query()).await }
         }),
     );
     if let Some(check) = options.allow {
+        let board = Arc::clone(&board);
         router = router.route(
             "/limit",
-            post(move |request: axum::extract::Request| {
-                let handle = handle.clone();
+            post(move |request: Request| {
+                let board = Arc::clone(&board);
                 let check = Arc::clone(&check);
-                async move { limit::change(&handle, &*check, request).await }
+                async move {
+                    let answer = limit::change(&board.handle, &*check, request).await;
+                    if answer.status().is_success() {
+                        // The next read shows the new limit.
+                        *board.table.lock().await = None;
+                    }
+                    answer
+                }
             }),
         );
     }
+    if let Some(access) = options.access {
+        router = router.route_layer(middleware::from_fn(move |request: Request, next: Next| {
+            let access = Arc::clone(&access);
+            async move {
+                let (parts, body) = request.into_parts();
+                if !access(&parts) {
+                    return (
+                        StatusCode::FORBIDDEN,
+                        [(CONTENT_TYPE, "text/plain"), (CACHE_CONTROL, "no-store")],
+                        "dashboard access refused\n",
+                    )
+                        .into_response();
+                }
+                next.run(Request::from_parts(parts, body)).await
+            }
+        }));
+    }
     router
+}
+
+/// What the routes share: the handle and the last read of its keys.
+struct Board<K> {
+    handle: StatsHandle<K>,
+    editable: bool,
+    top: usize,
+    refresh: Duration,
+    /// The last read of the keys and when it was made. An async lock: the
+    /// reader that finds it stale reads the keys again while holding it,
+    /// so there is one read at a time and the readers that arrive
+    /// meanwhile wait for that read instead of making their own.
+    table: tokio::sync::Mutex<Option<Read>>,
+}
+
+/// One read of the keys, and the answers cut from it so far.
+struct Read {
+    at: Instant,
+    table: Arc<stats::Table>,
+    /// The JSON of each view asked for since the read (the page's own view
+    /// first): every reader of a view gets the same bytes. At most
+    /// [`KEPT_VIEWS`] views.
+    answers: Arc<Mutex<Vec<(stats::View, Bytes)>>>,
+}
+
+impl<K> Board<K>
+where
+    K: KeyLabel + Clone + Eq + Hash + Send + Sync + 'static,
+{
+    /// `GET stats`: the JSON of the view `query` asks for, from a read of
+    /// the keys at most `refresh` old.
+    async fn stats(self: Arc<Self>, query: Option<&str>) -> Response {
+        let view = match stats::view(query) {
+            Ok(view) => view,
+            Err(message) => return plain(StatusCode::BAD_REQUEST, format!("{message}\n")),
+        };
+        let (table, answers) = match self.fresh_table().await {
+            Ok(read) => read,
+            Err(message) => return plain(StatusCode::INTERNAL_SERVER_ERROR, message),
+        };
+        let kept = lock(&answers)
+            .iter()
+            .find(|(v, _)| *v == view)
+            .map(|(_, bytes)| bytes.clone());
+        let bytes = match kept {
+            Some(bytes) => bytes,
+            None => {
+                // A search reads every label: off the workers too.
+                let (editable, top) = (self.editable, self.top);
+                let cut = view.clone();
+                let written = tokio::task::spawn_blocking(move || {
+                    Bytes::from(stats::json(&table, editable, top, &cut))
+                })
+                .await;
+                let Ok(bytes) = written else {
+                    return plain(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        "the dashboard could not write its JSON\n".to_owned(),
+                    );
+                };
+                let mut kept = lock(&answers);
+                if kept.len() < KEPT_VIEWS && !kept.iter().any(|(v, _)| *v == view) {
+                    kept.push((view, bytes.clone()));
+                }
+                bytes
+            }
+        };
+        (
+            StatusCode::OK,
+            [
+                (CONTENT_TYPE, "application/json"),
+                (CACHE_CONTROL, "no-store"),
+            ],
+            bytes,
+        )
+            .into_response()
+    }
+
+    /// The current read of the keys, made now (on a blocking thread, with
+    /// the page's default view written in the same task) if the last one
+    /// is older than `refresh`.
+    #[allow(clippy::type_complexity)]
+    async fn fresh_table(
+        self: &Arc<Self>,
+    ) -> Result<(Arc<stats::Table>, Arc<Mutex<Vec<(stats::View, Bytes)>>>), String> {
+        let mut slot = self.table.lock().await;
+        if let Some(read) = slot.as_ref() {
+            if read.at.elapsed() < self.refresh {
+                return Ok((Arc::clone(&read.table), Arc::clone(&read.answers)));
+            }
+        }
+        let board = Arc::clone(self);
+        let built = tokio::task::spawn_blocking(move || {
+            let table = stats::build(&board.handle);
+            let page = stats::json(&table, board.editable, board.top, &stats::View::default());
+            (table, Bytes::from(page))
+        })
+        .await;
+        let Ok((table, page)) = built else {
+            return Err("the dashboard could not read the keys\n".to_owned());
+        };
+        let read = Read {
+            at: Instant::now(),
+            table: Arc::new(table),
+            answers: Arc::new(Mutex::new(vec![(stats::View::default(), page)])),
+        };
+        let shared = (Arc::clone(&read.table), Arc::clone(&read.answers));
+        *slot = Some(read);
+        Ok(shared)
+    }
+}
+
+/// The kept answers, even if a thread panicked holding them (they are
+/// whole answers either way).
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn plain(status: StatusCode, message: String) -> Response {
+    (
+        status,
+        [(CONTENT_TYPE, "text/plain"), (CACHE_CONTROL, "no-store")],
+        message,
+    )
+        .into_response()
 }
 
 async fn page() -> impl IntoResponse {
