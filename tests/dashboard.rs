@@ -889,12 +889,16 @@ fn options_out_of_range_are_refused_naming_the_setting() {
         (|| drop(Options::new().top(0))) as fn(),
         || drop(Options::new().top(100_001)),
         || drop(Options::new().refresh(std::time::Duration::from_secs(3601))),
+        || drop(Options::new().answers_per_refresh(0)),
     ] {
         let message = std::panic::catch_unwind(run).expect_err("refused");
-        let text = message
-            .downcast_ref::<String>()
-            .cloned()
-            .unwrap_or_default();
+        let text = match message.downcast_ref::<&str>() {
+            Some(text) => text.to_string(),
+            None => message
+                .downcast_ref::<String>()
+                .cloned()
+                .unwrap_or_default(),
+        };
         assert!(text.starts_with("dashboard Options::"), "{text}");
     }
 }
@@ -1021,4 +1025,32 @@ async fn rows_show_the_breaker_state_and_the_store_status() {
     send(&plain, req("/x")).await;
     let s = json(&dashboard::router(plain_stats), "/stats").await;
     assert_eq!(listed(&s)[0]["breaker"], Value::Null);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_past_the_period_budget_wait_for_the_next_read() {
+    let clock = clock();
+    let layer = SlidingWindowLayer::qps(100)
+        .key(PathKey)
+        .clock(clock.clone());
+    let stats = layer.handle();
+    let app = Router::new()
+        .route("/{*path}", get(|| async { "ok" }))
+        .layer(layer);
+    send(&app, req("/a")).await;
+    let period = std::time::Duration::from_millis(400);
+    let board =
+        dashboard::router_with(stats, Options::new().refresh(period).answers_per_refresh(3));
+    let start = tokio::time::Instant::now();
+    let first = json(&board, "/stats").await;
+    // A search is an answer like any other.
+    for uri in ["/stats?search=a", "/stats"] {
+        assert_eq!(json(&board, uri).await["now_ms"], first["now_ms"]);
+    }
+    assert!(start.elapsed() < period, "three answers within the period");
+    clock.advance(std::time::Duration::from_millis(100));
+    // The fourth waits for the next read, and gets it.
+    let fourth = json(&board, "/stats").await;
+    assert!(start.elapsed() >= period, "{:?}", start.elapsed());
+    assert_eq!(fourth["now_ms"], support::START_MS + 100);
 }
