@@ -634,7 +634,8 @@ async fn cross_site_limit_changes_are_refused() {
     let body = r#"{"key":"/a","limit":1}"#;
     // What a page on another site can send without a preflight, all at
     // once and each alone: every one is refused.
-    let cases: Vec<(Vec<(&str, &str)>, &str, StatusCode)> = vec![
+    type Headers = Vec<(&'static str, &'static str)>;
+    let cases: Vec<(Headers, &str, StatusCode)> = vec![
         (
             vec![
                 ("content-type", "text/plain"),

@@ -38,8 +38,8 @@ where
     if !check(&parts) {
         return (StatusCode::FORBIDDEN, "limit changes are not allowed\n").into_response();
     }
-    if let Err(refusal) = same_origin(&parts) {
-        return refusal;
+    if let Err((status, why)) = same_origin(&parts) {
+        return (status, format!("{why}\n")).into_response();
     }
     let Ok(bytes) = to_bytes(body, MAX_BODY).await else {
         return (
@@ -88,9 +88,10 @@ where
 /// `Sec-Fetch-Site` other than `same-origin` or `none` (the browser says
 /// the request comes from another site), or an `Origin` whose host and
 /// port are not the request's own `Host`. Requests without `Origin` and
-/// `Sec-Fetch-Site` (curl, scripts) pass on the content type alone.
-fn same_origin(parts: &Parts) -> Result<(), Response> {
-    let refuse = |status: StatusCode, why: &str| Err((status, format!("{why}\n")).into_response());
+/// `Sec-Fetch-Site` (curl, scripts) pass on the content type alone. The
+/// refusal is its status and reason.
+fn same_origin(parts: &Parts) -> Result<(), (StatusCode, &'static str)> {
+    let refuse = |status: StatusCode, why: &'static str| Err((status, why));
     let json = parts
         .headers
         .get(CONTENT_TYPE)
@@ -170,6 +171,9 @@ mod tests {
             ("http://a.example", "a.example:80"),
             ("http://a.example:80", "a.example"),
             ("https://a.example", "a.example:443"),
+            // `Host` carries no scheme: without a port it stands for the
+            // origin scheme's default one.
+            ("https://a.example", "a.example"),
             ("HTTP://A.Example:8080", "a.example:8080"),
             ("http://127.0.0.1:3000", "127.0.0.1:3000"),
             ("http://[::1]:3000", "[::1]:3000"),
@@ -180,7 +184,7 @@ mod tests {
         for (origin, host) in [
             ("http://evil.example", "a.example"),
             ("http://a.example:8081", "a.example:8080"),
-            ("https://a.example", "a.example"),
+            ("http://a.example", "a.example:443"),
             ("http://a.example:8080.evil.example", "a.example:8080"),
             ("http://a.example.evil.example", "a.example"),
             ("http://user@a.example", "a.example"),
