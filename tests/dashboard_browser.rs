@@ -281,4 +281,19 @@ async fn the_dashboard_renders_live_in_chromium() {
     let mut want: Vec<String> = (990..1000).map(|i| format!("/api/bulk/{i}")).collect();
     want.insert(0, "/api/bulk/99".to_owned());
     assert_eq!(found, want);
+    // The searched view, for a look (not compared).
+    let searched = Path::new(env!("CARGO_TARGET_TMPDIR")).join("dashboard-search.png");
+    let _ = std::fs::remove_file(&searched);
+    browse(
+        &browser,
+        &format!("{url}?search=/api/bulk/99"),
+        &[
+            "--window-size=1100,400",
+            "--virtual-time-budget=2500",
+            &format!("--screenshot={}", searched.display()),
+        ],
+    )
+    .await;
+    let png = std::fs::read(&searched).expect("a screenshot of the search");
+    assert!(png.starts_with(b"\x89PNG"), "a PNG file");
 }

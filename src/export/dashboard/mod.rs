@@ -399,7 +399,7 @@ where
         top: options.top,
         refresh: options.refresh,
         answers: options.answers,
-        table: tokio::sync::Mutex::new(None),
+        table: Arc::new(tokio::sync::Mutex::new(None)),
     });
     let reader = Arc::clone(&board);
     let mut router = Router::new().route("/", get(page)).route(
@@ -459,7 +459,7 @@ struct Board<K> {
     /// reader that finds it stale reads the keys again while holding it,
     /// so there is one read at a time and the readers that arrive
     /// meanwhile wait for that read instead of making their own.
-    table: tokio::sync::Mutex<Option<Read>>,
+    table: Arc<tokio::sync::Mutex<Option<Read>>>,
 }
 
 /// One read of the keys, and the answers cut from it so far. Cloned out
@@ -544,30 +544,33 @@ where
     /// the page's default view written in the same task) if the last one
     /// is older than `refresh`.
     async fn fresh_table(self: &Arc<Self>) -> Result<Read, String> {
-        let mut slot = self.table.lock().await;
+        let mut slot = Arc::clone(&self.table).lock_owned().await;
         if let Some(read) = slot.as_ref() {
             if read.at.elapsed() < self.refresh {
                 return Ok(read.clone());
             }
         }
         let board = Arc::clone(self);
+        // The lock goes with the read: a reader that stops waiting (its
+        // client went away) does not let a second read start beside this
+        // one, which finishes and is kept for the next readers.
         let built = tokio::task::spawn_blocking(move || {
             let table = stats::build(&board.handle);
             let page = stats::json(&table, board.editable, board.top, &stats::View::default());
-            (table, Bytes::from(page))
+            let read = Read {
+                at: Instant::now(),
+                table: Arc::new(table),
+                kept: Arc::new(Mutex::new(vec![(
+                    stats::View::default(),
+                    Bytes::from(page),
+                )])),
+                served: Arc::new(AtomicUsize::new(0)),
+            };
+            *slot = Some(read.clone());
+            read
         })
         .await;
-        let Ok((table, page)) = built else {
-            return Err("the dashboard could not read the keys\n".to_owned());
-        };
-        let read = Read {
-            at: Instant::now(),
-            table: Arc::new(table),
-            kept: Arc::new(Mutex::new(vec![(stats::View::default(), page)])),
-            served: Arc::new(AtomicUsize::new(0)),
-        };
-        *slot = Some(read.clone());
-        Ok(read)
+        built.map_err(|_| "the dashboard could not read the keys\n".to_owned())
     }
 }
 
