@@ -4,6 +4,9 @@
 
 #![cfg(feature = "dashboard")]
 
+#[cfg(feature = "redis")]
+#[path = "support/redis_server.rs"]
+mod redis_server;
 mod support;
 
 use axum::body::Body;
@@ -1054,4 +1057,47 @@ async fn answers_past_the_period_budget_wait_for_the_next_read() {
     let fourth = json(&board, "/stats").await;
     assert!(start.elapsed() >= period, "{:?}", start.elapsed());
     assert_eq!(fourth["now_ms"], support::START_MS + 100);
+}
+
+/// With a Redis store, the JSON carries its status: remote while Redis
+/// answers, fallback once it is gone.
+#[cfg(feature = "redis")]
+#[tokio::test]
+async fn the_store_status_is_the_stores() {
+    use tower_sliding_window::store::{RedisStore, StoreFailure};
+    let Some(mut server) = redis_server::RedisServer::start() else {
+        return;
+    };
+    let store = RedisStore::connect(&server.url())
+        .await
+        .expect("connect")
+        .timeout(std::time::Duration::from_millis(200));
+    let layer = SlidingWindowLayer::qps(5)
+        .key(PathKey)
+        .store(store)
+        .on_store_error(StoreFailure::Allow);
+    let stats = layer.handle();
+    let service = Router::new()
+        .route("/{*path}", get(|| async { "ok" }))
+        .layer(layer);
+    send(&service, req("/a")).await;
+    let board = dashboard::router_with(
+        stats.clone(),
+        Options::new().refresh(std::time::Duration::ZERO),
+    );
+    let s = json(&board, "/stats").await;
+    let want = serde_json::to_value(stats.store_status().expect("a store")).unwrap();
+    assert_eq!(s["store"], want);
+    assert_eq!(s["store"]["mode"], "Remote");
+    assert!(
+        s["store"]["round_trips"].as_u64() >= Some(1),
+        "{}",
+        s["store"]
+    );
+
+    server.kill();
+    send(&service, req("/a")).await;
+    let s = json(&board, "/stats").await;
+    assert_eq!(s["store"]["mode"], "Fallback", "{}", s["store"]);
+    assert!(s["store"]["failures"].as_u64() >= Some(1), "{}", s["store"]);
 }
