@@ -27,6 +27,9 @@ pub enum Mode {
     All,
     /// The Redis store against local mode and a GCRA peer (feature `redis`).
     Redis,
+    /// The service's latency and throughput with and without readers of
+    /// the dashboard (feature `dashboard`).
+    Dashboard,
 }
 
 impl Mode {
@@ -41,6 +44,7 @@ impl Mode {
             "short" => Mode::Short,
             "all" => Mode::All,
             "redis" => Mode::Redis,
+            "dashboard" => Mode::Dashboard,
             _ => return None,
         })
     }
@@ -147,6 +151,11 @@ modes:
              and a GCRA Lua peer (build with --features redis; REDIS_URL
              or a redis-server started on a free port); reads
              --overhead-requests, --connections, --bench-secs
+  dashboard  the service's p99 and throughput with 0 and with 8 readers
+             polling the dashboard's JSON, 20000 keys (feature
+             dashboard, on by default); reads --rounds, --bench-secs,
+             --warmup-secs, --connections, --server-threads; fails when
+             the p99 grows over 2x or throughput falls under 0.8x
 
 options (defaults in brackets):
   --out DIR               charts and report [target/load]

@@ -84,6 +84,32 @@ pub async fn get(conn: &mut Conn, path: &str) -> Result<Answer, String> {
     })
 }
 
+/// Sends `GET path` on `conn`, expects a 200 and returns the body's length.
+pub async fn get_len(conn: &mut Conn, path: &str) -> Result<u64, String> {
+    conn.ready()
+        .await
+        .map_err(|e| format!("connection closed: {e}"))?;
+    let request = Request::get(path)
+        .header(hyper::header::HOST, "127.0.0.1")
+        .body(Empty::new())
+        .map_err(|e| format!("cannot build a request for {path}: {e}"))?;
+    let response = conn
+        .send_request(request)
+        .await
+        .map_err(|e| format!("GET {path} failed: {e}"))?;
+    let status = response.status().as_u16();
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| format!("reading the body of GET {path} failed: {e}"))?
+        .to_bytes();
+    if status != 200 {
+        return Err(format!("GET {path}: {status}"));
+    }
+    Ok(body.len() as u64)
+}
+
 /// A latency histogram in microseconds, 1 µs to 100 s at 3 significant digits.
 pub fn latency_histogram() -> Histogram<u64> {
     // The bounds are constants that hdrhistogram accepts.

@@ -11,6 +11,7 @@
 //! cargo run --release -p perf --bin load -- short
 //! cargo run --release -p perf --bin load -- all --out docs/perf
 //! cargo run --release -p perf --bin load --features redis -- redis
+//! cargo run --release -p perf --bin load -- dashboard
 //! ```
 //!
 //! `--help` lists the options. Every mode is bounded in time, binds only
@@ -23,6 +24,8 @@ mod analysis;
 mod bench;
 mod cli;
 mod client;
+#[cfg(feature = "dashboard")]
+mod dashboard;
 mod hostile;
 mod ours;
 mod overhead;
@@ -74,6 +77,9 @@ fn run(config: &Config) -> Result<bool, String> {
     let mode = config.mode;
     if mode == Mode::Redis {
         return run_redis(config);
+    }
+    if mode == Mode::Dashboard {
+        return run_dashboard(config);
     }
     if mode != Mode::Soak {
         report.contenders();
@@ -202,6 +208,29 @@ fn run_redis(config: &Config) -> Result<bool, String> {
     std::fs::write(&path, &text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     println!("{text}");
     Ok(true)
+}
+
+/// `load dashboard`: its own servers and report file
+/// (`report-dashboard.md`); fails when a target is missed.
+#[cfg(feature = "dashboard")]
+fn run_dashboard(config: &Config) -> Result<bool, String> {
+    let rounds = dashboard::run(config)?;
+    let text = dashboard::report(config, &rounds);
+    let path = config.out.join("report-dashboard.md");
+    std::fs::write(&path, &text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    println!("{text}");
+    match dashboard::check(&rounds) {
+        Ok(()) => Ok(true),
+        Err(failure) => {
+            eprintln!("load dashboard: FAILED: {failure}");
+            Ok(false)
+        }
+    }
+}
+
+#[cfg(not(feature = "dashboard"))]
+fn run_dashboard(_config: &Config) -> Result<bool, String> {
+    Err("the dashboard mode needs the perf crate's `dashboard` feature".to_owned())
 }
 
 #[cfg(not(feature = "redis"))]

@@ -6,6 +6,8 @@ use std::hash::Hash;
 #[cfg(feature = "dashboard")]
 use super::Snapshot;
 use super::StatsHandle;
+#[cfg(feature = "dashboard")]
+use crate::breaker::BreakerState;
 #[cfg(any(feature = "prometheus", feature = "dashboard"))]
 use crate::stat::Counts;
 #[cfg(feature = "dashboard")]
@@ -167,6 +169,25 @@ impl<T> KeyRow<T> {
             in_total,
             entry: Arc::clone(entry),
         }
+    }
+
+    /// The state of the entry's circuit breakers at `now`, the worst
+    /// first: `open` if any is open, else `half_open` if any is, else
+    /// `closed`; `None` when the layer has no breakers.
+    pub(crate) fn breaker(&self, now: u64) -> Option<&'static str> {
+        if self.entry.breakers.is_empty() {
+            return None;
+        }
+        let states = self.entry.breakers.states(effective_now(&self.entry, now));
+        let rank = |state: &BreakerState| match state {
+            BreakerState::Open { .. } => 2,
+            BreakerState::HalfOpen => 1,
+            BreakerState::Closed => 0,
+        };
+        states
+            .iter()
+            .max_by_key(|s| rank(s))
+            .map(BreakerState::name)
     }
 
     /// The entry's history at `now` (see [`StatsHandle::history`]).

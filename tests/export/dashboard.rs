@@ -4,6 +4,8 @@
 
 #![cfg(feature = "dashboard")]
 
+#[cfg(feature = "redis")]
+use crate::redis_server;
 use crate::support;
 
 use axum::body::Body;
@@ -12,6 +14,7 @@ use axum::Router;
 use http::{HeaderName, Request, StatusCode};
 use serde_json::Value;
 use support::{clock, req, req_with, send};
+use tower_sliding_window::breaker::Breaker;
 use tower_sliding_window::dashboard::{self, Options};
 use tower_sliding_window::{HeaderKey, PathKey, SlidingWindowLayer, StatsHandle};
 
@@ -69,7 +72,7 @@ fn listed(s: &Value) -> Vec<Value> {
         "{} histories, {n} keys",
         histories.len()
     );
-    for figure in FIGURES {
+    for figure in FIGURES.iter().chain(&["breaker"]) {
         let column = keys[figure].as_array().expect(figure);
         assert_eq!(column.len(), n, "the {figure} column");
     }
@@ -97,6 +100,7 @@ fn listed(s: &Value) -> Vec<Value> {
                 "kind": kind,
                 "traffic": traffic,
                 "snapshot": snapshot,
+                "breaker": keys["breaker"][i],
                 "history": histories.get(i).cloned().unwrap_or(Value::Null),
             })
         })
@@ -241,7 +245,7 @@ async fn the_page_is_self_contained_under_any_prefix() {
             "the page contains {outside:?}"
         );
     }
-    assert!(page.body.contains("base + \"stats?history=\""));
+    assert!(page.body.contains("base + \"stats"));
     assert_eq!(
         send(&board, req("/ops/limits/stats")).await.status,
         StatusCode::OK
@@ -605,4 +609,493 @@ async fn idle_keys_read_as_the_handle_reads_them() {
     assert_eq!(keys[0]["snapshot"]["pass"], 1);
     assert_eq!(keys[1]["snapshot"]["pass"], 0, "/idle's window is empty");
     assert_eq!(s["total"], serde_json::to_value(stats.total()).unwrap());
+}
+
+/// `POST /limit` with the admin token, a valid body and `headers` on top.
+fn hostile_post(uri: &str, headers: &[(&str, &str)], body: &str) -> Request<Body> {
+    let mut request = Request::post(uri)
+        .header("host", "limits.internal:8080")
+        .header("x-admin-token", "s3cret");
+    let mut typed = false;
+    for (name, value) in headers {
+        typed |= name.eq_ignore_ascii_case("content-type");
+        request = request.header(*name, *value);
+    }
+    if !typed {
+        request = request.header("content-type", "application/json");
+    }
+    request.body(Body::from(body.to_owned())).unwrap()
+}
+
+#[tokio::test]
+async fn cross_site_limit_changes_are_refused() {
+    let (app, stats) = app(5, 10);
+    send(&app, req("/a")).await;
+    send(&app, req("/b")).await;
+    let board = editable(stats.clone());
+    let body = r#"{"key":"/a","limit":1}"#;
+    // What a page on another site can send without a preflight, all at
+    // once and each alone: every one is refused.
+    type Headers = Vec<(&'static str, &'static str)>;
+    let cases: Vec<(Headers, &str, StatusCode)> = vec![
+        (
+            vec![
+                ("content-type", "text/plain"),
+                ("origin", "http://evil.example"),
+                ("sec-fetch-site", "cross-site"),
+            ],
+            body,
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        ),
+        (
+            vec![("content-type", "text/plain")],
+            body,
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        ),
+        (
+            vec![("content-type", "text/plain;charset=UTF-8")],
+            body,
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        ),
+        (
+            vec![("content-type", "application/x-www-form-urlencoded")],
+            body,
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        ),
+        (
+            vec![("content-type", "multipart/form-data; boundary=x")],
+            body,
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        ),
+        (
+            vec![("origin", "http://evil.example")],
+            body,
+            StatusCode::FORBIDDEN,
+        ),
+        // The same host name on another port, a look-alike, and `null`
+        // (a sandboxed frame or a redirect).
+        (
+            vec![("origin", "http://limits.internal:9090")],
+            body,
+            StatusCode::FORBIDDEN,
+        ),
+        (
+            vec![("origin", "http://limits.internal:8080.evil.example")],
+            body,
+            StatusCode::FORBIDDEN,
+        ),
+        (vec![("origin", "null")], body, StatusCode::FORBIDDEN),
+        (
+            vec![("sec-fetch-site", "cross-site")],
+            body,
+            StatusCode::FORBIDDEN,
+        ),
+        (
+            vec![("sec-fetch-site", "same-site")],
+            body,
+            StatusCode::FORBIDDEN,
+        ),
+        // A field given twice: which one wins must not be a guess.
+        (
+            vec![],
+            r#"{"key":"/b","key":"/a","limit":1}"#,
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            vec![],
+            r#"{"key":"/a","limit":9,"limit":1}"#,
+            StatusCode::BAD_REQUEST,
+        ),
+    ];
+    for (i, (headers, body, want)) in cases.into_iter().enumerate() {
+        let answer = send(&board, hostile_post("/limit", &headers, body)).await;
+        assert_eq!(answer.status, want, "case {i} {headers:?}: {}", answer.body);
+        assert_eq!(
+            stats.snapshot("/a").unwrap().limit,
+            5,
+            "case {i} changed /a"
+        );
+        assert_eq!(
+            stats.snapshot("/b").unwrap().limit,
+            5,
+            "case {i} changed /b"
+        );
+    }
+
+    // What the page itself sends from its own origin is applied.
+    for headers in [
+        vec![
+            ("origin", "http://limits.internal:8080"),
+            ("sec-fetch-site", "same-origin"),
+            ("content-type", "application/json"),
+        ],
+        vec![("content-type", "application/json; charset=utf-8")],
+        vec![("sec-fetch-site", "none")],
+    ] {
+        let answer = send(&board, hostile_post("/limit", &headers, body)).await;
+        assert_eq!(
+            answer.status,
+            StatusCode::NO_CONTENT,
+            "{headers:?}: {}",
+            answer.body
+        );
+        assert_eq!(stats.snapshot("/a").unwrap().limit, 1);
+        stats.set_limit("/a", 5);
+    }
+}
+
+/// The dashboard of `stats` behind an access check on an `ops=1` cookie,
+/// with limit changes for everyone it admits.
+fn guarded(stats: StatsHandle<String>) -> Router {
+    let options = Options::new()
+        .access(|head| {
+            head.headers
+                .get_all("cookie")
+                .iter()
+                .filter_map(|c| c.to_str().ok())
+                .any(|c| c.split("; ").any(|c| c == "ops=1"))
+        })
+        .allow_limit_changes(|_| true);
+    Router::new().nest("/limits", dashboard::router_with(stats, options))
+}
+
+#[tokio::test]
+async fn an_access_check_guards_every_route() {
+    let (app, stats) = app(5, 10);
+    send(&app, req("/10.1.2.3")).await;
+    let board = guarded(stats.clone());
+    let routes = |cookie: Option<&str>| {
+        let change = r#"{"key":"/10.1.2.3","limit":1}"#;
+        [
+            ("GET", "/limits", ""),
+            ("GET", "/limits/stats", ""),
+            ("GET", "/limits/stats?history=1&search=10.1", ""),
+            ("POST", "/limits/limit", change),
+        ]
+        .map(|(method, uri, body)| {
+            let mut request = Request::builder()
+                .method(method)
+                .uri(uri)
+                .header("content-type", "application/json");
+            if let Some(cookie) = cookie {
+                request = request.header("cookie", cookie);
+            }
+            (uri, request.body(Body::from(body)).unwrap())
+        })
+    };
+    for cookie in [None, Some("ops=0"), Some("xops=1; ops=2")] {
+        for (uri, request) in routes(cookie) {
+            let answer = send(&board, request).await;
+            assert_eq!(
+                answer.status,
+                StatusCode::FORBIDDEN,
+                "{uri} with {cookie:?}"
+            );
+            assert!(!answer.body.contains("10.1.2.3"), "{uri}: {}", answer.body);
+        }
+        assert_eq!(stats.snapshot("/10.1.2.3").unwrap().limit, 5);
+    }
+    let wants = [
+        StatusCode::OK,
+        StatusCode::OK,
+        StatusCode::OK,
+        StatusCode::NO_CONTENT,
+    ];
+    for ((uri, request), want) in routes(Some("theme=dark; ops=1")).into_iter().zip(wants) {
+        let answer = send(&board, request).await;
+        assert_eq!(answer.status, want, "{uri}: {}", answer.body);
+    }
+    assert_eq!(stats.snapshot("/10.1.2.3").unwrap().limit, 1);
+    // The change's own check still applies after the access check.
+    let read_only = dashboard::router_with(
+        stats.clone(),
+        Options::new()
+            .access(|_| true)
+            .allow_limit_changes(|_| false),
+    );
+    let answer = send(
+        &read_only,
+        post("/limit", None, r#"{"key":"/10.1.2.3","limit":3}"#),
+    )
+    .await;
+    assert_eq!(answer.status, StatusCode::FORBIDDEN);
+    assert_eq!(stats.snapshot("/10.1.2.3").unwrap().limit, 1);
+}
+
+#[tokio::test]
+async fn the_busiest_keys_are_listed_and_a_search_finds_the_others() {
+    let (app, stats) = app(1000, 1000);
+    for i in 0..5 {
+        for _ in 0..3 {
+            send(&app, req(&format!("/hot/{i}"))).await;
+        }
+    }
+    for i in 0..250 {
+        send(&app, req(&format!("/K/{i:03}"))).await;
+    }
+    let board = dashboard::router(stats.clone());
+    let s = json(&board, "/stats").await;
+    let keys = listed(&s);
+    assert_eq!(keys.len(), 100, "the default top 100 of 255 keys");
+    assert_eq!(
+        (s["keys_total"].as_u64(), s["matched"].as_u64()),
+        (Some(255), Some(255))
+    );
+    assert_eq!(s["top"], 100);
+    assert_eq!(s["search"], Value::Null);
+    for (i, k) in keys.iter().enumerate() {
+        assert_eq!(k["traffic"], if i < 5 { 3 } else { 1 }, "{k}");
+        // The page's default: a history for every listed key, no others.
+        assert!(k["history"].is_object(), "{k}");
+    }
+    // The total still covers every key.
+    assert_eq!(s["total"]["pass"], 5 * 3 + 250);
+
+    // A search, ASCII case ignored, percent-encoded in the query.
+    let found = json(&board, "/stats?search=%2Fk%2F24").await;
+    let labels: Vec<String> = listed(&found)
+        .iter()
+        .map(|k| k["key"].as_str().unwrap().to_owned())
+        .collect();
+    let want: Vec<String> = (240..250).map(|i| format!("/K/{i}")).collect();
+    assert_eq!(labels, want);
+    assert_eq!(found["matched"], 10);
+    let anywhere = json(&board, "/stats?search=24").await;
+    assert_eq!(
+        anywhere["matched"], 13,
+        "/K/024, /K/124, /K/224, /K/240..249"
+    );
+    assert_eq!(found["search"], "/k/24");
+    let hot = json(&board, "/stats?search=hot/&history=2").await;
+    let hot = listed(&hot);
+    assert_eq!(hot.len(), 5);
+    assert_eq!(hot.iter().filter(|k| k["history"].is_object()).count(), 2);
+    let none = json(&board, "/stats?search=%3Cscript%3E").await;
+    assert_eq!(
+        (listed(&none).len(), none["matched"].as_u64()),
+        (0, Some(0))
+    );
+    for bad in ["%zz", "%FF", "%", &"a".repeat(257)] {
+        let answer = send(&board, req(&format!("/stats?search={bad}"))).await;
+        assert_eq!(answer.status, StatusCode::BAD_REQUEST, "search={bad}");
+    }
+
+    let three = dashboard::router_with(stats, Options::new().top(3));
+    let s = json(&three, "/stats").await;
+    assert_eq!(listed(&s).len(), 3);
+    assert_eq!(s["top"], 3);
+}
+
+#[test]
+fn options_out_of_range_are_refused_naming_the_setting() {
+    for run in [
+        (|| drop(Options::new().top(0))) as fn(),
+        || drop(Options::new().top(100_001)),
+        || drop(Options::new().refresh(std::time::Duration::from_secs(3601))),
+        || drop(Options::new().answers_per_refresh(0)),
+    ] {
+        let message = std::panic::catch_unwind(run).expect_err("refused");
+        let text = match message.downcast_ref::<&str>() {
+            Some(text) => text.to_string(),
+            None => message
+                .downcast_ref::<String>()
+                .cloned()
+                .unwrap_or_default(),
+        };
+        assert!(text.starts_with("dashboard Options::"), "{text}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_within_a_refresh_period_share_one_read() {
+    let clock = clock();
+    let layer = SlidingWindowLayer::qps(100)
+        .key(PathKey)
+        .clock(clock.clone());
+    let stats = layer.handle();
+    let app = Router::new()
+        .route("/{*path}", get(|| async { "ok" }))
+        .layer(layer);
+    send(&app, req("/a")).await;
+    let board = dashboard::router_with(
+        stats.clone(),
+        Options::new().refresh(std::time::Duration::from_secs(3600)),
+    );
+    let first = send(&board, req("/stats")).await.body;
+    // New traffic at a later time: within the period, every reader gets
+    // the one read already made, byte for byte.
+    clock.advance(std::time::Duration::from_millis(300));
+    send(&app, req("/b")).await;
+    let readers: Vec<_> = (0..8)
+        .map(|_| {
+            let board = board.clone();
+            tokio::spawn(async move { send(&board, req("/stats")).await.body })
+        })
+        .collect();
+    for reader in readers {
+        assert_eq!(reader.await.unwrap(), first);
+    }
+    assert!(!first.contains("\"/b\""));
+    // With no period, each request reads the keys again.
+    let live = dashboard::router_with(stats, Options::new().refresh(std::time::Duration::ZERO));
+    let s = json(&live, "/stats").await;
+    assert_eq!(s["now_ms"], support::START_MS + 300);
+    assert_eq!(listed(&s).len(), 2);
+}
+
+/// A key whose label notes the thread that asked for it.
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct Spied(String);
+
+static LABELLED_ON: std::sync::Mutex<Vec<std::thread::ThreadId>> =
+    std::sync::Mutex::new(Vec::new());
+
+impl tower_sliding_window::export::KeyLabel for Spied {
+    fn label(&self) -> Option<std::borrow::Cow<'_, str>> {
+        LABELLED_ON
+            .lock()
+            .unwrap()
+            .push(std::thread::current().id());
+        Some(std::borrow::Cow::Borrowed(&self.0))
+    }
+}
+
+// One worker thread, the test's own: a read of the keys made there would
+// hold up every request the runtime serves.
+#[tokio::test(flavor = "current_thread")]
+async fn the_keys_are_read_off_the_runtime_worker() {
+    let layer = SlidingWindowLayer::qps(100)
+        .key(|head: &http::request::Parts| Spied(head.uri.path().to_owned()))
+        .clock(clock());
+    let stats = layer.handle();
+    let app = Router::new()
+        .route("/{*path}", get(|| async { "ok" }))
+        .layer(layer);
+    for i in 0..50 {
+        send(&app, req(&format!("/{i}"))).await;
+    }
+    let board = dashboard::router(stats);
+    let s = json(&board, "/stats?search=4").await;
+    assert_eq!(listed(&s).len(), 14, "/4, /14, /24, /34 and /40../49");
+    let worker = std::thread::current().id();
+    let seen = LABELLED_ON.lock().unwrap().clone();
+    assert!(seen.len() >= 50, "every key labelled: {}", seen.len());
+    assert!(
+        seen.iter().all(|&thread| thread != worker),
+        "a label was read on the runtime's worker"
+    );
+}
+
+#[tokio::test]
+async fn rows_show_the_breaker_state_and_the_store_status() {
+    let clock = clock();
+    let layer = SlidingWindowLayer::qps(100)
+        .key(PathKey)
+        .clock(clock.clone())
+        .breaker(Breaker::error_count(1).min_requests(1));
+    let stats = layer.handle();
+    let service = Router::new()
+        .route(
+            "/fail",
+            get(|| async { (StatusCode::INTERNAL_SERVER_ERROR, "no") }),
+        )
+        .route("/fine", get(|| async { "ok" }))
+        .layer(layer);
+    send(&service, req("/fine")).await;
+    for _ in 0..3 {
+        send(&service, req("/fail")).await;
+    }
+    let open = stats.breakers("/fail");
+    assert!(
+        open.iter().any(|s| s.name() == "open"),
+        "the breaker opened: {open:?}"
+    );
+    let live = Options::new().refresh(std::time::Duration::ZERO);
+    let s = json(&dashboard::router_with(stats.clone(), live), "/stats").await;
+    let breaker = |key: &str| {
+        listed(&s)
+            .into_iter()
+            .find(|k| k["key"] == key)
+            .unwrap_or_else(|| panic!("{key} listed"))["breaker"]
+            .clone()
+    };
+    assert_eq!(breaker("/fail"), "open");
+    assert_eq!(breaker("/fine"), "closed");
+    // No store: no store status.
+    assert_eq!(s["store"], Value::Null);
+    // A layer without breakers has no state to show.
+    let (plain, plain_stats) = app(5, 10);
+    send(&plain, req("/x")).await;
+    let s = json(&dashboard::router(plain_stats), "/stats").await;
+    assert_eq!(listed(&s)[0]["breaker"], Value::Null);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_past_the_period_budget_wait_for_the_next_read() {
+    let clock = clock();
+    let layer = SlidingWindowLayer::qps(100)
+        .key(PathKey)
+        .clock(clock.clone());
+    let stats = layer.handle();
+    let app = Router::new()
+        .route("/{*path}", get(|| async { "ok" }))
+        .layer(layer);
+    send(&app, req("/a")).await;
+    let period = std::time::Duration::from_millis(400);
+    let board =
+        dashboard::router_with(stats, Options::new().refresh(period).answers_per_refresh(3));
+    let start = tokio::time::Instant::now();
+    let first = json(&board, "/stats").await;
+    // A search is an answer like any other.
+    for uri in ["/stats?search=a", "/stats"] {
+        assert_eq!(json(&board, uri).await["now_ms"], first["now_ms"]);
+    }
+    assert!(start.elapsed() < period, "three answers within the period");
+    clock.advance(std::time::Duration::from_millis(100));
+    // The fourth waits for the next read, and gets it.
+    let fourth = json(&board, "/stats").await;
+    assert!(start.elapsed() >= period, "{:?}", start.elapsed());
+    assert_eq!(fourth["now_ms"], support::START_MS + 100);
+}
+
+/// With a Redis store, the JSON carries its status: remote while Redis
+/// answers, fallback once it is gone.
+#[cfg(feature = "redis")]
+#[ignore = "needs redis-server"]
+#[tokio::test]
+async fn the_store_status_is_the_stores() {
+    use tower_sliding_window::store::{RedisStore, StoreFailure};
+    let mut server = redis_server::RedisServer::start();
+    let store = RedisStore::connect(&server.url())
+        .await
+        .expect("connect")
+        .timeout(std::time::Duration::from_millis(200));
+    let layer = SlidingWindowLayer::qps(5)
+        .key(PathKey)
+        .store(store)
+        .on_store_error(StoreFailure::Allow);
+    let stats = layer.handle();
+    let service = Router::new()
+        .route("/{*path}", get(|| async { "ok" }))
+        .layer(layer);
+    send(&service, req("/a")).await;
+    let board = dashboard::router_with(
+        stats.clone(),
+        Options::new().refresh(std::time::Duration::ZERO),
+    );
+    let s = json(&board, "/stats").await;
+    let want = serde_json::to_value(stats.store_status().expect("a store")).unwrap();
+    assert_eq!(s["store"], want);
+    assert_eq!(s["store"]["mode"], "Remote");
+    assert!(
+        s["store"]["round_trips"].as_u64() >= Some(1),
+        "{}",
+        s["store"]
+    );
+
+    server.kill();
+    send(&service, req("/a")).await;
+    let s = json(&board, "/stats").await;
+    assert_eq!(s["store"]["mode"], "Fallback", "{}", s["store"]);
+    assert!(s["store"]["failures"].as_u64() >= Some(1), "{}", s["store"]);
 }

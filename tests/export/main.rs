@@ -5,6 +5,10 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+#[cfg(feature = "redis")]
+#[path = "../support/redis_server.rs"]
+mod redis_server;
+
 mod dashboard;
 mod export_keys;
 // Drives headless Chromium against the dashboard: built only with it.

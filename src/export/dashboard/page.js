@@ -1,5 +1,6 @@
 // The dashboard's script: reads `stats` next to the page once a second and
-// draws the table, with one SVG chart per key. No other request is made.
+// draws the table of the busiest keys (or of those the search box selects),
+// with one SVG chart per key. No other request is made.
 "use strict";
 (function () {
   // Works under any prefix, with or without a trailing slash.
@@ -8,9 +9,14 @@
   var rows = document.querySelector("#keys tbody");
   var status = document.getElementById("status");
   var summary = document.getElementById("summary");
+  var shown = document.getElementById("shown");
+  var search = document.getElementById("search");
   var W = 180, H = 34, SECONDS = 60;
-  // Keys whose history (and chart) the page asks for: the busiest ones.
-  var CHARTS = 100;
+  // A search given in the page's own address (`?search=/api`) fills the box.
+  var given = /(?:^\?|&)search=([^&]*)/.exec(location.search);
+  if (given) {
+    try { search.value = decodeURIComponent(given[1].replace(/\+/g, " ")); } catch (e) { /* kept empty */ }
+  }
 
   function esc(s) {
     return String(s).replace(/[&<>"']/g, function (c) {
@@ -56,6 +62,15 @@
       '<polyline class="block" points="' + points(block) + '"></polyline></svg>';
   }
 
+  // Where the Redis store decides now: "remote" or "fallback".
+  function mode(store) { return String(store.mode).toLowerCase(); }
+
+  // The worst state of a key's breakers; a dash when the layer has none.
+  function breaker(state) {
+    if (state === null || state === undefined) return "–";
+    return '<span class="state ' + esc(state) + '">' + esc(state.replace("_", "-")) + "</span>";
+  }
+
   // The keys are columns (see the module docs): row `i` of the table is
   // index `i` of every column.
   function kind(keys, i) {
@@ -81,16 +96,23 @@
         '<td class="chart">' + chart(k.history[i], k.limit[i], s.now_ms, s.window_ms) + "</td>" +
         '<td class="rt">' + rt(k.avg_rt_us[i]) + "</td>" +
         '<td class="concurrency">' + k.concurrency[i] + "</td>" +
-        '<td class="limit">' + k.limit[i] + "</td></tr>");
+        '<td class="limit">' + k.limit[i] + "</td>" +
+        '<td class="breaker">' + breaker(k.breaker[i]) + "</td></tr>");
     }
     rows.innerHTML = html.join("");
+    shown.textContent = s.search === null
+      ? (n < s.keys_total ? "the " + n + " busiest of " + s.keys_total + " keys" : "")
+      : s.matched + " of " + s.keys_total + " keys match \u201c" + s.search + "\u201d" +
+        (n < s.matched ? ", the " + n + " busiest shown" : "");
     var t = s.total;
     summary.innerHTML =
-      '<div>keys<b id="total-keys">' + n + "</b></div>" +
+      '<div>keys<b id="total-keys">' + s.keys_total + "</b></div>" +
       '<div>pass/s<b id="total-pass">' + rate(t.pass, s.window_ms) + "</b></div>" +
       '<div>block/s<b id="total-block">' + rate(t.block, s.window_ms) + "</b></div>" +
       '<div>in flight<b id="total-concurrency">' + t.concurrency + "</b></div>" +
-      '<div>avg RT<b id="total-rt">' + rt(t.avg_rt_us) + "</b></div>";
+      '<div>avg RT<b id="total-rt">' + rt(t.avg_rt_us) + "</b></div>" +
+      (s.store ? '<div>store<b id="store" class="store ' + esc(mode(s.store)) + '">' + esc(mode(s.store)) +
+        "</b><small>" + s.store.failures + " failed of " + s.store.round_trips + " round trips</small></div>" : "");
     if (s.limits_editable) showForm(s);
   }
 
@@ -119,11 +141,13 @@
     }, function () { result.textContent = "failed"; });
   });
 
-  var busy = false;
+  var busy = false, again = false;
   function refresh() {
-    if (busy) return;
+    if (busy) { again = true; return; }
     busy = true;
-    fetch(base + "stats?history=" + CHARTS, { cache: "no-store", credentials: "same-origin" })
+    var text = search.value.trim();
+    var url = base + "stats" + (text ? "?search=" + encodeURIComponent(text) : "");
+    fetch(url, { cache: "no-store", credentials: "same-origin" })
       .then(function (r) { if (!r.ok) throw new Error("HTTP " + r.status); return r.json(); })
       .then(function (s) {
         render(s);
@@ -134,8 +158,16 @@
         status.className = "status error";
         status.textContent = "cannot read stats: " + e.message;
       })
-      .then(function () { busy = false; });
+      .then(function () {
+        busy = false;
+        if (again) { again = false; refresh(); }
+      });
   }
+  var typing = null;
+  search.addEventListener("input", function () {
+    clearTimeout(typing);
+    typing = setTimeout(refresh, 250);
+  });
   refresh();
   setInterval(refresh, 1000);
 })();

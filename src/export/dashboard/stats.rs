@@ -14,10 +14,39 @@ use crate::stat::MetricNode;
 /// timestamp and five small numbers.
 const HISTORY_BYTES: usize = 60 * 40 + 64;
 
-/// Every key's snapshot, the busiest first, with the history of the first
-/// `with_history` keys (all by default), in the layout the module docs
-/// describe.
-pub(super) fn json<K>(handle: &StatsHandle<K>, editable: bool, with_history: usize) -> Vec<u8>
+/// Every key's row read once, in listing order: what each reader's JSON is
+/// cut from. Built at most once per refresh period (see `super::Board`),
+/// off the runtime's workers.
+pub(super) struct Table {
+    now: u64,
+    window_ms: u64,
+    total: Snapshot,
+    /// Every label, back to back; a row's key is its place here.
+    labels: String,
+    /// `labels` with ASCII letters lowered, at the same places: what a
+    /// search reads.
+    lowered: String,
+    /// The rows, the busiest first (see [`order`]).
+    rows: Vec<KeyRow<Label>>,
+    /// The layer's Redis store status as a JSON object, if it has a store.
+    store: Option<String>,
+}
+
+/// What one reader asks of the table: `?search=` and `?history=`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub(super) struct View {
+    /// Only keys whose label contains this (ASCII case ignored).
+    search: Option<String>,
+    /// How many of the listed keys carry their history (`None`: all).
+    history: Option<usize>,
+}
+
+/// The longest search accepted, in bytes: longer than any label worth
+/// typing, short enough that a search costs no more than a read.
+pub(super) const MAX_SEARCH: usize = 256;
+
+/// Reads every key of `handle` into a [`Table`].
+pub(super) fn build<K>(handle: &StatsHandle<K>) -> Table
 where
     K: KeyLabel + Clone + Eq + Hash + Send + Sync + 'static,
 {
@@ -39,30 +68,92 @@ where
     // The total from the rows just read: one window read per entry.
     let total = crate::handle::rows_total(&rows);
     let order = order(&rows, &labels);
-    let with_history = with_history.min(order.len());
-    let label_of = |row: &KeyRow<Label>| label(row, &labels);
+    let mut slots: Vec<Option<KeyRow<Label>>> = rows.into_iter().map(Some).collect();
+    let rows = order.into_iter().filter_map(|i| slots[i].take()).collect();
+    Table {
+        now,
+        window_ms: handle.window_ms(),
+        total,
+        lowered: labels.to_ascii_lowercase(),
+        labels,
+        rows,
+        store: store_status(handle),
+    }
+}
+
+#[cfg(feature = "redis")]
+fn store_status<K>(handle: &StatsHandle<K>) -> Option<String>
+where
+    K: Clone + Eq + Hash + Send + Sync + 'static,
+{
+    handle
+        .store_status()
+        .and_then(|status| serde_json::to_string(&status).ok())
+}
+
+#[cfg(not(feature = "redis"))]
+fn store_status<K>(_: &StatsHandle<K>) -> Option<String> {
+    None
+}
+
+/// The first `top` keys of `table` that `view` selects, the busiest first,
+/// in the layout the module docs describe.
+pub(super) fn json(table: &Table, editable: bool, top: usize, view: &View) -> Vec<u8> {
+    let now = table.now;
+    let needle = view.search.as_deref().map(str::to_ascii_lowercase);
+    let selected = |row: &KeyRow<Label>| match (&needle, &row.key) {
+        (None, _) => true,
+        (Some(needle), Some(Some(range))) => table.lowered[range.clone()].contains(needle.as_str()),
+        // The missing key and the overflow entry have no label to match.
+        (Some(_), _) => false,
+    };
+    let mut matched = 0usize;
+    let mut listed: Vec<&KeyRow<Label>> = Vec::with_capacity(top.min(table.rows.len()));
+    for row in table.rows.iter().filter(|row| selected(row)) {
+        matched += 1;
+        if listed.len() < top {
+            listed.push(row);
+        }
+    }
+    let with_history = view.history.unwrap_or(usize::MAX).min(listed.len());
+    let label_of = |row: &KeyRow<Label>| label(row, &table.labels);
+    let label_bytes: usize = listed
+        .iter()
+        .map(|row| label_of(row).map_or(4, str::len))
+        .sum();
 
     let mut out = Json::with_capacity(
-        512 + labels.len() + order.len() * (4 + 9 * 4) + with_history * HISTORY_BYTES,
+        1024 + label_bytes + listed.len() * (4 + 10 * 4) + with_history * HISTORY_BYTES,
     );
     out.raw("{\"now_ms\":");
     out.u64(now);
     out.raw(",\"window_ms\":");
-    out.u64(handle.window_ms());
+    out.u64(table.window_ms);
     out.raw(",\"limits_editable\":");
     out.bool(editable);
+    out.raw(",\"keys_total\":");
+    out.u64(table.rows.len() as u64);
+    out.raw(",\"matched\":");
+    out.u64(matched as u64);
+    out.raw(",\"top\":");
+    out.u64(top as u64);
+    out.raw(",\"search\":");
+    match &view.search {
+        Some(search) => out.str(search),
+        None => out.raw("null"),
+    }
+    out.raw(",\"store\":");
+    out.raw(table.store.as_deref().unwrap_or("null"));
     out.raw(",\"total\":");
-    snapshot(&mut out, &total);
+    snapshot(&mut out, &table.total);
 
     out.raw(",\"keys\":{\"key\":");
-    out.array(&order, |out, &i| match label_of(&rows[i]) {
+    out.array(&listed, |out, row| match label_of(row) {
         Some(label) => out.str(label),
         None => out.raw("null"),
     });
-    let missing = order
-        .iter()
-        .position(|&i| matches!(rows[i].key, Some(None)));
-    let overflow = order.iter().position(|&i| rows[i].key.is_none());
+    let missing = listed.iter().position(|row| matches!(row.key, Some(None)));
+    let overflow = listed.iter().position(|row| row.key.is_none());
     out.raw(",\"missing\":");
     out.opt_u64(missing.map(|i| i as u64));
     out.raw(",\"overflow\":");
@@ -72,11 +163,20 @@ where
         out.raw(",\"");
         out.raw(name);
         out.raw("\":");
-        out.array(&order, |out, &i| out.opt_u64(figure(&rows[i].snapshot)));
+        out.array(&listed, |out, row| out.opt_u64(figure(&row.snapshot)));
     }
+    out.raw(",\"breaker\":");
+    out.array(&listed, |out, row| match row.breaker(now) {
+        Some(state) => {
+            out.raw("\"");
+            out.raw(state);
+            out.raw("\"");
+        }
+        None => out.raw("null"),
+    });
     out.raw(",\"history\":");
-    out.array(&order[..with_history], |out, &i| {
-        history(&mut *out, &rows[i].history(now));
+    out.array(&listed[..with_history], |out, row| {
+        history(&mut *out, &row.history(now));
     });
     out.raw("}}");
     out.into_bytes()
@@ -187,24 +287,78 @@ fn micros(d: Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
-/// The `history` query parameter: how many keys carry their history
-/// (`None`: all; `Err`: not a whole number).
-pub(super) fn history_param(query: Option<&str>) -> Result<Option<usize>, ()> {
-    let Some(query) = query else {
-        return Ok(None);
-    };
-    match query
-        .split('&')
-        .find_map(|pair| pair.strip_prefix("history="))
-    {
-        Some(n) => n.parse().map(Some).map_err(|_| ()),
-        None => Ok(None),
+/// Reads `?search=` (percent-encoded, `+` for a space, at most
+/// [`MAX_SEARCH`] bytes; empty is no search) and `?history=` (a whole
+/// number of keys). Other parameters are ignored.
+pub(super) fn view(query: Option<&str>) -> Result<View, String> {
+    let mut view = View::default();
+    for pair in query.unwrap_or_default().split('&') {
+        if let Some(n) = pair.strip_prefix("history=") {
+            let n = n
+                .parse()
+                .map_err(|_| "history: a whole number of keys".to_owned())?;
+            view.history = Some(n);
+        } else if let Some(text) = pair.strip_prefix("search=") {
+            let text =
+                percent_decoded(text).ok_or_else(|| "search: percent-encoded UTF-8".to_owned())?;
+            if text.len() > MAX_SEARCH {
+                return Err(format!("search: at most {MAX_SEARCH} bytes"));
+            }
+            view.search = Some(text).filter(|t| !t.is_empty());
+        }
     }
+    Ok(view)
+}
+
+/// `text` from a query string: `%XX` bytes and `+` for a space; `None` for
+/// a bad escape or bytes that are not UTF-8.
+fn percent_decoded(text: &str) -> Option<String> {
+    let mut bytes = Vec::with_capacity(text.len());
+    let mut rest = text.as_bytes();
+    while let Some((&b, tail)) = rest.split_first() {
+        rest = tail;
+        match b {
+            b'+' => bytes.push(b' '),
+            b'%' => {
+                let hex = rest.get(..2)?;
+                if !hex.iter().all(u8::is_ascii_hexdigit) {
+                    return None;
+                }
+                bytes.push(u8::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok()?);
+                rest = &rest[2..];
+            }
+            _ => bytes.push(b),
+        }
+    }
+    String::from_utf8(bytes).ok()
 }
 
 #[cfg(test)]
 mod tests {
-    use super::prefix;
+    use super::{percent_decoded, prefix, view};
+
+    #[test]
+    fn search_and_history_are_read_from_the_query() {
+        assert_eq!(view(None).unwrap(), Default::default());
+        let v = view(Some("history=3&search=%2Fapi%2Fb+x&x=1")).unwrap();
+        assert_eq!(v.search.as_deref(), Some("/api/b x"));
+        assert_eq!(v.history, Some(3));
+        assert_eq!(view(Some("search=")).unwrap().search, None);
+        assert_eq!(percent_decoded("%C3%A9").as_deref(), Some("é"));
+        for bad in [
+            "search=%",
+            "search=%4",
+            "search=%zz",
+            "search=%FF",
+            "search=%+1",
+            "history=-1",
+            "history=x",
+        ] {
+            assert!(view(Some(bad)).is_err(), "{bad}");
+        }
+        let long = format!("search={}", "a".repeat(super::MAX_SEARCH + 1));
+        assert!(view(Some(&long)).is_err());
+    }
 
     #[test]
     fn prefixes_order_as_their_labels() {
