@@ -864,3 +864,59 @@ fn add_if_open(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The fast path compares a pass word's tag with a cache entry in one
+    /// comparison and relies on the empty entry matching no word: no round
+    /// may have the tag `0xFFFF`, the empty entry's tag field.
+    #[test]
+    fn no_round_tag_matches_an_empty_cache_entry() {
+        let interval = 1_000;
+        let mut seen_max = 0;
+        // Every round tag there is, and one more turn of the counter.
+        for round in 0..0x2_0000u64 {
+            let tag = round_tag(round * interval, interval);
+            assert!((1..0xFFFF).contains(&tag), "round {round}: tag {tag:#x}");
+            seen_max = seen_max.max(tag);
+            for generation in [0, 1, 0xF_FFFF, u64::MAX] {
+                assert_eq!(
+                    before_word::unpack(UNKNOWN, tag, generation),
+                    None,
+                    "round {round}, generation {generation:#x}"
+                );
+            }
+        }
+        assert_eq!(seen_max, 0xFFFE, "tags use their whole range but 0xFFFF");
+        // A word being reset (tag 0) matches nothing either.
+        assert_eq!(before_word::unpack(UNKNOWN, 0, 0xF_FFFF), None);
+    }
+
+    #[test]
+    fn a_sealed_word_matches_no_cache_entry() {
+        let tag = round_tag(7_000, 1_000);
+        let generation = 3;
+        let entry = before_word::pack(tag, generation, 42).expect("fits");
+        let open = pass_word::with_tag(tag, 5);
+        assert_eq!(
+            before_word::unpack(entry, pass_word::open_tag(open), generation),
+            Some(42)
+        );
+        let sealed = open | pass_word::SEALED;
+        assert_eq!(
+            before_word::unpack(entry, pass_word::open_tag(sealed), generation),
+            None
+        );
+        // Another round's tag or another straggler generation: no match.
+        assert_eq!(
+            before_word::unpack(entry, pass_word::open_tag(open) + 1, generation),
+            None
+        );
+        assert_eq!(
+            before_word::unpack(entry, pass_word::open_tag(open), generation + 1),
+            None
+        );
+    }
+}
