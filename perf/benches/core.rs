@@ -19,6 +19,7 @@
 
 pub(crate) mod clock;
 pub(crate) mod multi_threaded;
+pub(crate) mod paired;
 pub(crate) mod single_threaded;
 
 use std::num::NonZeroU32;
