@@ -1,7 +1,10 @@
 //! Benches of the statistics core, plus the fixtures they share.
 //!
 //! Every metric runs on the real [`SystemClock`] (the default), so rotation
-//! happens as it would in production: a new bucket every 100 ms.
+//! happens as it would in production: a new bucket every 100 ms. The
+//! admission groups also run our metric on a [`CachedClock`] beside
+//! governor on its upkeep clock: both without the counter read, so what is
+//! left is each side's own work.
 //!
 //! Two-thread groups report **aggregate** time per operation: both threads
 //! run the same number of operations on one shared value, and the wall time
@@ -16,6 +19,7 @@
 
 pub(crate) mod clock;
 pub(crate) mod multi_threaded;
+pub(crate) mod paired;
 pub(crate) mod single_threaded;
 
 use std::num::NonZeroU32;
@@ -24,7 +28,11 @@ use std::sync::{Arc, Barrier};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
+use governor::clock::{QuantaInstant, QuantaUpkeepClock};
+use governor::middleware::NoOpMiddleware;
+use governor::state::{InMemoryState, NotKeyed};
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
+use tower_sliding_window::clock::CachedClock;
 use tower_sliding_window::flow::TryPass;
 use tower_sliding_window::stat::{ArrayMetric, StatisticNode};
 
@@ -41,10 +49,34 @@ pub(crate) fn array_metric() -> ArrayMetric {
     ArrayMetric::new(SAMPLE_COUNT, INTERVAL_MS).expect("valid window")
 }
 
+/// The same metric on an opt-in [`CachedClock`]: admission without the
+/// counter read (the clock's upkeep thread lives as long as the metric).
+pub(crate) fn array_metric_cached_clock() -> ArrayMetric {
+    ArrayMetric::with_clock(SAMPLE_COUNT, INTERVAL_MS, CachedClock::new()).expect("valid window")
+}
+
 /// Governor's direct limiter on its default (quanta) clock, with a quota it
 /// never exhausts: about 4.3 billion cells per second, any burst.
 pub(crate) fn governor_never_rejecting() -> DefaultDirectRateLimiter {
     let limiter = RateLimiter::direct(Quota::per_second(NonZeroU32::MAX));
+    assert!(
+        (0..1_000_000).all(|_| limiter.check().is_ok()),
+        "the governor quota must never reject"
+    );
+    limiter
+}
+
+/// Governor's direct limiter on its upkeep clock (quanta's `recent` time,
+/// refreshed every millisecond by a thread of its own): its check without
+/// the counter read, to set beside ours on the cached clock.
+pub(crate) type UpkeepDirectRateLimiter =
+    RateLimiter<NotKeyed, InMemoryState, QuantaUpkeepClock, NoOpMiddleware<QuantaInstant>>;
+
+/// [`governor_never_rejecting`] on governor's upkeep clock.
+pub(crate) fn governor_upkeep_never_rejecting() -> UpkeepDirectRateLimiter {
+    let clock =
+        QuantaUpkeepClock::from_interval(Duration::from_millis(1)).expect("quanta upkeep thread");
+    let limiter = RateLimiter::direct_with_clock(Quota::per_second(NonZeroU32::MAX), clock);
     assert!(
         (0..1_000_000).all(|_| limiter.check().is_ok()),
         "the governor quota must never reject"

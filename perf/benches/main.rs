@@ -10,7 +10,9 @@
 //! - `core`: the statistics core (`ArrayMetric`, `StatisticNode`) on one
 //!   thread and on two threads sharing one metric, each group with its
 //!   floors (a plain `AtomicU64::fetch_add`, the clock read) and, for
-//!   admission, governor's direct `RateLimiter::check()`.
+//!   admission, governor's direct `RateLimiter::check()`; `admission_paired`
+//!   interleaves admission, governor's check and the clock reads in short
+//!   rounds and prints the ratios.
 //! - `layer`: one request through an axum `Router` with and without the
 //!   layer, against a no-op layer and tower_governor: the group `layer`
 //!   (one contender after another) and `layer_paired` (interleaved rounds,
@@ -35,6 +37,7 @@ criterion_group!(
     core::single_threaded::bench,
     core::multi_threaded::bench,
     core::clock::bench,
+    core::paired::bench,
     layer::sequential::bench,
     layer::paired::bench,
 );

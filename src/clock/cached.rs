@@ -90,9 +90,21 @@ struct Cache {
 
 impl Cache {
     /// Reads the counter and raises the cache to it; returns the reading.
+    ///
+    /// The cache is written only when the reading is ahead of it: a
+    /// `fetch_max` takes the cache line for writing even when it changes
+    /// nothing, and readers on other cores would then miss it on their next
+    /// read. Every thread that reads in a tight loop comes here once per 64
+    /// reads of an unchanged value (see `SAME_READS_BEFORE_CHECK`), far more
+    /// often than the value moves.
     fn refresh(&self) -> u64 {
-        let now = self.anchor.now_micros() / 1000;
-        // `Relaxed`: the value is a timestamp, not a flag guarding other data.
+        let now = self.anchor.now_millis();
+        // `Relaxed` (both): the value is a timestamp, not a flag guarding
+        // other data.
+        let cached = self.millis.load(Ordering::Relaxed);
+        if now <= cached {
+            return cached;
+        }
         let previous = self.millis.fetch_max(now, Ordering::Relaxed);
         previous.max(now)
     }

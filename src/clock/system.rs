@@ -77,7 +77,7 @@ impl Default for SystemClock {
 impl Clock for SystemClock {
     #[inline]
     fn now_millis(&self) -> u64 {
-        self.anchor.now_micros() / 1000
+        self.anchor.now_millis()
     }
 
     #[inline]
@@ -89,10 +89,12 @@ impl Clock for SystemClock {
 static ANCHOR: OnceLock<Anchor> = OnceLock::new();
 
 thread_local! {
-    /// The latest reading this thread has returned, in microseconds since the
-    /// epoch. Readings are clamped to it, so a thread never sees time go
+    /// The latest reading this thread has returned, in nanoseconds since the
+    /// anchor. Readings are clamped to it, so a thread never sees time go
     /// back even if it migrates to a core whose counter is slightly behind.
-    static LAST_MICROS: Cell<u64> = const { Cell::new(0) };
+    /// Milliseconds and microseconds are both floors of one nanosecond
+    /// figure, so clamping it keeps both monotonic and in agreement.
+    static LAST_NANOS: Cell<u64> = const { Cell::new(0) };
 }
 
 /// The pairing of a counter reading with the wall clock, taken once per
@@ -101,7 +103,12 @@ thread_local! {
 pub(super) struct Anchor {
     clock: quanta::Clock,
     base_raw: u64,
-    base_epoch_micros: u64,
+    /// The wall clock at `base_raw`, in whole microseconds since the epoch,
+    /// written in nanoseconds (a multiple of 1000): a reading is then one
+    /// addition and one division away from either unit, and
+    /// `(base + ns) / 1_000_000` is exactly the floor of the microsecond
+    /// reading divided by 1000.
+    base_epoch_nanos: u64,
 }
 
 impl Anchor {
@@ -118,28 +125,43 @@ impl Anchor {
             Anchor {
                 clock,
                 base_raw,
-                base_epoch_micros,
+                // Whole microseconds, so that both units floor alike (until
+                // the year 2554, when this saturates).
+                base_epoch_nanos: base_epoch_micros.saturating_mul(1000),
             }
         })
     }
 
-    /// Microseconds since the epoch, read from the counter now, never less
-    /// than the last reading returned on this thread.
+    /// Nanoseconds since the epoch, read from the counter now, never less
+    /// than the last reading returned on this thread (in either unit).
     #[inline]
-    pub(super) fn now_micros(&self) -> u64 {
+    fn now_nanos(&self) -> u64 {
         // `delta_as_nanos` returns 0 for a counter behind the anchor, so a
         // reading is never before the anchor either.
-        let elapsed_ns = self.clock.delta_as_nanos(self.base_raw, self.clock.raw());
-        let now = self.base_epoch_micros.saturating_add(elapsed_ns / 1000);
+        let elapsed = self.clock.delta_as_nanos(self.base_raw, self.clock.raw());
         // `try_with` fails only while this thread's locals are being
         // destroyed; the raw reading is then the best there is.
-        LAST_MICROS
+        let elapsed = LAST_NANOS
             .try_with(|last| {
-                let now = now.max(last.get());
-                last.set(now);
-                now
+                let elapsed = elapsed.max(last.get());
+                last.set(elapsed);
+                elapsed
             })
-            .unwrap_or(now)
+            .unwrap_or(elapsed);
+        self.base_epoch_nanos.saturating_add(elapsed)
+    }
+
+    /// Microseconds since the epoch (see [`now_nanos`](Self::now_nanos)).
+    #[inline]
+    pub(super) fn now_micros(&self) -> u64 {
+        self.now_nanos() / 1000
+    }
+
+    /// Milliseconds since the epoch: the floor of
+    /// [`now_micros`](Self::now_micros) divided by 1000, in one division.
+    #[inline]
+    pub(super) fn now_millis(&self) -> u64 {
+        self.now_nanos() / 1_000_000
     }
 }
 

@@ -70,7 +70,7 @@ pub(crate) fn admit(node: &StatisticNode, now: u64, n: u64, limit: u64) -> Admis
 #[inline]
 pub(crate) fn try_admit(node: &StatisticNode, now: u64, n: u64, limit: u64) -> Admission {
     admission(
-        node.try_add_pass_at(now, n, |window_pass| fits(window_pass, n, limit)),
+        node.try_add_pass_at(now, n, move |window_pass| fits(window_pass, n, limit)),
         n,
     )
 }

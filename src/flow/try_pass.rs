@@ -56,7 +56,9 @@ impl TryPass for ArrayMetric {
     fn try_pass(&self, n: u64, limit: u64) -> Admission {
         let outcome = self
             .array()
-            .try_add_pass(self.now(), n, |window_pass| fits(window_pass, n, limit));
+            .try_add_pass(self.now(), n, move |window_pass| {
+                fits(window_pass, n, limit)
+            });
         admission(outcome, n)
     }
 

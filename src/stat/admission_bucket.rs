@@ -44,6 +44,14 @@ pub(crate) mod pass_word {
         (word & TAG_MASK) >> TAG_SHIFT
     }
 
+    /// The word's bits from the tag up: its round tag when the word is
+    /// open, a value above `0xFFFF` when it is sealed. Comparing this with
+    /// a round's tag checks both at once.
+    #[inline]
+    pub(crate) const fn open_tag(word: u64) -> u64 {
+        word >> TAG_SHIFT
+    }
+
     #[inline]
     pub(crate) const fn is_sealed(word: u64) -> bool {
         word & SEALED != 0

@@ -42,7 +42,7 @@
 //! being sealed, and the current one cannot change between the load and the
 //! successful swap. The round tag changes every time the slot is reused, so
 //! a caller delayed across whole rotations cannot succeed with a stale word
-//! that happens to hold the same count (ABA), unless it slept through 65 535
+//! that happens to hold the same count (ABA), unless it slept through 65 534
 //! of them. It is never 0, so no valid word equals the 0 a reset briefly
 //! leaves in the word before the new round's word is stored.
 //!
@@ -120,7 +120,9 @@ pub(crate) struct MetricArray {
     rollup: Option<Rollup>,
 }
 
-/// `MetricArray::before` entry with nothing cached.
+/// `MetricArray::before` entry with nothing cached. Its tag field reads
+/// `0xFFFF`, which no round has (see [`round_tag`]), so it matches no pass
+/// word in [`before_word::unpack`].
 const UNKNOWN: u64 = u64::MAX;
 
 /// Packing of a cached sum: the round tag of the bucket it was computed
@@ -131,7 +133,8 @@ const UNKNOWN: u64 = u64::MAX;
 mod before_word {
     const TAG_SHIFT: u32 = 48;
     const GEN_SHIFT: u32 = 28;
-    const GEN_MASK: u64 = (1 << 20) - 1;
+    const GEN_BITS: u32 = TAG_SHIFT - GEN_SHIFT;
+    const GEN_MASK: u64 = (1 << GEN_BITS) - 1;
     const SUM_MAX: u64 = (1 << GEN_SHIFT) - 1;
 
     pub(super) fn pack(tag: u64, generation: u64, sum: u64) -> Option<u64> {
@@ -140,18 +143,26 @@ mod before_word {
     }
 
     /// The cached sum, if `word` was computed for round `tag` at straggler
-    /// generation `generation`.
+    /// generation `generation`: one comparison of the entry's upper 36 bits.
+    ///
+    /// `tag` may be a pass word's bits from the tag up, seal bit included
+    /// (`pass_word::open_tag`): a sealed word's is above 16 bits and
+    /// matches no entry. [`UNKNOWN`](super::UNKNOWN) matches nothing
+    /// either: its tag field reads `0xFFFF`, a tag no round has, and a pass
+    /// word's tag is a round's or 0 (a word being reset).
     #[inline]
     pub(super) fn unpack(word: u64, tag: u64, generation: u64) -> Option<u64> {
-        let matches = word != super::UNKNOWN
-            && word >> TAG_SHIFT == tag
-            && (word >> GEN_SHIFT) & GEN_MASK == generation & GEN_MASK;
-        matches.then_some(word & SUM_MAX)
+        let key = (tag << GEN_BITS) | (generation & GEN_MASK);
+        (word >> GEN_SHIFT == key).then_some(word & SUM_MAX)
     }
 }
 
 /// The round tag of a window start: how many whole intervals precede it,
-/// modulo 2^16 - 1, plus one. Consecutive windows of one slot differ.
+/// modulo 2^16 - 2, plus one. Consecutive windows of one slot differ.
+///
+/// Never `0xFFFF`: that is the tag field of an empty cache entry
+/// ([`UNKNOWN`]), so the fast path's one comparison of a pass word's tag
+/// against a cache entry also rules out an empty entry.
 ///
 /// Never 0: a bucket reset clears the whole pass word to 0 before the new
 /// round's word is stored, and a fresh bucket's word is 0 too. With a tag of
@@ -163,7 +174,7 @@ mod before_word {
 /// window.
 #[inline]
 fn round_tag(start: u64, interval_ms: u64) -> u64 {
-    (start / interval_ms) % 0xFFFF + 1
+    (start / interval_ms) % 0xFFFE + 1
 }
 
 impl MetricArray {
@@ -477,7 +488,10 @@ impl MetricArray {
     ) -> Result<u64, u64> {
         match self.try_add_newest(now, n, &decide) {
             Some(outcome) => outcome,
-            None => self.try_add_slow(now, n, &decide),
+            // By value: a closure of plain values stays in registers on
+            // the fast path instead of being written to the stack for the
+            // slow path's sake.
+            None => self.try_add_slow(now, n, decide),
         }
     }
 
@@ -496,12 +510,16 @@ impl MetricArray {
         let idx = self.main.newest_covering(now)?;
         let current = self.main.value_at(idx);
         let word = current.pass_word();
-        let tag = pass_word::tag(word);
+        // The word's bits from the tag up: its round's tag if it is open,
+        // more than 16 bits if it is sealed (then nothing below matches).
+        let tag = pass_word::open_tag(word);
         // Acquire (both): see `stragglers` and `before`.
         let generation = self.stragglers.load(Ordering::Acquire);
-        let cached = self.before[idx].load(Ordering::Acquire);
+        let cached = self.before.get(idx)?.load(Ordering::Acquire);
+        // One comparison: the cache was computed for this word's round, at
+        // the current straggler generation, and the word is not sealed.
         let before = before_word::unpack(cached, tag, generation)?;
-        add_if(current, word, tag, before, n, decide)
+        add_if_open(current, word, tag, before, n, decide)
     }
 
     /// [`try_add_pass`](Self::try_add_pass) when the fast path does not
@@ -509,7 +527,7 @@ impl MetricArray {
     /// used, and retries after a rotation.
     #[cold]
     #[inline(never)]
-    fn try_add_slow(&self, now: u64, n: u64, decide: &impl Fn(u64) -> bool) -> Result<u64, u64> {
+    fn try_add_slow(&self, now: u64, n: u64, decide: impl Fn(u64) -> bool) -> Result<u64, u64> {
         let mut round = 0;
         loop {
             // A caller whose clock lags behind the newest opened bucket is
@@ -523,7 +541,7 @@ impl MetricArray {
             let current = self.main.value_at(idx);
             let word = current.pass_word();
             let (before, tag) = self.passes_before(idx, start, word);
-            if let Some(outcome) = add_if(current, word, tag, before, n, decide) {
+            if let Some(outcome) = add_if(current, word, tag, before, n, &decide) {
                 return outcome;
             }
             // Sealed or re-tagged: a newer bucket was opened after this one;
@@ -802,9 +820,30 @@ impl MetricArray {
 
 /// Step 3 of exact admission: decides against the bucket's word, first
 /// read as `word`, and records with one compare-and-swap. `None` once the
-/// word is sealed or carries another round's tag: a newer bucket exists.
+/// word is sealed or carries another round's tag than `tag`: a newer bucket
+/// exists.
 #[inline]
 fn add_if(
+    current: &AdmissionBucket,
+    word: u64,
+    tag: u64,
+    before: u64,
+    n: u64,
+    decide: &impl Fn(u64) -> bool,
+) -> Option<Result<u64, u64>> {
+    // Unsealed and of round `tag`, in one comparison (`tag` is at most 16
+    // bits; a sealed word's `open_tag` is not).
+    if pass_word::open_tag(word) != tag {
+        return None;
+    }
+    add_if_open(current, word, tag, before, n, decide)
+}
+
+/// [`add_if`] for a `word` already known to be open and of round `tag` (the
+/// fast path's cache check proves both); a word read after a failed swap
+/// is checked again here.
+#[inline]
+fn add_if_open(
     current: &AdmissionBucket,
     mut word: u64,
     tag: u64,
@@ -812,7 +851,7 @@ fn add_if(
     n: u64,
     decide: &impl Fn(u64) -> bool,
 ) -> Option<Result<u64, u64>> {
-    while !pass_word::is_sealed(word) && pass_word::tag(word) == tag {
+    loop {
         let count = pass_word::count(word);
         let window_pass = before.saturating_add(count);
         if n > pass_word::COUNT_MAX - count || !decide(window_pass) {
@@ -820,8 +859,64 @@ fn add_if(
         }
         match current.cas_pass_word(word, word + n) {
             Ok(_) => return Some(Ok(window_pass)),
-            Err(actual) => word = actual,
+            Err(actual) if pass_word::open_tag(actual) == tag => word = actual,
+            Err(_) => return None,
         }
     }
-    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The fast path compares a pass word's tag with a cache entry in one
+    /// comparison and relies on the empty entry matching no word: no round
+    /// may have the tag `0xFFFF`, the empty entry's tag field.
+    #[test]
+    fn no_round_tag_matches_an_empty_cache_entry() {
+        let interval = 1_000;
+        let mut seen_max = 0;
+        // Every round tag there is, and one more turn of the counter.
+        for round in 0..0x2_0000u64 {
+            let tag = round_tag(round * interval, interval);
+            assert!((1..0xFFFF).contains(&tag), "round {round}: tag {tag:#x}");
+            seen_max = seen_max.max(tag);
+            for generation in [0, 1, 0xF_FFFF, u64::MAX] {
+                assert_eq!(
+                    before_word::unpack(UNKNOWN, tag, generation),
+                    None,
+                    "round {round}, generation {generation:#x}"
+                );
+            }
+        }
+        assert_eq!(seen_max, 0xFFFE, "tags use their whole range but 0xFFFF");
+        // A word being reset (tag 0) matches nothing either.
+        assert_eq!(before_word::unpack(UNKNOWN, 0, 0xF_FFFF), None);
+    }
+
+    #[test]
+    fn a_sealed_word_matches_no_cache_entry() {
+        let tag = round_tag(7_000, 1_000);
+        let generation = 3;
+        let entry = before_word::pack(tag, generation, 42).expect("fits");
+        let open = pass_word::with_tag(tag, 5);
+        assert_eq!(
+            before_word::unpack(entry, pass_word::open_tag(open), generation),
+            Some(42)
+        );
+        let sealed = open | pass_word::SEALED;
+        assert_eq!(
+            before_word::unpack(entry, pass_word::open_tag(sealed), generation),
+            None
+        );
+        // Another round's tag or another straggler generation: no match.
+        assert_eq!(
+            before_word::unpack(entry, pass_word::open_tag(open) + 1, generation),
+            None
+        );
+        assert_eq!(
+            before_word::unpack(entry, pass_word::open_tag(open), generation + 1),
+            None
+        );
+    }
 }

@@ -12,7 +12,10 @@ use tower_sliding_window::clock::{Clock, SystemClock};
 use tower_sliding_window::flow::TryPass;
 use tower_sliding_window::stat::StatisticNode;
 
-use super::{array_metric, governor_never_rejecting, node_request, run_threads, KeepFull};
+use super::{
+    array_metric, array_metric_cached_clock, governor_never_rejecting,
+    governor_upkeep_never_rejecting, node_request, run_threads, KeepFull,
+};
 
 /// One thread per core on the reference machine.
 const THREADS: usize = 2;
@@ -79,6 +82,20 @@ fn admission(c: &mut Criterion) {
     }
     let limiter = governor_never_rejecting();
     shared(&mut group, "governor/check", &limiter, |l| {
+        let _ = black_box(l.check());
+    });
+    // Both without the counter read (see the single-threaded group).
+    let metric = array_metric_cached_clock();
+    shared(
+        &mut group,
+        "array_metric/try_pass_admit_cached_clock",
+        &metric,
+        |m| {
+            let _ = black_box(m.try_pass(black_box(1), black_box(u64::MAX)));
+        },
+    );
+    let limiter = governor_upkeep_never_rejecting();
+    shared(&mut group, "governor/check_upkeep_clock", &limiter, |l| {
         let _ = black_box(l.check());
     });
     floors(&mut group);

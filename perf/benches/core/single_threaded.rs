@@ -11,7 +11,10 @@ use tower_sliding_window::clock::{Clock, SystemClock};
 use tower_sliding_window::flow::TryPass;
 use tower_sliding_window::stat::StatisticNode;
 
-use super::{array_metric, governor_never_rejecting, node_request, KeepFull, RT};
+use super::{
+    array_metric, array_metric_cached_clock, governor_never_rejecting,
+    governor_upkeep_never_rejecting, node_request, KeepFull, RT,
+};
 
 pub(crate) fn bench(c: &mut Criterion) {
     add_pass(c);
@@ -64,6 +67,16 @@ fn admission(c: &mut Criterion) {
     }
     let limiter = governor_never_rejecting();
     group.bench_function("governor/check", |b| b.iter(|| limiter.check()));
+    // Both without the counter read: our cached clock, governor's upkeep
+    // clock.
+    let metric = array_metric_cached_clock();
+    group.bench_function("array_metric/try_pass_admit_cached_clock", |b| {
+        b.iter(|| metric.try_pass(black_box(1), black_box(u64::MAX)))
+    });
+    let limiter = governor_upkeep_never_rejecting();
+    group.bench_function("governor/check_upkeep_clock", |b| {
+        b.iter(|| limiter.check())
+    });
     floors(&mut group);
     group.finish();
 }
