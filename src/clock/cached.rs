@@ -46,16 +46,13 @@ const SAME_READS_BEFORE_CHECK: u32 = 64;
 /// late the upkeep thread wakes; windows are cut from it, which is far finer
 /// than any bucket.
 ///
-/// Cost of one `now_millis` (criterion median, `cargo bench -p perf --bench
-/// main -- '^clock/'`, on a 2-core x86-64 VM, AMD EPYC under KVM, shared with
-/// other builds at a load average of 3 to 4.5, so compare within the run):
-/// 6.0 ns, against 16.3 ns for [`SystemClock`](super::SystemClock), 63.0 ns
-/// for `std::time::Instant::now` and 2.0 ns for a bare relaxed load of a
-/// cached value (`quanta::Instant::recent`); the difference to the latter is
-/// the per-thread bookkeeping of the starvation rule above.
+/// One `now_millis` costs a fraction of a [`SystemClock`](super::SystemClock)
+/// reading (a relaxed load and the per-thread bookkeeping of the starvation
+/// rule above, no counter read); the figures are in `docs/performance.md`,
+/// "What a clock reading costs".
 /// [`now_micros`](Clock::now_micros) costs what `SystemClock`'s does. The
 /// upkeep thread wakes `1 / interval` times a second whether or not anything
-/// reads the clock (at 1 ms, about 1.5% of one core on the same machine).
+/// reads the clock (at 1 ms, on the order of 1% of one core).
 ///
 /// # Examples
 ///

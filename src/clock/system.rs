@@ -26,15 +26,9 @@ use super::Clock;
 ///   runs in the background. [`CachedClock`](super::CachedClock) trades an
 ///   upkeep thread for a cheaper `now_millis`.
 ///
-/// Cost of one read (criterion medians, `cargo bench -p perf --bench main --
-/// '^clock/'`, on a 2-core x86-64 VM, AMD EPYC under KVM, shared with other
-/// builds at a load average of 3 to 4.5, so every figure is inflated; compare
-/// them within the run): `now_millis` 16.3 ns, `now_micros` 16.8 ns, against
-/// 63.0 ns for `std::time::Instant::now`, 15.4 ns for the bare counter read
-/// (`quanta::Clock::raw`) and 6.0 ns for a
-/// [`CachedClock`](super::CachedClock)'s `now_millis`. On the same machine
-/// with nothing else running, the same counter read cost 9.3 ns against
-/// 21.7 ns for `Instant::now`.
+/// A reading costs about what the bare counter read does, a fraction of
+/// `std::time::Instant::now`; the figures are in `docs/performance.md`,
+/// "What a clock reading costs".
 ///
 /// A `SystemClock` is `Copy` and holds one reference to the process-wide
 /// anchor: 8 bytes on 64-bit targets (`size_of::<SystemClock>()`). Every
