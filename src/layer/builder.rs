@@ -230,14 +230,14 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
     /// Each key costs at most about 5.2 KiB with the default window: its
     /// entry (a [`StatisticNode`](crate::stat::StatisticNode) with a second
     /// and a minute window, 4 952 bytes, plus its limit and the small state
-    /// of the flow behaviours, about 5 035 bytes in all), the key (held in an `Arc`: 16 bytes, the key's own size and
+    /// of the flow behaviours, about 5 043 bytes in all), the key (held in an `Arc`: 16 bytes, the key's own size and
     /// its heap) and its slot in the table (a pair of pointers and a control
     /// byte, at hashbrown's load factor). The built-in string extractors keep
     /// at most [`MAX_KEY_BYTES`](crate::key::MAX_KEY_BYTES) (256) bytes of a
     /// key whatever a client sends (see [long keys](crate::key#long-keys)):
-    /// measured, a [`HeaderKey`](crate::HeaderKey) key costs 5 354 bytes in
-    /// all with 256-byte values, 5 196 bytes with 16 KiB values, 5 101 with
-    /// short ones. So the default table holds at most about 20.9 MiB,
+    /// measured, a [`HeaderKey`](crate::HeaderKey) key costs 5 362 bytes in
+    /// all with 256-byte values, 5 204 bytes with 16 KiB values, 5 109 with
+    /// short ones. So the default table holds at most about 21 MiB (20.94),
     /// however hostile its keys (`cargo test --test memory -- --nocapture`
     /// prints these figures). Every bucket beyond the default 10 adds 64
     /// bytes per key (see [`window`](Self::window)).
