@@ -15,7 +15,8 @@ use axum::Router;
 use http::StatusCode;
 use tokio::sync::Barrier;
 use tower::ServiceExt;
-use tower_sliding_window::{PathKey, SlidingWindowLayer};
+use tower_sliding_window::clock::ManualClock;
+use tower_sliding_window::{PathKey, SlidingWindowLayer, StatsHandle};
 
 use support::{at, clock, req, send};
 
@@ -294,19 +295,20 @@ async fn a_concurrent_flood_of_distinct_keys_stays_bounded() {
     assert_eq!(stats.len(), MAX_KEYS + 1);
 }
 
-/// Regression: a `set_limit` on the global key racing with the key's very
-/// first request could be lost for good (the limit was written only into an
-/// entry that already existed, and the racing request built the entry from
-/// the limits it had read before). Each round races the two on real threads
-/// with a fresh layer; afterwards the limit must be the one set.
-#[test]
-fn set_limit_on_the_global_key_never_loses_a_race_with_the_first_request() {
+/// Races `change` on a fresh layer's handle against the layer's very first
+/// request, on real threads, 2 000 times; after each round the global key's
+/// limit must be `expected`.
+fn race_with_the_first_request(
+    layer: impl Fn(ManualClock) -> SlidingWindowLayer,
+    change: impl Fn(&StatsHandle<()>),
+    expected: u64,
+) {
     use std::sync::Barrier as ThreadBarrier;
     use tower::Layer;
 
     for round in 0..2_000 {
         let clock = clock();
-        let layer = SlidingWindowLayer::qps(1_000).clock(clock.clone());
+        let layer = layer(clock.clone());
         let stats = layer.handle();
         let service = layer.layer(tower::service_fn(|_: http::Request<()>| async {
             Ok::<_, std::convert::Infallible>(http::Response::new(axum::body::Body::empty()))
@@ -323,58 +325,40 @@ fn set_limit_on_the_global_key_never_loses_a_race_with_the_first_request() {
             })
         };
         barrier.wait();
-        stats.set_limit((), 7);
+        change(&stats);
         request.join().expect("no panic").expect("infallible");
         let limit = stats.snapshot(&()).map(|s| s.limit);
         assert_eq!(
             limit,
-            Some(7),
-            "round {round}: the limit was lost, {}",
+            Some(expected),
+            "round {round}: the change was lost, {}",
             at(&clock)
         );
     }
 }
 
+/// Regression: a `set_limit` on the global key racing with the key's very
+/// first request could be lost for good (the limit was written only into an
+/// entry that already existed, and the racing request built the entry from
+/// the limits it had read before).
+#[test]
+fn set_limit_on_the_global_key_never_loses_a_race_with_the_first_request() {
+    race_with_the_first_request(
+        |clock| SlidingWindowLayer::qps(1_000).clock(clock),
+        |stats| stats.set_limit((), 7),
+        7,
+    );
+}
+
 /// Regression: a `remove_limit` on the global key racing with the key's very
-/// first request could be lost for good: the request built the entry from the
-/// rule it had read before the removal, and the removal reset only an entry
-/// that already existed. Each round races the two on real threads with a
-/// fresh layer whose rule is 7; afterwards the key must be back at the
-/// default limit.
+/// first request could be lost for good: the request built the entry from
+/// the rule it had read before the removal, and the removal reset only an
+/// entry that already existed.
 #[test]
 fn remove_limit_on_the_global_key_never_loses_a_race_with_the_first_request() {
-    use std::sync::Barrier as ThreadBarrier;
-    use tower::Layer;
-
-    for round in 0..2_000 {
-        let clock = clock();
-        let layer = SlidingWindowLayer::qps(1_000)
-            .rule((), 7)
-            .clock(clock.clone());
-        let stats = layer.handle();
-        let service = layer.layer(tower::service_fn(|_: http::Request<()>| async {
-            Ok::<_, std::convert::Infallible>(http::Response::new(axum::body::Body::empty()))
-        }));
-        let barrier = Arc::new(ThreadBarrier::new(2));
-        let request = {
-            let barrier = Arc::clone(&barrier);
-            std::thread::spawn(move || {
-                barrier.wait();
-                let runtime = tokio::runtime::Builder::new_current_thread()
-                    .build()
-                    .expect("runtime");
-                runtime.block_on(service.oneshot(http::Request::new(())))
-            })
-        };
-        barrier.wait();
-        assert!(stats.remove_limit(&()), "round {round}: the rule was there");
-        request.join().expect("no panic").expect("infallible");
-        let limit = stats.snapshot(&()).map(|s| s.limit);
-        assert_eq!(
-            limit,
-            Some(1_000),
-            "round {round}: the removal was lost, {}",
-            at(&clock)
-        );
-    }
+    race_with_the_first_request(
+        |clock| SlidingWindowLayer::qps(1_000).rule((), 7).clock(clock),
+        |stats| assert!(stats.remove_limit(&()), "the rule was there"),
+        1_000,
+    );
 }
