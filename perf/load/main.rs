@@ -16,8 +16,10 @@
 //!
 //! `--help` lists the options. Every mode is bounded in time, binds only
 //! `127.0.0.1`, and writes its charts and a Markdown report to `--out`
-//! (`target/load` by default). `short` is what CI runs: it checks only what
-//! cannot flake and exits non-zero, naming the check, when one fails.
+//! (`target/load` by default). `short` checks only what cannot flake and
+//! exits non-zero, naming the check, when one fails; CI runs the same
+//! checks as a test of this binary (`cargo test -p perf --bins`, a debug
+//! build), so it needs no release build of the harness.
 
 mod accuracy;
 mod analysis;

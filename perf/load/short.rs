@@ -1,5 +1,5 @@
-//! The short mode CI runs: a few seconds, small loads, and only checks that
-//! cannot flake.
+//! The short mode: a few seconds, small loads, and only checks that cannot
+//! flake (CI runs them as this module's test).
 //!
 //! - The accuracy maths on hand-made data.
 //! - Our layer on a [`ManualClock`] over real HTTP: at every 100 ms step,
@@ -232,4 +232,27 @@ async fn smoke(config: &Config) -> Result<Vec<String>, String> {
         }
     }
     Ok(failures)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The short mode's checks as a test of the harness (`cargo test -p
+    /// perf`): a debug build is enough, since nothing here depends on
+    /// speed, so CI needs no release build of the harness for them.
+    #[test]
+    fn the_short_checks_pass() {
+        let config = crate::cli::parse(["short".to_owned()]).expect("short mode parses");
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(config.client_threads)
+            .enable_all()
+            .build()
+            .expect("a client runtime");
+        let failures = runtime
+            .block_on(async { tokio::time::timeout(TIME_LIMIT, run(&config)).await })
+            .expect("short mode finishes within its time limit")
+            .expect("short mode runs");
+        assert!(failures.is_empty(), "failed checks: {failures:#?}");
+    }
 }
