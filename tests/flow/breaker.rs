@@ -142,7 +142,7 @@ async fn an_open_breaker_keeps_503_under_status_and_reject_with_sees_it() {
         .min_requests(1)
         .open_for(Duration::from_millis(2_500));
     // `status` sets the status of rate-limit refusals only.
-    let app = flaky.router(layer(&clock, breaker.clone()).status(StatusCode::IM_A_TEAPOT));
+    let app = flaky.router(layer(&clock, breaker).status(StatusCode::IM_A_TEAPOT));
     let _ = statuses(&app, "/flaky", 3).await;
     let refused = send(&app, req("/flaky")).await;
     assert_eq!(
