@@ -34,8 +34,11 @@ pub enum Reason {
     /// next turn is further away than the longest wait (or its limit is 0,
     /// or the runtime cannot wait for the turn).
     Throttle,
-    /// The shared store refused the key (feature `redis`), or refused in
-    /// its stead under [`StoreFailure::Deny`](crate::store::StoreFailure).
+    /// The shared store refused the key (feature `redis`), or the layer
+    /// refused in its stead while Redis could not answer, under
+    /// `StoreFailure::Deny`. (Under `StoreFailure::Local` the layer's own
+    /// window decides then, and its refusals are [`Window`](Self::Window)
+    /// refusals.)
     Store,
     /// The key found no room in the key table (see
     /// [`max_keys`](crate::SlidingWindowLayer::max_keys)) and the overflow
