@@ -417,6 +417,7 @@ fn record_warm_up_pass(entry: &Entry, window: &Window, at: u64) {
 impl<S, X: KeyExtractor, M: MakeClassifier, R> SlidingWindow<S, X, M, R> {
     /// Under `throttle`: pacing's decision, its wait turned into a gate on
     /// a timer (a refusal if this runtime cannot wait).
+    #[inline(never)]
     fn paced(
         &self,
         entry: &Arc<Entry>,
@@ -557,6 +558,7 @@ impl<S, X: KeyExtractor, M: MakeClassifier, R> SlidingWindow<S, X, M, R> {
     /// wait, on the ready instance `poll_ready` prepared (a clone takes its
     /// place here, as `tower`'s own waiting middleware do).
     #[cfg(feature = "tokio")]
+    #[inline(never)]
     fn defer<ReqBody: Send + 'static>(
         &mut self,
         request: Request<ReqBody>,
