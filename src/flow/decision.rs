@@ -125,18 +125,6 @@ impl<P, W> Decision<P, W> {
             Decision::Block(refusal) => Decision::Block(refusal),
         }
     }
-
-    /// The same decision, with `held` handed on along a pass or a wait; on
-    /// a block `held` is dropped at once, giving back whatever it holds (a
-    /// concurrency place, a probe slot).
-    #[inline]
-    pub(crate) fn holding<T>(self, held: T) -> Decision<(T, P), (T, W)> {
-        match self {
-            Decision::Pass(pass) => Decision::Pass((held, pass)),
-            Decision::Wait(wait) => Decision::Wait((held, wait)),
-            Decision::Block(refusal) => Decision::Block(refusal),
-        }
-    }
 }
 
 impl<P> Decision<P> {
@@ -193,20 +181,6 @@ mod tests {
             })
         ));
         assert_eq!(asked, 1);
-    }
-
-    #[test]
-    fn holding_drops_what_it_holds_on_a_block() {
-        use std::rc::Rc;
-        let held = Rc::new(());
-        let blocked: Decision<(), ()> = Decision::Block(Refusal::new(Reason::Concurrency, 1, 1));
-        let blocked = blocked.holding(Rc::clone(&held));
-        assert_eq!(Rc::strong_count(&held), 1, "given back at the block");
-        assert!(matches!(blocked, Decision::Block(_)));
-        let waiting: Decision<(), ()> = Decision::Wait(());
-        let waiting = waiting.holding(Rc::clone(&held));
-        assert_eq!(Rc::strong_count(&held), 2, "kept through the wait");
-        drop(waiting);
     }
 
     #[test]

@@ -6,8 +6,14 @@
 //! shared store, pacing or the window), each of which answers with a
 //! [`Decision`], and acts on the one decision that comes out: call the
 //! inner service, wait at a gate, or answer the refusal (recorded and built
-//! in one place, `quota::refuse`). The policy arithmetic lives in
-//! [`flow`](crate::flow); what stays here is the glue to tower and tokio.
+//! in one place, `quota::refuse`; under `prioritized` a window refusal may
+//! become a wait for quota borrowed from a later bucket first). The policy
+//! arithmetic lives in [`flow`](crate::flow); what stays here is the glue
+//! to tower and tokio.
+//!
+//! The fast path (a plain limiter's pass) stays in `call`; the paths a
+//! plain limiter does not take (`prelude`, `paced`, `defer`, `refused`)
+//! are kept out of line, so that they do not weigh on it.
 
 use std::fmt;
 use std::marker::PhantomData;
@@ -16,7 +22,6 @@ use std::task::{Context, Poll};
 #[cfg(feature = "tokio")]
 use std::time::Duration;
 
-use http::request::Parts;
 use http::{Request, Response};
 use tower_http::classify::{
     ClassifyResponse, MakeClassifier, ServerErrorsAsFailures, SharedClassifier,
@@ -37,6 +42,8 @@ use super::wait::Gate;
 use super::wait::{self, Waiter};
 #[cfg(feature = "tokio")]
 use crate::clock::Clock;
+#[cfg(feature = "tokio")]
+use crate::flow::Reason;
 use crate::flow::{self, Decision, Pass, Refusal};
 use crate::handle::StatsHandle;
 use crate::key::{GlobalKey, KeyExtractor};
@@ -216,6 +223,7 @@ where
         #[cfg(not(feature = "redis"))]
         let (entry, remote_id): (_, RemoteId) =
             (self.extractor.visit(&parts, Lookup { registry, now }), None);
+        let request = Request::from_parts(parts, body);
         // A reading behind the key's newest bucket (a clock that stepped
         // back, a thread that read it before another opened that bucket) is
         // moved forward to it, as admission itself does; the decision, the
@@ -229,18 +237,31 @@ where
         };
 
         // The decisions, in order: breakers, concurrency and warm-up, then
-        // admission. What the first ones took (a concurrency place, a probe
-        // slot) goes along with a pass or a wait, and is given back at once
-        // on a block.
-        let decision = self.before_window(&entry, times).and_then(|(held, limit)| {
-            self.admit(&entry, &parts, remote_id, times, limit)
-                .holding(held)
-        });
-        let request = Request::from_parts(parts, body);
+        // admission, which is asked only if the first ones passed. What
+        // they took (a concurrency place, a probe slot) is held beside the
+        // decision: it goes along with a pass or a wait, and is given back
+        // on a block before the refusal is answered. The decisions never see
+        // the request: under `prioritized` its head is read only once the
+        // window has refused it (see `refused`).
+        let (held, decision) = match self.before_window(&entry, times) {
+            Decision::Pass((held, limit)) => (held, self.admit(&entry, remote_id, times, limit)),
+            Decision::Block(refusal) => (None, Decision::Block(refusal)),
+            Decision::Wait(never) => match never {},
+        };
         match decision {
-            Decision::Pass((held, pass)) => self.forward(request, entry, held, pass, times),
-            Decision::Wait((held, gate)) => self.defer(request, entry, held, gate),
-            Decision::Block(refusal) => self.refuse(request, &entry, at, refusal),
+            Decision::Pass(pass) => {
+                let quota = self
+                    .response
+                    .headers_on_pass
+                    .then(|| self.pass_quota(&entry, pass, times));
+                let in_flight = match held {
+                    Some(in_flight) => in_flight,
+                    None => InFlight::start(entry, times.started_us),
+                };
+                self.forward(request, in_flight, quota)
+            }
+            Decision::Wait(gate) => self.defer(request, entry, held, gate),
+            Decision::Block(refusal) => self.refused(request, entry, held, at, refusal),
         }
     }
 }
@@ -334,14 +355,11 @@ impl<S, X: KeyExtractor, M: MakeClassifier, R> SlidingWindow<S, X, M, R> {
     }
 
     /// The admission: the shared store's decision if the layer has one,
-    /// else pacing's under `throttle`, else the window's (a prioritized
-    /// request the window refuses may wait for quota borrowed from a later
-    /// bucket instead).
+    /// else pacing's under `throttle`, else the window's.
     #[inline]
     fn admit(
         &self,
         entry: &Arc<Entry>,
-        parts: &Parts,
         remote_id: RemoteId,
         times: Times,
         limit: u64,
@@ -378,29 +396,9 @@ impl<S, X: KeyExtractor, M: MakeClassifier, R> SlidingWindow<S, X, M, R> {
                 }
                 Decision::Pass(pass)
             }
-            Decision::Block(refusal) => self.borrow_or_refuse(entry, parts, at, limit, refusal),
+            Decision::Block(refusal) => Decision::Block(refusal),
             Decision::Wait(never) => match never {},
         }
-    }
-
-    /// A request the window refused: a prioritized one may wait for quota
-    /// borrowed from a later bucket; any other keeps its refusal.
-    #[inline(never)]
-    fn borrow_or_refuse(
-        &self,
-        entry: &Arc<Entry>,
-        parts: &Parts,
-        at: u64,
-        limit: u64,
-        refusal: Refusal,
-    ) -> Decision<Pass, Gate> {
-        #[cfg(feature = "tokio")]
-        if let Some(gate) = self.borrow_for_priority(parts, entry, at, limit) {
-            return Decision::Wait(gate);
-        }
-        #[cfg(not(feature = "tokio"))]
-        let _ = (parts, entry, at, limit);
-        Decision::Block(refusal)
     }
 }
 
@@ -464,28 +462,41 @@ impl<S, X: KeyExtractor, M: MakeClassifier, R> SlidingWindow<S, X, M, R> {
         }
     }
 
-    /// Under `prioritized`, for a request the window refused: borrows a
-    /// pass from a later bucket if the request is prioritized and one fits
-    /// within the occupy timeout, and returns the gate that waits for it
-    /// (`None`: refuse it).
-    fn borrow_for_priority(
+    /// Under `prioritized`, for a request the window refused at `at` under
+    /// `limit`: borrows a pass from a later bucket if the request is
+    /// prioritized and one fits within the occupy timeout, and returns the
+    /// gate that waits for it (`None`: refuse it). The request is handed
+    /// back either way.
+    fn borrow_for_priority<ReqBody>(
         &self,
-        parts: &Parts,
+        request: Request<ReqBody>,
         entry: &Arc<Entry>,
         at: u64,
         limit: u64,
-    ) -> Option<Gate> {
-        let priority = self.priority.as_ref()?;
-        if !wait::can_wait() || !priority(parts) {
-            return None;
+    ) -> (Request<ReqBody>, Option<Gate>) {
+        let Some(priority) = &self.priority else {
+            return (request, None);
+        };
+        if !wait::can_wait() {
+            return (request, None);
+        }
+        let (parts, body) = request.into_parts();
+        let prioritized = priority(&parts);
+        let request = Request::from_parts(parts, body);
+        if !prioritized {
+            return (request, None);
         }
         let interval_ms = self.registry.window().interval_ms;
-        let wait_ms = flow::occupy_wait_ms(&entry.node, at, limit, interval_ms)?;
-        let timer = wait::timer(Duration::from_millis(wait_ms))?;
+        let Some(wait_ms) = flow::occupy_wait_ms(&entry.node, at, limit, interval_ms) else {
+            return (request, None);
+        };
+        let Some(timer) = wait::timer(Duration::from_millis(wait_ms)) else {
+            return (request, None);
+        };
         flow::occupy(&entry.node, at, wait_ms);
         let waiter = Waiter::new(Arc::clone(entry), None);
         // The pass is already in the bucket it borrowed from.
-        Some(wait::after(timer, waiter, |_| {}))
+        (request, Some(wait::after(timer, waiter, |_| {})))
     }
 }
 
@@ -502,27 +513,16 @@ fn record_paced_pass(entry: &Entry, now: u64, window: &Window) {
 /// # Acting on the decision
 impl<S, X: KeyExtractor, M: MakeClassifier, R> SlidingWindow<S, X, M, R> {
     /// Calls the inner service for a request that passed, holding its
-    /// place in flight until it completes (the place taken before, or one
-    /// taken now).
+    /// place in flight until it completes.
     fn forward<ReqBody>(
         &mut self,
         request: Request<ReqBody>,
-        entry: Arc<Entry>,
-        held: Option<InFlight>,
-        pass: Pass,
-        times: Times,
+        mut in_flight: InFlight,
+        quota: Option<Box<Quota>>,
     ) -> ResponseFuture<S::Future, M::Classifier, R>
     where
         S: Service<Request<ReqBody>>,
     {
-        let quota = self
-            .response
-            .headers_on_pass
-            .then(|| self.pass_quota(&entry, pass, times));
-        let mut in_flight = match held {
-            Some(in_flight) => in_flight,
-            None => InFlight::start(entry, times.started_us),
-        };
         let classifier = self.make_classifier.make_classifier(&request);
         // A panic in the inner `call` itself unwinds through here and drops
         // the guard while it is marked as in user code.
@@ -600,17 +600,38 @@ impl<S, X: KeyExtractor, M: MakeClassifier, R> SlidingWindow<S, X, M, R> {
     }
 
     /// Answers a refused request (see `quota::refuse`, where its block is
-    /// recorded); the inner service is not called.
+    /// recorded); the inner service is not called. A prioritized request
+    /// the window refused may wait for quota borrowed from a later bucket
+    /// instead (under `prioritized`): that needs the request's head, which
+    /// the decisions are not lent, so it is asked here, off the path of a
+    /// pass.
     #[inline(never)]
-    fn refuse<F, ReqBody>(
-        &self,
+    fn refused<ReqBody>(
+        &mut self,
         request: Request<ReqBody>,
-        entry: &Entry,
+        entry: Arc<Entry>,
+        held: Option<InFlight>,
         at: u64,
         refusal: Refusal,
-    ) -> ResponseFuture<F, M::Classifier, R> {
+    ) -> ResponseFuture<S::Future, M::Classifier, R>
+    where
+        S: Service<Request<ReqBody>> + Clone + Send + 'static,
+        ReqBody: Send + 'static,
+    {
+        #[cfg(feature = "tokio")]
+        let request = match refusal.reason {
+            Reason::Window | Reason::Overflow => {
+                match self.borrow_for_priority(request, &entry, at, refusal.limit) {
+                    (request, Some(gate)) => return self.defer(request, entry, held, gate),
+                    (request, None) => request,
+                }
+            }
+            _ => request,
+        };
         drop(request);
-        ResponseFuture::blocked(refuse(entry, at, refusal, &self.response))
+        // Gives the concurrency place and the probe slot back first.
+        drop(held);
+        ResponseFuture::blocked(refuse(&entry, at, refusal, &self.response))
     }
 }
 
