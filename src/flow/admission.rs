@@ -1,5 +1,6 @@
 //! [`Admission`] and the rule that produces it.
 
+use super::decision::{Decision, Pass, Reason, Refusal};
 use super::quota::wait_for_quota;
 use crate::stat::StatisticNode;
 
@@ -83,4 +84,113 @@ pub(crate) fn try_admit(node: &StatisticNode, now: u64, n: u64, limit: u64) -> A
 pub(crate) fn retry_after_ms(node: &StatisticNode, now: u64, n: u64, limit: u64) -> Option<u64> {
     let (buckets, span_ms) = node.admission_passes(now);
     wait_for_quota(buckets, now, span_ms, n, limit)
+}
+
+/// Milliseconds until `n` more passes fit under `limit` on `node` at `at`,
+/// on the clock: a wait computed at a reading moved forward by `behind`
+/// (a clock that stepped back, see `store::effective_now`) is that much
+/// longer.
+pub(crate) fn retry_on_clock(
+    node: &StatisticNode,
+    at: u64,
+    behind: u64,
+    n: u64,
+    limit: u64,
+) -> Option<u64> {
+    retry_after_ms(node, at, n, limit).map(|ms| {
+        if ms == 0 {
+            0
+        } else {
+            ms.saturating_add(behind)
+        }
+    })
+}
+
+/// The `reset` of a pass that left `window_pass` passes in the window:
+/// until the window could take everything left of its limit and one more.
+pub(crate) fn pass_reset_ms(
+    node: &StatisticNode,
+    at: u64,
+    behind: u64,
+    limit: u64,
+    window_pass: u64,
+) -> u64 {
+    let more = limit.saturating_sub(window_pass).saturating_add(1);
+    retry_on_clock(node, at, behind, more, limit).unwrap_or(0)
+}
+
+/// The window's answer to one request at `at` (moved forward by `behind`
+/// from the clock's reading): a pass, recorded in the same atomic step, or
+/// a refusal (nothing recorded) with the time until one more fits (the
+/// window's length if none ever can). `overflow` says, only when it
+/// refuses, whether the key is the overflow entry.
+#[inline]
+pub(crate) fn window(
+    node: &StatisticNode,
+    (at, behind): (u64, u64),
+    limit: u64,
+    interval_ms: u64,
+    overflow: impl FnOnce() -> bool,
+) -> Decision<Pass> {
+    match try_admit(node, at, 1, limit) {
+        Admission::Pass { window_pass } => Decision::Pass(Pass {
+            limit,
+            window_pass: Some(window_pass),
+            reset_ms: None,
+        }),
+        Admission::Block { window_pass } => Decision::Block(window_refusal(
+            node,
+            (at, behind),
+            limit,
+            interval_ms,
+            window_pass,
+            overflow(),
+        )),
+    }
+}
+
+#[inline(never)]
+fn window_refusal(
+    node: &StatisticNode,
+    (at, behind): (u64, u64),
+    limit: u64,
+    interval_ms: u64,
+    window_pass: u64,
+    overflow: bool,
+) -> Refusal {
+    Refusal {
+        reason: if overflow {
+            Reason::Overflow
+        } else {
+            Reason::Window
+        },
+        retry_after_ms: retry_on_clock(node, at, behind, 1, limit).unwrap_or(interval_ms),
+        limit,
+        window_pass: Some(window_pass),
+    }
+}
+
+/// Under `prioritized`, for a request the window refused at `at`: the wait
+/// in milliseconds for a pass borrowed from a later bucket (Sentinel's
+/// occupy) if one fits within the occupy timeout, taken from the key's
+/// `limit` per `interval_ms`; `None` if none does. Nothing is recorded:
+/// see [`occupy`].
+#[cfg(feature = "tokio")]
+pub(crate) fn occupy_wait_ms(
+    node: &StatisticNode,
+    at: u64,
+    limit: u64,
+    interval_ms: u64,
+) -> Option<u64> {
+    // `try_occupy_next` takes its threshold per second.
+    let per_second = limit as f64 * 1000.0 / interval_ms as f64;
+    node.try_occupy_next(at, 1, per_second)
+}
+
+/// Records the pass a request borrowed at `at` from the bucket `wait_ms`
+/// later: it waits for that bucket, and the pass is in it already.
+#[cfg(feature = "tokio")]
+pub(crate) fn occupy(node: &StatisticNode, at: u64, wait_ms: u64) {
+    node.add_waiting_request(at.saturating_add(wait_ms), 1);
+    node.add_occupied_pass(1);
 }

@@ -9,6 +9,7 @@
 
 use std::num::NonZeroU64;
 
+use super::decision::{Decision, Reason, Refusal};
 use crate::stat::StatisticNode;
 
 /// `Retry-After` of a request refused for concurrency: in-flight requests
@@ -16,8 +17,13 @@ use crate::stat::StatisticNode;
 pub(crate) const RETRY_AFTER_MS: u64 = 1000;
 
 /// Takes a place for one more request on `node` if fewer than `max` are in
-/// flight; `false` (nothing recorded) otherwise.
+/// flight; otherwise refuses it (nothing recorded), `limit` being the
+/// key's limit for the RateLimit fields of the answer.
 #[inline]
-pub(crate) fn try_enter(node: &StatisticNode, max: NonZeroU64) -> bool {
-    node.try_increase_concurrency(max.get())
+pub(crate) fn try_enter(node: &StatisticNode, max: NonZeroU64, limit: u64) -> Decision {
+    if node.try_increase_concurrency(max.get()) {
+        Decision::Pass(())
+    } else {
+        Decision::Block(Refusal::new(Reason::Concurrency, RETRY_AFTER_MS, limit))
+    }
 }

@@ -13,6 +13,11 @@
 //! to twice the limit under bursts (the end of one window and the start of
 //! the next).
 //!
+//! Every controller (the window, the concurrency gauge, pacing, the circuit
+//! breakers, the shared store) answers a request with one decision type:
+//! pass, wait, or block with a [`Reason`] and a retry time (see
+//! `decision.rs`). Warm-up moves the limit the window decides against.
+//!
 //! The circuit breakers ([`breaker`], also at `tower_sliding_window::breaker`)
 //! are decisions of the same kind: they read statistics the layer feeds and
 //! know nothing of HTTP.
@@ -34,13 +39,22 @@ mod admission;
 mod behaviours;
 pub mod breaker;
 pub(crate) mod concurrency;
+mod decision;
+#[cfg(feature = "tokio")]
+mod pacing;
 mod quota;
 mod throttle;
 mod try_pass;
 pub(crate) mod warm_up;
 
 pub use admission::Admission;
-pub(crate) use admission::{retry_after_ms, try_admit};
+#[cfg(feature = "tokio")]
+pub(crate) use admission::{occupy, occupy_wait_ms};
+pub(crate) use admission::{pass_reset_ms, window};
 pub(crate) use behaviours::{Behaviours, WarmUpSettings};
+pub use decision::Reason;
+pub(crate) use decision::{Decision, Pass, Refusal};
+#[cfg(feature = "tokio")]
+pub(crate) use pacing::pace;
 pub use throttle::{Pacer, Turn};
 pub use try_pass::TryPass;

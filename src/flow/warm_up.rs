@@ -36,6 +36,7 @@
 
 use std::fmt;
 
+use super::WarmUpSettings;
 use crate::sync::{AtomicU64, Ordering};
 
 /// The default cold factor: the allowed rate starts at a third of the limit.
@@ -252,6 +253,39 @@ impl WarmUp {
     pub(crate) fn stored(&self) -> u64 {
         self.stored.load(Ordering::Relaxed)
     }
+}
+
+/// The warm-up curve of a key whose limit is `limit` per `interval_ms`,
+/// with `settings`' period counted in windows.
+pub(crate) fn curve(settings: WarmUpSettings, limit: u64, interval_ms: u64) -> Curve {
+    let period_windows = settings.period_ms as f64 / interval_ms as f64;
+    Curve::new(limit, period_windows, settings.cold_factor)
+}
+
+/// The limit a key whose full limit is `limit` admits against at `at`:
+/// what its warm-up `state` allows so far (syncing the tokens if `at`
+/// opens a window).
+pub(crate) fn warmed_limit(
+    settings: WarmUpSettings,
+    state: &WarmUp,
+    at: u64,
+    limit: u64,
+    interval_ms: u64,
+) -> u64 {
+    state.limit_at(at, interval_ms, &curve(settings, limit, interval_ms))
+}
+
+/// Counts a pass at `at` towards the warm-up `state` of a key whose full
+/// limit is `limit`.
+#[inline(never)]
+pub(crate) fn record_pass(
+    settings: WarmUpSettings,
+    state: &WarmUp,
+    at: u64,
+    limit: u64,
+    interval_ms: u64,
+) {
+    state.record_pass(at, interval_ms, &curve(settings, limit, interval_ms));
 }
 
 fn tag_of(now: u64, interval_ms: u64) -> u64 {

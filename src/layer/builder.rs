@@ -399,11 +399,16 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
         self
     }
 
-    /// Answers rejected requests with `status` instead of 429.
+    /// Answers rate-limit refusals (the window, concurrency, throttle, the
+    /// shared store, the overflow entry) with `status` instead of 429. A
+    /// refusal by an open circuit breaker stays `503 Service Unavailable`:
+    /// it is about the upstream, not the client's quota (see the
+    /// [response docs](crate::response)). The default body names the
+    /// status: `"<reason phrase>: retry in <n> s"`.
     ///
     /// With [`reject_with`](Self::reject_with), the builder makes the whole
-    /// response and decides its status; it finds this one in
-    /// [`Rejection::status`].
+    /// response and decides its status; it finds this one (or 503 for a
+    /// breaker) in [`Rejection::status`].
     ///
     /// # Panics
     ///
@@ -420,18 +425,27 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
         self.respond(|r| r.status = status)
     }
 
-    /// Builds the response for rejected requests with `build`. `Retry-After`
-    /// and the RateLimit fields are added unless the response has them.
-    /// The status set with [`status`](Self::status) is passed to `build` in
-    /// [`Rejection::status`]; the response `build` returns is sent as it is.
+    /// Builds the response for every refused request with `build`, an open
+    /// breaker's included; [`Rejection::reason`] says why it was refused.
+    /// `Retry-After` is added unless the response has it, and the RateLimit
+    /// fields likewise, except on a breaker's refusal. The status the
+    /// layer would have sent ([`status`](Self::status), or 503 for a
+    /// breaker) is passed to `build` in [`Rejection::status`]; the response
+    /// `build` returns is sent as it is. Every answer the layer can give is
+    /// listed in the [response docs](crate::response).
     ///
     /// ```
     /// use bytes::Bytes;
     /// use http::{header, Response, StatusCode};
+    /// use tower_sliding_window::response::Reason;
     /// use tower_sliding_window::SlidingWindowLayer;
     ///
     /// let layer = SlidingWindowLayer::qps(10).reject_with(|rejection| {
-    ///     let body = format!(r#"{{"error":"rate_limited","limit":{}}}"#, rejection.limit);
+    ///     let error = match rejection.reason {
+    ///         Reason::Breaker => "unavailable",
+    ///         _ => "rate_limited",
+    ///     };
+    ///     let body = format!(r#"{{"error":"{error}","limit":{}}}"#, rejection.limit);
     ///     Response::builder()
     ///         .status(rejection.status)
     ///         .header(header::CONTENT_TYPE, "application/json")

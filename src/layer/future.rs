@@ -23,12 +23,12 @@ use tower_http::classify::{ClassifiedResponse, ClassifyResponse};
 
 use super::body::{BodyKind, InnerBody, Outcome, Tail};
 use super::in_flight::InFlight;
-use super::quota::quota;
-use super::wait::{Gate, Verdict};
+use super::quota::{quota, refuse};
+use super::wait::Gate;
 use crate::clock::Clock;
-use crate::flow;
-use crate::response::{rejection_response, Quota, ResponseConfig};
-use crate::store::Entry;
+use crate::flow::{self, Decision, Refusal};
+use crate::response::{Quota, ResponseConfig};
+use crate::store::{effective_now, Entry};
 
 pin_project! {
     /// Response future of [`SlidingWindow`](crate::SlidingWindow).
@@ -103,10 +103,8 @@ impl<F, C> Deferred<F, C> {
             let limit = entry.limit();
             let now = entry.node.clock().now_millis();
             let window_pass = entry.node.window_counts(now).pass;
-            // Until the window could take everything left of its limit and
-            // one more (as for a request that passed at once).
-            let more = limit.saturating_sub(window_pass).saturating_add(1);
-            let reset = flow::retry_after_ms(&entry.node, now, more, limit).unwrap_or(0);
+            // As for a request that passed at once.
+            let reset = flow::pass_reset_ms(&entry.node, now, 0, limit, window_pass);
             Box::new(quota(entry, &response, limit, window_pass, reset))
         });
         in_flight.enter_user_code();
@@ -123,22 +121,11 @@ impl<F, C> Deferred<F, C> {
         )
     }
 
-    /// The rejection response for a request its gate refused.
-    fn refuse(self, retry_after_ms: u64, limit: u64, window_pass: u64) -> Response<Bytes> {
-        let quota = quota(
-            &self.entry,
-            &self.response,
-            limit,
-            window_pass,
-            retry_after_ms,
-        );
-        tracing::debug!(
-            policy = %quota.policy,
-            limit,
-            retry_after_ms,
-            "request rejected after waiting"
-        );
-        rejection_response(&self.response, &quota, retry_after_ms)
+    /// The answer for a request its gate refused: its block is recorded
+    /// now, with the answer (see `quota::refuse`).
+    fn refuse(self, refusal: Refusal) -> Response<Bytes> {
+        let at = effective_now(&self.entry, self.entry.node.clock().now_millis());
+        refuse(&self.entry, at, refusal, &self.response)
     }
 }
 
@@ -208,12 +195,12 @@ where
                 return Poll::Ready(Ok((*response).map(R::rejected)));
             }
             KindProj::Waiting { gate, deferred } => {
-                let verdict = ready!(gate.as_mut().poll(cx));
+                let decision = ready!(gate.as_mut().poll(cx));
                 let deferred = deferred
                     .take()
                     .expect("`ResponseFuture` polled after it completed");
-                match verdict {
-                    Verdict::Pass => {
+                match decision {
+                    Decision::Pass(()) => {
                         // A panic in the inner `call` unwinds through here;
                         // the guard, marked as in user code, records it.
                         let (future, completion) = deferred.forward();
@@ -222,14 +209,11 @@ where
                             completion: Some(completion),
                         });
                     }
-                    Verdict::Refuse {
-                        retry_after_ms,
-                        limit,
-                        window_pass,
-                    } => {
-                        let response = deferred.refuse(retry_after_ms, limit, window_pass);
+                    Decision::Block(refusal) => {
+                        let response = deferred.refuse(refusal);
                         return Poll::Ready(Ok(response.map(R::rejected)));
                     }
+                    Decision::Wait(never) => match never {},
                 }
             }
         }

@@ -5,7 +5,7 @@ use std::num::NonZeroU64;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::flow;
+use crate::flow::{self, Decision};
 use crate::store::{Entry, Probe};
 
 /// Holds a passed request's place in its key's concurrency gauge.
@@ -34,9 +34,16 @@ impl InFlight {
     }
 
     /// Like [`start`](Self::start), if fewer than `max` requests of the key
-    /// are in flight; else `None`, having recorded nothing.
-    pub(crate) fn try_start(entry: Arc<Entry>, started_us: u64, max: NonZeroU64) -> Option<Self> {
-        flow::concurrency::try_enter(&entry.node, max).then(|| Self::holding(entry, started_us))
+    /// are in flight; else the concurrency controller's refusal (against
+    /// `limit`), having recorded nothing.
+    pub(crate) fn try_start(
+        entry: &Arc<Entry>,
+        started_us: u64,
+        max: NonZeroU64,
+        limit: u64,
+    ) -> Decision<Self> {
+        flow::concurrency::try_enter(&entry.node, max, limit)
+            .map(|()| Self::holding(Arc::clone(entry), started_us))
     }
 
     /// The guard of a place already taken in `entry`'s gauge.

@@ -4,7 +4,6 @@
 
 mod behaviours;
 pub mod body;
-mod breaker;
 mod builder;
 pub mod future;
 mod in_flight;

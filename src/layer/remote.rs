@@ -7,21 +7,63 @@
 //! knows to be blocked is refused in `call`, with no round trip; any other
 //! request waits at a [`Gate`] for the store's verdict, so the round trip
 //! never blocks a thread, and the inner service is called only after a
-//! pass. The gate records the pass or the block in the key's window.
+//! pass. The gate records a pass in the key's window; a refusal is recorded
+//! with its answer, as every block is. The store's [`Verdict`] becomes a
+//! [`Decision`] here, at the boundary.
 
 use std::sync::Arc;
+use std::time::Duration;
 
-use super::wait::{Gate, Verdict};
+use super::wait::Gate;
 use crate::clock::Clock;
-use crate::flow::{self, Admission};
-use crate::store::redis::{KeyId, RedisStore, StoreFailure};
+use crate::flow::{self, Decision, Pass, Reason, Refusal};
+use crate::store::redis::{KeyId, RedisStore, StoreFailure, Verdict};
 use crate::store::{effective_now, Entry};
 
-/// What a request for `entry` (store identity `id`, this replica's
-/// limit `limit`) waits for: the store's verdict, or the failure
-/// policy's when Redis cannot decide. `interval_ms` is the window's
-/// length (the retry time of a refusal that can never pass).
-pub(crate) fn gate(
+/// The store's decision on a request for `entry` (store identity `id`,
+/// this replica's limit `limit`): a refusal at once if the store knows
+/// the key to be blocked, else a wait at a gate for its verdict (or the
+/// failure policy's when Redis cannot decide). `interval_ms` is the
+/// window's length (the retry time of a refusal that can never pass).
+pub(crate) fn decide(
+    store: &RedisStore,
+    policy: StoreFailure,
+    entry: &Arc<Entry>,
+    id: KeyId,
+    limit: u64,
+    interval_ms: u64,
+) -> Decision<Pass, Gate> {
+    if let Some(verdict) = store.known_blocked(id, 1) {
+        return Decision::Block(refusal(&verdict, 1));
+    }
+    Decision::Wait(gate(
+        store.clone(),
+        policy,
+        Arc::clone(entry),
+        id,
+        limit,
+        interval_ms,
+    ))
+}
+
+/// The refusal the store's `verdict` says, to retry after `never_ms` if
+/// it says the key can never pass; at least 1 ms.
+fn refusal(verdict: &Verdict, never_ms: u64) -> Refusal {
+    let retry_after_ms = verdict.retry_after.map_or(never_ms, millis).max(1);
+    Refusal {
+        reason: Reason::Store,
+        retry_after_ms,
+        limit: verdict.limit,
+        window_pass: Some(verdict.window_pass),
+    }
+}
+
+fn millis(wait: Duration) -> u64 {
+    u64::try_from(wait.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// What a request waits for: the store's verdict, or the failure policy's.
+fn gate(
     store: RedisStore,
     policy: StoreFailure,
     entry: Arc<Entry>,
@@ -34,37 +76,27 @@ pub(crate) fn gate(
         let now = effective_now(&entry, entry.node.clock().now_millis());
         let pass = |entry: &Entry| {
             let _ = entry.node.try_add_pass_at(now, 1, |_| true);
-            Verdict::Pass
-        };
-        let refuse = |entry: &Entry, retry_after_ms: u64, limit: u64, window_pass: u64| {
-            entry.node.record_block_at(now, 1);
-            Verdict::Refuse {
-                retry_after_ms: retry_after_ms.max(1),
-                limit,
-                window_pass,
-            }
+            Decision::Pass(())
         };
         match result {
             Ok(verdict) if verdict.passed => pass(&entry),
-            Ok(verdict) => {
-                let retry_after_ms = verdict.retry_after.map_or(interval_ms, |wait| {
-                    u64::try_from(wait.as_millis()).unwrap_or(u64::MAX)
-                });
-                refuse(&entry, retry_after_ms, verdict.limit, verdict.window_pass)
-            }
+            Ok(verdict) => Decision::Block(refusal(&verdict, interval_ms)),
             Err(_) => match policy {
-                StoreFailure::Local => match flow::try_admit(&entry.node, now, 1, limit) {
-                    Admission::Pass { .. } => Verdict::Pass,
-                    Admission::Block { window_pass } => {
-                        let retry_after_ms =
-                            flow::retry_after_ms(&entry.node, now, 1, limit).unwrap_or(interval_ms);
-                        refuse(&entry, retry_after_ms, limit, window_pass)
+                StoreFailure::Local => {
+                    match flow::window(&entry.node, (now, 0), limit, interval_ms, || {
+                        entry.is_overflow()
+                    }) {
+                        Decision::Pass(_) => Decision::Pass(()),
+                        Decision::Block(mut refused) => {
+                            refused.retry_after_ms = refused.retry_after_ms.max(1);
+                            Decision::Block(refused)
+                        }
+                        Decision::Wait(never) => match never {},
                     }
-                },
+                }
                 StoreFailure::Allow => pass(&entry),
                 StoreFailure::Deny => {
-                    let window_pass = entry.node.window_counts(now).pass;
-                    refuse(&entry, store.probe_ms(), limit, window_pass)
+                    Decision::Block(Refusal::new(Reason::Store, store.probe_ms().max(1), limit))
                 }
             },
         }

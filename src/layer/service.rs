@@ -1,4 +1,19 @@
-//! `SlidingWindow`: the service that decides, per request, pass or block.
+//! `SlidingWindow`: the service that dispatches each request on its key's
+//! decisions.
+//!
+//! `call` finds the key and its entry, asks the controllers in order (the
+//! circuit breakers, the concurrency gauge and warm-up, then one of the
+//! shared store, pacing or the window), each of which answers with a
+//! [`Decision`], and acts on the one decision that comes out: call the
+//! inner service, wait at a gate, or answer the refusal (recorded and built
+//! in one place, `quota::refuse`; under `prioritized` a window refusal may
+//! become a wait for quota borrowed from a later bucket first). The policy
+//! arithmetic lives in [`flow`](crate::flow); what stays here is the glue
+//! to tower and tokio.
+//!
+//! The fast path (a plain limiter's pass) stays in `call`; the paths a
+//! plain limiter does not take (`prelude`, `paced`, `defer`, `refused`)
+//! are kept out of line, so that they do not weigh on it.
 
 use std::fmt;
 use std::marker::PhantomData;
@@ -19,26 +34,25 @@ use super::future::Deferred;
 use super::future::{Completion, ResponseFuture};
 use super::in_flight::InFlight;
 use super::priority::Priority;
-use super::quota::quota;
+use super::quota::{quota, refuse};
 #[cfg(feature = "redis")]
 use super::remote;
+use super::wait::Gate;
 #[cfg(feature = "tokio")]
-use super::wait::{self, Gate, Waiter};
+use super::wait::{self, Waiter};
 #[cfg(feature = "tokio")]
 use crate::clock::Clock;
-use crate::flow::warm_up::Curve;
-use crate::flow::{self, Admission, WarmUpSettings};
 #[cfg(feature = "tokio")]
-use crate::flow::{Pacer, Turn};
+use crate::flow::Reason;
+use crate::flow::{self, Decision, Pass, Refusal};
 use crate::handle::StatsHandle;
 use crate::key::{GlobalKey, KeyExtractor};
-use crate::response::{rejection_response, Quota, ResponseConfig};
+use crate::response::{Quota, ResponseConfig};
 #[cfg(feature = "redis")]
 use crate::store::redis::RemoteWindow;
 #[cfg(feature = "redis")]
 use crate::store::RemoteLookup;
 use crate::store::{effective_now, Entry, Lookup, Registry, RemoteSlot, Store, Window};
-
 /// Limits requests per key with a sliding window; made by
 /// [`SlidingWindowLayer`](crate::SlidingWindowLayer).
 ///
@@ -185,17 +199,17 @@ where
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
         let registry = &*self.registry;
-        let window = registry.window();
         // One clock reading: the window's time and the start of the
         // response time.
         let (now, started_us) = registry.clock().now_both();
-        // Split and reassemble: both move, nothing is cloned. The extractor
-        // hands its key straight to the table (by reference where it can).
+
+        // The key and its entry. Split and reassemble: both move, nothing
+        // is cloned. The extractor hands its key straight to the table (by
+        // reference where it can); with a shared store, the same visit
+        // gives the key's identity in the store.
         let (parts, body) = request.into_parts();
-        // With a shared store, the same visit gives the key's identity in
-        // the store.
         #[cfg(feature = "redis")]
-        let (entry, remote_id) = match &self.remote.remote {
+        let (entry, remote_id): (_, RemoteId) = match &self.remote.remote {
             None => (self.extractor.visit(&parts, Lookup { registry, now }), None),
             Some(remote) => {
                 let lookup = RemoteLookup {
@@ -207,10 +221,9 @@ where
             }
         };
         #[cfg(not(feature = "redis"))]
-        let entry = self.extractor.visit(&parts, Lookup { registry, now });
+        let (entry, remote_id): (_, RemoteId) =
+            (self.extractor.visit(&parts, Lookup { registry, now }), None);
         let request = Request::from_parts(parts, body);
-        let limit = entry.limit();
-
         // A reading behind the key's newest bucket (a clock that stepped
         // back, a thread that read it before another opened that bucket) is
         // moved forward to it, as admission itself does; the decision, the
@@ -218,223 +231,200 @@ where
         // time. A wait computed there is `behind` longer on the clock (0
         // once the key runs on a skew after a step back beyond a window).
         let at = effective_now(&entry, now);
-        let behind = entry.node.lag(now, at);
-
-        // Circuit breakers, concurrency and warm-up first, when configured
-        // or, for breakers, when one is not closed (a plain limiter, or one
-        // whose breakers are all closed, pays one predictable check of three
-        // values): see `prelude`.
-        let behaviours = &window.behaviours;
-        let (reserved, limit) = if behaviours.max_concurrency.is_none()
-            && behaviours.warm_up.is_none()
-            && entry.breakers.none_open()
-        {
-            (None, limit)
-        } else {
-            match self.prelude(&entry, at, started_us, limit) {
-                Ok(go) => go,
-                Err(refused) => return refused,
-            }
+        let times = Times {
+            at,
+            behind: entry.node.lag(now, at),
+            started_us,
         };
 
-        // With a shared store, Redis decides (see `super::remote`).
-        #[cfg(feature = "redis")]
-        if let Some(id) = remote_id {
-            return self.remote_admit(request, entry, reserved, id, at, limit);
-        }
-
-        #[cfg(feature = "tokio")]
-        if let Some(max_wait) = behaviours.throttle {
-            return self.throttled(request, entry, reserved, (at, started_us), limit, max_wait);
-        }
-
-        match flow::try_admit(&entry.node, at, 1, limit) {
-            Admission::Pass { window_pass } => {
-                if behaviours.warm_up.is_some() {
-                    record_warm_up_pass(&entry, window, at);
-                }
-                let quota = self.response.headers_on_pass.then(|| {
-                    let more = limit.saturating_sub(window_pass).saturating_add(1);
-                    let reset = retry_after(&entry, at, behind, more, limit).unwrap_or(0);
-                    Box::new(quota(&entry, &self.response, limit, window_pass, reset))
-                });
-                let in_flight = match reserved {
+        // The decisions, in order: breakers, concurrency and warm-up, then
+        // admission, which is asked only if the first ones passed. What
+        // they took (a concurrency place, a probe slot) is held beside the
+        // decision: it goes along with a pass or a wait, and is given back
+        // on a block before the refusal is answered. The decisions never see
+        // the request: under `prioritized` its head is read only once the
+        // window has refused it (see `refused`).
+        let (held, decision) = match self.before_window(&entry, times) {
+            Decision::Pass((held, limit)) => (held, self.admit(&entry, remote_id, times, limit)),
+            Decision::Block(refusal) => (None, Decision::Block(refusal)),
+            Decision::Wait(never) => match never {},
+        };
+        match decision {
+            Decision::Pass(pass) => {
+                let quota = self
+                    .response
+                    .headers_on_pass
+                    .then(|| self.pass_quota(&entry, pass, times));
+                let in_flight = match held {
                     Some(in_flight) => in_flight,
-                    None => InFlight::start(entry, started_us),
+                    None => InFlight::start(entry, times.started_us),
                 };
                 self.forward(request, in_flight, quota)
             }
-            Admission::Block { window_pass } => {
-                self.blocked(request, entry, reserved, (at, behind), limit, window_pass)
-            }
+            Decision::Wait(gate) => self.defer(request, entry, held, gate),
+            Decision::Block(refusal) => self.refused(request, entry, held, at, refusal),
         }
     }
 }
 
-/// Milliseconds until `n` more passes fit under `limit` on `entry` at `at`,
-/// on the clock: a wait computed at a reading moved forward by `behind` is
-/// that much longer (see `effective_now`).
-fn retry_after(entry: &Entry, at: u64, behind: u64, n: u64, limit: u64) -> Option<u64> {
-    flow::retry_after_ms(&entry.node, at, n, limit).map(|ms| {
-        if ms == 0 {
-            0
+/// The key's identity in the shared store, when the layer has one.
+#[cfg(feature = "redis")]
+type RemoteId = Option<crate::store::redis::KeyId>;
+#[cfg(not(feature = "redis"))]
+type RemoteId = Option<std::convert::Infallible>;
+
+/// The times of one request: `at`, the window's time of its decisions;
+/// `behind`, how far `at` was moved forward from the clock; `started_us`,
+/// the start of its response time.
+#[derive(Debug, Clone, Copy)]
+struct Times {
+    at: u64,
+    behind: u64,
+    started_us: u64,
+}
+
+/// What the controllers before the window hand on with a pass: the
+/// request's concurrency place (carrying its probe slots, if any), if one
+/// was taken, and the limit to admit it against.
+type Go = (Option<InFlight>, u64);
+
+/// # The decisions
+impl<S, X: KeyExtractor, M: MakeClassifier, R> SlidingWindow<S, X, M, R> {
+    /// The circuit breakers, the concurrency gauge and warm-up, when
+    /// configured or, for breakers, when one is not closed: a plain
+    /// limiter, or one whose breakers are all closed, pays one predictable
+    /// check of three values and passes with the key's limit.
+    #[inline]
+    fn before_window(&self, entry: &Arc<Entry>, times: Times) -> Decision<Go> {
+        let behaviours = &self.registry.window().behaviours;
+        if behaviours.max_concurrency.is_none()
+            && behaviours.warm_up.is_none()
+            && entry.breakers.none_open()
+        {
+            Decision::Pass((None, entry.limit()))
         } else {
-            ms.saturating_add(behind)
+            self.prelude(entry, times)
         }
-    })
+    }
+
+    /// What comes before the window, in order: the circuit breakers (no
+    /// request bypasses them), a concurrency place (taken before the window
+    /// is asked, so a request refused here records no pass; from here on
+    /// the guard's drop gives it back on every path), and the warmed limit
+    /// (warm-up moves the limit, never the admission step).
+    #[inline(never)]
+    fn prelude(&self, entry: &Arc<Entry>, times: Times) -> Decision<Go> {
+        let window = self.registry.window();
+        let limit = entry.limit();
+        // A probe slot taken here is freed at once if a controller below
+        // refuses the request (the probe is dropped), or when it is
+        // cancelled.
+        entry
+            .enter_breakers(times.at)
+            .and_then(|probe| match window.behaviours.max_concurrency {
+                None => Decision::Pass((probe, None)),
+                Some(max) => InFlight::try_start(entry, times.started_us, max, limit)
+                    .map(|place| (probe, Some(place))),
+            })
+            .map(|(probe, place)| {
+                let limit = match (window.behaviours.warm_up, entry.warm_up()) {
+                    (Some(settings), Some(state)) => flow::warm_up::warmed_limit(
+                        settings,
+                        state,
+                        times.at,
+                        limit,
+                        window.interval_ms,
+                    ),
+                    _ => limit,
+                };
+                // A probe keeps its slot through everything after, a wait
+                // included: it rides on the in-flight guard (taken now if
+                // no concurrency place was), whose drop frees the slot if
+                // the request is refused or dropped before it completes.
+                let place = match probe {
+                    None => place,
+                    Some(probe) => {
+                        let mut in_flight = place.unwrap_or_else(|| {
+                            InFlight::start(Arc::clone(entry), times.started_us)
+                        });
+                        in_flight.hold_probe(Some(probe));
+                        Some(in_flight)
+                    }
+                };
+                (place, limit)
+            })
+    }
+
+    /// The admission: the shared store's decision if the layer has one,
+    /// else pacing's under `throttle`, else the window's.
+    #[inline]
+    fn admit(
+        &self,
+        entry: &Arc<Entry>,
+        remote_id: RemoteId,
+        times: Times,
+        limit: u64,
+    ) -> Decision<Pass, Gate> {
+        let window = self.registry.window();
+        #[cfg(feature = "redis")]
+        if let (Some(id), Some(remote)) = (remote_id, &self.remote.remote) {
+            return remote::decide(
+                &remote.store,
+                self.remote.policy,
+                entry,
+                id,
+                limit,
+                window.interval_ms,
+            );
+        }
+        #[cfg(not(feature = "redis"))]
+        let _ = remote_id;
+        #[cfg(feature = "tokio")]
+        if let Some(max_wait) = window.behaviours.throttle {
+            return self.paced(entry, times, limit, max_wait);
+        }
+        let at = times.at;
+        match flow::window(
+            &entry.node,
+            (at, times.behind),
+            limit,
+            window.interval_ms,
+            || entry.is_overflow(),
+        ) {
+            Decision::Pass(pass) => {
+                if window.behaviours.warm_up.is_some() {
+                    record_warm_up_pass(entry, window, at);
+                }
+                Decision::Pass(pass)
+            }
+            Decision::Block(refusal) => Decision::Block(refusal),
+            Decision::Wait(never) => match never {},
+        }
+    }
 }
 
 /// Counts a pass towards `entry`'s warm-up.
 #[inline(never)]
 fn record_warm_up_pass(entry: &Entry, window: &Window, at: u64) {
     if let (Some(settings), Some(state)) = (window.behaviours.warm_up, entry.warm_up()) {
-        let curve = warm_up_curve(settings, entry.limit(), window.interval_ms);
-        state.record_pass(at, window.interval_ms, &curve);
+        flow::warm_up::record_pass(settings, state, at, entry.limit(), window.interval_ms);
     }
-}
-
-/// A request that may go on to the window: its concurrency place, if one
-/// was taken, and the limit to admit it against.
-type Go = (Option<InFlight>, u64);
-
-/// # The paths a plain limiter does not take
-impl<S, X: KeyExtractor, M: MakeClassifier, R> SlidingWindow<S, X, M, R> {
-    /// What comes before the window, in order: the circuit breakers (no
-    /// request bypasses them), a concurrency place (reserved before the
-    /// window is asked, so a request refused here records no pass; from
-    /// here on the guard's drop gives it back on every path), and the warmed
-    /// limit (warm-up moves the limit, never the admission step). Returns
-    /// the place, if one was taken, and the limit, or the refusal.
-    #[inline(never)]
-    fn prelude<F>(
-        &self,
-        entry: &Arc<Entry>,
-        at: u64,
-        started_us: u64,
-        limit: u64,
-    ) -> Result<Go, ResponseFuture<F, M::Classifier, R>> {
-        let window = self.registry.window();
-        // A probe slot taken here is freed at once if a rule below refuses
-        // the request (the guard is dropped), or when it is cancelled.
-        let probe = match entry.enter_breakers(at) {
-            Ok(probe) => probe,
-            Err(half_open_in_ms) => return Err(self.cut_off(entry, at, half_open_in_ms)),
-        };
-        let reserved = match window.behaviours.max_concurrency {
-            None => None,
-            Some(max) => match InFlight::try_start(Arc::clone(entry), started_us, max) {
-                Some(in_flight) => Some(in_flight),
-                None => {
-                    entry.node.record_block_at(at, 1);
-                    let window_pass = entry.node.window_counts(at).pass;
-                    return Err(self.refuse(
-                        entry,
-                        limit,
-                        window_pass,
-                        flow::concurrency::RETRY_AFTER_MS,
-                        "request rejected: too many in flight for its key",
-                    ));
-                }
-            },
-        };
-        let limit = match (window.behaviours.warm_up, entry.warm_up()) {
-            (Some(settings), Some(state)) => {
-                let curve = warm_up_curve(settings, limit, window.interval_ms);
-                state.limit_at(at, window.interval_ms, &curve)
-            }
-            _ => limit,
-        };
-        // A probe keeps its slot through everything after, a wait
-        // included: it rides on the in-flight guard (taken now if no
-        // concurrency place was), whose drop frees the slot if the request
-        // is refused or dropped before it completes.
-        let reserved = match probe {
-            None => reserved,
-            Some(probe) => {
-                let mut in_flight =
-                    reserved.unwrap_or_else(|| InFlight::start(Arc::clone(entry), started_us));
-                in_flight.hold_probe(Some(probe));
-                Some(in_flight)
-            }
-        };
-        Ok((reserved, limit))
-    }
-
-    /// A request the window refused: a prioritized one may wait for quota
-    /// borrowed from a later bucket; any other is answered with the
-    /// rejection.
-    #[inline(never)]
-    fn blocked<ReqBody>(
-        &mut self,
-        request: Request<ReqBody>,
-        entry: Arc<Entry>,
-        reserved: Option<InFlight>,
-        (at, behind): (u64, u64),
-        limit: u64,
-        window_pass: u64,
-    ) -> ResponseFuture<S::Future, M::Classifier, R>
-    where
-        S: Service<Request<ReqBody>> + Clone + Send + 'static,
-        ReqBody: Send + 'static,
-    {
-        #[cfg(feature = "tokio")]
-        let request = match self.borrow_for_priority(request, &entry, at, limit) {
-            (request, Some(gate)) => return self.defer(request, entry, reserved, gate),
-            (request, None) => request,
-        };
-        drop(request);
-        entry.node.record_block_at(at, 1);
-        // Gives the concurrency place back, if one was taken.
-        drop(reserved);
-        let retry_after_ms =
-            retry_after(&entry, at, behind, 1, limit).unwrap_or(self.registry.window().interval_ms);
-        self.refuse(
-            &entry,
-            limit,
-            window_pass,
-            retry_after_ms,
-            "request rejected by the sliding-window limit",
-        )
-    }
-}
-
-/// The warm-up curve of a key whose limit is `limit` per `interval_ms`.
-fn warm_up_curve(settings: WarmUpSettings, limit: u64, interval_ms: u64) -> Curve {
-    let period_windows = settings.period_ms as f64 / interval_ms as f64;
-    Curve::new(limit, period_windows, settings.cold_factor)
 }
 
 /// # Waiting: pacing and borrowed quota
 #[cfg(feature = "tokio")]
-impl<S: Clone + Send + 'static, X: KeyExtractor, M: MakeClassifier, R> SlidingWindow<S, X, M, R> {
-    /// Under `throttle`: takes the key's next turn, then passes at once
-    /// (turn now), waits for it (turn within `max_wait`), or refuses.
-    fn throttled<ReqBody: Send + 'static>(
-        &mut self,
-        request: Request<ReqBody>,
-        entry: Arc<Entry>,
-        reserved: Option<InFlight>,
-        (at, now_us): (u64, u64),
+impl<S, X: KeyExtractor, M: MakeClassifier, R> SlidingWindow<S, X, M, R> {
+    /// Under `throttle`: pacing's decision, its wait turned into a gate on
+    /// a timer (a refusal if this runtime cannot wait).
+    #[inline(never)]
+    fn paced(
+        &self,
+        entry: &Arc<Entry>,
+        times: Times,
         limit: u64,
         max_wait: Duration,
-    ) -> ResponseFuture<S::Future, M::Classifier, R>
-    where
-        S: Service<Request<ReqBody>>,
-    {
+    ) -> Decision<Pass, Gate> {
         let window = self.registry.window();
-        let refused = |this: &Self, entry: &Entry, retry_after_ms: u64, why: &'static str| {
-            entry.node.record_block_at(at, 1);
-            let window_pass = entry.node.window_counts(at).pass;
-            this.refuse(entry, limit, window_pass, retry_after_ms, why)
-        };
-        let Some(cost_ns) = Pacer::cost_ns(window.interval_ms, limit) else {
-            return refused(
-                self,
-                &entry,
-                window.interval_ms,
-                "request rejected: its key's limit is 0",
-            );
-        };
         // Outside a tokio runtime nothing can wait: only a turn due now.
         // Inside one, a turn is taken only if it is `TIMER_TICK` inside
         // `max_wait`: tokio's timer fires on millisecond ticks, so the wait,
@@ -445,123 +435,36 @@ impl<S: Clone + Send + 'static, X: KeyExtractor, M: MakeClassifier, R> SlidingWi
         } else {
             Duration::ZERO
         };
-        // Every entry of a throttled layer has a pacer; without one nothing
-        // could be paced, and the request is refused for a window.
-        let turn = entry.pacer().map_or(
-            Turn::Refuse {
-                retry_after: Duration::from_millis(window.interval_ms),
-            },
-            |pacer| pacer.reserve(now_us.saturating_mul(1_000), cost_ns, max_wait),
-        );
-        match turn {
-            Turn::Wait { wait, at_ns } if wait.is_zero() => {
-                if let Some(pacer) = entry.pacer() {
-                    pacer.used(at_ns);
-                }
-                record_paced_pass(&entry, at, window);
-                let quota = self.response.headers_on_pass.then(|| {
-                    let window_pass = entry.node.window_counts(at).pass;
-                    Box::new(quota(
-                        &entry,
-                        &self.response,
-                        limit,
-                        window_pass,
-                        cost_ns.div_ceil(1_000_000),
-                    ))
-                });
-                let in_flight = match reserved {
-                    Some(in_flight) => in_flight,
-                    None => InFlight::start(entry, now_us),
-                };
-                self.forward(request, in_flight, quota)
+        match flow::pace(
+            entry.pacer(),
+            times.started_us,
+            limit,
+            window.interval_ms,
+            max_wait,
+        ) {
+            Decision::Pass(pass) => {
+                record_paced_pass(entry, times.at, window);
+                Decision::Pass(pass)
             }
-            Turn::Wait { wait, at_ns } => {
-                let waiter = Waiter::new(Arc::clone(&entry), Some((at_ns, cost_ns)));
-                let Some(timer) = wait::timer(wait) else {
+            Decision::Wait(turn) => {
+                let waiter = Waiter::new(Arc::clone(entry), Some((turn.at_ns, turn.cost_ns)));
+                let Some(timer) = wait::timer(turn.wait) else {
                     // Gives the turn back, then refuses.
                     drop(waiter);
-                    drop(reserved);
-                    return refused(
-                        self,
-                        &entry,
-                        u64::try_from(wait.as_millis()).unwrap_or(u64::MAX).max(1),
-                        "request rejected: its turn is later and this runtime cannot wait",
-                    );
+                    return Decision::Block(turn.refusal(limit));
                 };
                 let window = *window;
-                let gate = wait::after(timer, waiter, move |entry| {
+                Decision::Wait(wait::after(timer, waiter, move |entry| {
                     let now = effective_now(entry, entry.node.clock().now_millis());
                     record_paced_pass(entry, now, &window);
-                });
-                self.defer(request, entry, reserved, gate)
+                }))
             }
-            Turn::Refuse { retry_after } => {
-                drop(reserved);
-                let retry_after_ms = u64::try_from(retry_after.as_nanos().div_ceil(1_000_000))
-                    .unwrap_or(u64::MAX)
-                    .max(1);
-                refused(
-                    self,
-                    &entry,
-                    retry_after_ms,
-                    "request rejected: its turn is further away than the throttle's max wait",
-                )
-            }
+            Decision::Block(refusal) => Decision::Block(refusal),
         }
     }
 
-    /// With a shared store: refuses a key the store knows to be blocked at
-    /// once, else waits at a gate for the store's verdict (or the failure
-    /// policy's).
-    #[cfg(feature = "redis")]
-    fn remote_admit<ReqBody: Send + 'static>(
-        &mut self,
-        request: Request<ReqBody>,
-        entry: Arc<Entry>,
-        reserved: Option<InFlight>,
-        id: crate::store::redis::KeyId,
-        at: u64,
-        limit: u64,
-    ) -> ResponseFuture<S::Future, M::Classifier, R>
-    where
-        S: Service<Request<ReqBody>>,
-    {
-        let Some(remote) = &self.remote.remote else {
-            unreachable!("called only with a store");
-        };
-        let store = remote.store.clone();
-        if let Some(verdict) = store.known_blocked(id, 1) {
-            drop(request);
-            entry.node.record_block_at(at, 1);
-            drop(reserved);
-            let retry_after_ms = verdict
-                .retry_after
-                .map_or(1, |wait| {
-                    u64::try_from(wait.as_millis()).unwrap_or(u64::MAX)
-                })
-                .max(1);
-            return self.refuse(
-                &entry,
-                verdict.limit,
-                verdict.window_pass,
-                retry_after_ms,
-                "request rejected: its key is blocked in the shared store",
-            );
-        }
-        let interval_ms = self.registry.window().interval_ms;
-        let gate = remote::gate(
-            store,
-            self.remote.policy,
-            Arc::clone(&entry),
-            id,
-            limit,
-            interval_ms,
-        );
-        self.defer(request, entry, reserved, gate)
-    }
-
-    /// Under `prioritized`, for a request the window refused: borrows a
-    /// pass from a later bucket (Sentinel's occupy) if the request is
+    /// Under `prioritized`, for a request the window refused at `at` under
+    /// `limit`: borrows a pass from a later bucket if the request is
     /// prioritized and one fits within the occupy timeout, and returns the
     /// gate that waits for it (`None`: refuse it). The request is handed
     /// back either way.
@@ -584,52 +487,17 @@ impl<S: Clone + Send + 'static, X: KeyExtractor, M: MakeClassifier, R> SlidingWi
         if !prioritized {
             return (request, None);
         }
-        // `try_occupy_next` takes its threshold per second.
         let interval_ms = self.registry.window().interval_ms;
-        let per_second = limit as f64 * 1000.0 / interval_ms as f64;
-        let Some(wait_ms) = entry.node.try_occupy_next(at, 1, per_second) else {
+        let Some(wait_ms) = flow::occupy_wait_ms(&entry.node, at, limit, interval_ms) else {
             return (request, None);
         };
         let Some(timer) = wait::timer(Duration::from_millis(wait_ms)) else {
             return (request, None);
         };
-        entry
-            .node
-            .add_waiting_request(at.saturating_add(wait_ms), 1);
-        entry.node.add_occupied_pass(1);
+        flow::occupy(&entry.node, at, wait_ms);
         let waiter = Waiter::new(Arc::clone(entry), None);
         // The pass is already in the bucket it borrowed from.
-        let gate = wait::after(timer, waiter, |_| {});
-        (request, Some(gate))
-    }
-
-    /// The response future of a request that waits at `gate` before it
-    /// reaches the inner service. The inner service is called after the
-    /// wait, on the ready instance `poll_ready` prepared (a clone takes its
-    /// place here, as `tower`'s own waiting middleware do).
-    fn defer<ReqBody: Send + 'static>(
-        &mut self,
-        request: Request<ReqBody>,
-        entry: Arc<Entry>,
-        reserved: Option<InFlight>,
-        gate: Gate,
-    ) -> ResponseFuture<S::Future, M::Classifier, R>
-    where
-        S: Service<Request<ReqBody>>,
-    {
-        let classifier = self.make_classifier.make_classifier(&request);
-        let clone = self.inner.clone();
-        let mut ready = std::mem::replace(&mut self.inner, clone);
-        ResponseFuture::waiting(
-            gate,
-            Deferred {
-                call: Box::new(move || ready.call(request)),
-                entry,
-                reserved,
-                classifier,
-                response: Arc::clone(&self.response),
-            },
-        )
+        (request, Some(wait::after(timer, waiter, |_| {})))
     }
 }
 
@@ -643,9 +511,10 @@ fn record_paced_pass(entry: &Entry, now: u64, window: &Window) {
     }
 }
 
+/// # Acting on the decision
 impl<S, X: KeyExtractor, M: MakeClassifier, R> SlidingWindow<S, X, M, R> {
-    /// Calls the inner service for an admitted request, holding its place
-    /// in flight until it completes.
+    /// Calls the inner service for a request that passed, holding its
+    /// place in flight until it completes.
     fn forward<ReqBody>(
         &mut self,
         request: Request<ReqBody>,
@@ -672,19 +541,98 @@ impl<S, X: KeyExtractor, M: MakeClassifier, R> SlidingWindow<S, X, M, R> {
         )
     }
 
-    /// The rejection response (the block is already recorded), with a
-    /// debug event that names the policy, never the key.
-    fn refuse<F>(
-        &self,
-        entry: &Entry,
-        limit: u64,
-        window_pass: u64,
-        retry_after_ms: u64,
-        why: &'static str,
-    ) -> ResponseFuture<F, M::Classifier, R> {
-        let quota = quota(entry, &self.response, limit, window_pass, retry_after_ms);
-        tracing::debug!(policy = %quota.policy, limit, retry_after_ms, "{why}");
-        ResponseFuture::blocked(rejection_response(&self.response, &quota, retry_after_ms))
+    /// The RateLimit fields of a passed request's response.
+    #[inline(never)]
+    fn pass_quota(&self, entry: &Entry, pass: Pass, times: Times) -> Box<Quota> {
+        let Times { at, behind, .. } = times;
+        let window_pass = pass
+            .window_pass
+            .unwrap_or_else(|| entry.node.window_counts(at).pass);
+        let reset = pass.reset_ms.unwrap_or_else(|| {
+            flow::pass_reset_ms(&entry.node, at, behind, pass.limit, window_pass)
+        });
+        Box::new(quota(entry, &self.response, pass.limit, window_pass, reset))
+    }
+
+    /// The response future of a request that waits at `gate` before it
+    /// reaches the inner service. The inner service is called after the
+    /// wait, on the ready instance `poll_ready` prepared (a clone takes its
+    /// place here, as `tower`'s own waiting middleware do).
+    #[cfg(feature = "tokio")]
+    #[inline(never)]
+    fn defer<ReqBody: Send + 'static>(
+        &mut self,
+        request: Request<ReqBody>,
+        entry: Arc<Entry>,
+        reserved: Option<InFlight>,
+        gate: Gate,
+    ) -> ResponseFuture<S::Future, M::Classifier, R>
+    where
+        S: Service<Request<ReqBody>> + Clone + Send + 'static,
+    {
+        let classifier = self.make_classifier.make_classifier(&request);
+        let clone = self.inner.clone();
+        let mut ready = std::mem::replace(&mut self.inner, clone);
+        ResponseFuture::waiting(
+            gate,
+            Deferred {
+                call: Box::new(move || ready.call(request)),
+                entry,
+                reserved,
+                classifier,
+                response: Arc::clone(&self.response),
+            },
+        )
+    }
+
+    /// Without a timer nothing waits: no controller answers with a wait.
+    #[cfg(not(feature = "tokio"))]
+    fn defer<ReqBody>(
+        &mut self,
+        _request: Request<ReqBody>,
+        _entry: Arc<Entry>,
+        _reserved: Option<InFlight>,
+        _gate: Gate,
+    ) -> ResponseFuture<S::Future, M::Classifier, R>
+    where
+        S: Service<Request<ReqBody>>,
+    {
+        unreachable!("no controller waits without the `tokio` feature")
+    }
+
+    /// Answers a refused request (see `quota::refuse`, where its block is
+    /// recorded); the inner service is not called. A prioritized request
+    /// the window refused may wait for quota borrowed from a later bucket
+    /// instead (under `prioritized`): that needs the request's head, which
+    /// the decisions are not lent, so it is asked here, off the path of a
+    /// pass.
+    #[inline(never)]
+    fn refused<ReqBody>(
+        &mut self,
+        request: Request<ReqBody>,
+        entry: Arc<Entry>,
+        held: Option<InFlight>,
+        at: u64,
+        refusal: Refusal,
+    ) -> ResponseFuture<S::Future, M::Classifier, R>
+    where
+        S: Service<Request<ReqBody>> + Clone + Send + 'static,
+        ReqBody: Send + 'static,
+    {
+        #[cfg(feature = "tokio")]
+        let request = match refusal.reason {
+            Reason::Window | Reason::Overflow => {
+                match self.borrow_for_priority(request, &entry, at, refusal.limit) {
+                    (request, Some(gate)) => return self.defer(request, entry, held, gate),
+                    (request, None) => request,
+                }
+            }
+            _ => request,
+        };
+        drop(request);
+        // Gives the concurrency place and the probe slot back first.
+        drop(held);
+        ResponseFuture::blocked(refuse(&entry, at, refusal, &self.response))
     }
 }
 

@@ -3,7 +3,7 @@
 //! later bucket under [`prioritized`](crate::SlidingWindowLayer::prioritized).
 //!
 //! A waiting request carries a [`Gate`]: a future that ends with a
-//! [`Verdict`]. The response future polls it first and calls the inner
+//! [`Decision`]. The response future polls it first and calls the inner
 //! service only when it says pass, so the wait never blocks a thread and
 //! never happens in `poll_ready`. Each gate owns a guard that keeps the
 //! key's waiting gauge and undoes its reservation if the request is dropped
@@ -14,28 +14,15 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::flow::Decision;
 use crate::store::Entry;
 
-/// How a gate ends.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Verdict {
-    /// The request goes on to the inner service; the gate has recorded its
-    /// pass.
-    Pass,
-    /// The request is refused (the gate has recorded the block). The
-    /// waits of this crate's flow behaviours always end in a pass; a gate
-    /// that asks someone else (a remote store) can end in a refusal.
-    #[allow(dead_code)]
-    Refuse {
-        retry_after_ms: u64,
-        limit: u64,
-        window_pass: u64,
-    },
-}
-
-/// A decision that takes time. `Send`, so that the response future stays
-/// `Send` whatever it waits for.
-pub(crate) type Gate = Pin<Box<dyn Future<Output = Verdict> + Send + 'static>>;
+/// A decision that takes time: it ends in a pass (the gate has recorded
+/// it) or a refusal (recorded with the answer, as every block is). The
+/// waits of this crate's flow behaviours always end in a pass; a gate that
+/// asks someone else (a remote store) can end in a refusal. `Send`, so
+/// that the response future stays `Send` whatever it waits for.
+pub(crate) type Gate = Pin<Box<dyn Future<Output = Decision> + Send + 'static>>;
 
 /// The resolution of tokio's timer: a sleep ends on the first millisecond
 /// tick at or after its deadline, up to this much late on a runtime that
@@ -139,6 +126,6 @@ pub(crate) fn after(
         timer.await;
         let entry = waiter.finish();
         record(&entry);
-        Verdict::Pass
+        Decision::Pass(())
     })
 }

@@ -1,15 +1,38 @@
-//! What the layer answers: the rejection response and the RateLimit header
+//! What the layer answers: the refusal responses and the RateLimit header
 //! fields.
 //!
-//! # The rejection
+//! # The refusals
 //!
-//! A request over its key's limit is answered without calling the inner
-//! service. By default the answer is `429 Too Many Requests` with the text
-//! body `Too Many Requests: retry in <n> s` and these fields:
+//! A refused request is answered without calling the inner service. Every
+//! refusal has a [`Reason`], and every refusal is built here, from its
+//! reason: one path, which [`reject_with`](crate::SlidingWindowLayer::reject_with)
+//! shapes for all of them.
+//!
+//! | reason | default status | RateLimit fields | `Retry-After`: until |
+//! |---|---|---|---|
+//! | [`Window`](Reason::Window): the key's window holds its limit (under warm-up, its warmed limit) | 429, or [`status`](crate::SlidingWindowLayer::status) | yes | enough passes leave the window for one more |
+//! | [`Concurrency`](Reason::Concurrency): [`max_concurrency`](crate::SlidingWindowLayer::max_concurrency) requests in flight | 429, or `status` | yes | 1 s (in-flight requests end at no predictable time) |
+//! | [`Throttle`](Reason::Throttle): the key's next turn is further than [`throttle`](crate::SlidingWindowLayer::throttle)'s longest wait | 429, or `status` | yes | a turn would be within the longest wait |
+//! | [`Store`](Reason::Store): the shared store refused (feature `redis`) | 429, or `status` | yes, with the store's figures | the store's answer |
+//! | [`Overflow`](Reason::Overflow): the key found no room in the key table and the shared overflow entry holds its limit | 429, or `status` | yes, policy `"overflow"` | as for `Window` |
+//! | [`Breaker`](Reason::Breaker): a circuit breaker of the key is open, or half-open with its probe out | 503 | no | the breaker turns half-open |
+//!
+//! [`status`](crate::SlidingWindowLayer::status) sets the status of the
+//! rate-limit refusals (every reason but `Breaker`). A breaker's refusal
+//! stays `503 Service Unavailable`: the upstream is failing, which is not
+//! the client's quota, so it carries no RateLimit fields either. Both are
+//! defaults: a [`reject_with`](crate::SlidingWindowLayer::reject_with)
+//! builder gets a [`Rejection`] for every refusal, with its reason and the
+//! status the layer would have sent, and may send any response.
+//!
+//! Without a builder the body is the status's reason phrase and the retry
+//! time, as text: `Too Many Requests: retry in <n> s`, or
+//! `Service Unavailable: retry in <n> s` for a breaker (or under
+//! `status(StatusCode::SERVICE_UNAVAILABLE)`). The fields:
 //!
 //! | field | value |
 //! |---|---|
-//! | `Retry-After` | whole seconds until enough passes leave the window for one more request: rounded up, at least 1 ([RFC 9110]) |
+//! | `Retry-After` | whole seconds until the request could pass (see the table above): rounded up, at least 1 ([RFC 9110]) |
 //! | `RateLimit-Policy` | `"<policy>";q=<limit>;w=<window seconds>` |
 //! | `RateLimit` | `"<policy>";r=<remaining>;t=<seconds until more quota>` |
 //! | `X-RateLimit-Limit`, `X-RateLimit-Remaining`, `X-RateLimit-Reset` | the same three numbers, only with [`legacy_headers`](crate::SlidingWindowLayer::legacy_headers) |
@@ -17,13 +40,8 @@
 //! `RateLimit-Policy` and `RateLimit` use the structured-field syntax of
 //! [draft-ietf-httpapi-ratelimit-headers-11]. With
 //! [`headers_on_pass`](crate::SlidingWindowLayer::headers_on_pass) they go on
-//! passed responses too.
-//!
-//! The status is set with [`status`](crate::SlidingWindowLayer::status); the
-//! whole response with [`reject_with`](crate::SlidingWindowLayer::reject_with),
-//! whose builder gets a [`Rejection`] (the configured status included).
-//! `Retry-After` and the RateLimit fields are added to whatever it builds,
-//! unless it set them itself.
+//! passed responses too. `Retry-After` and the RateLimit fields are added
+//! to whatever a builder returns, unless it set them itself.
 //!
 //! # Policy names
 //!
@@ -53,6 +71,8 @@ mod headers;
 
 pub(crate) use headers::{validate_policy_name, PolicyName, Quota};
 
+pub use crate::flow::Reason;
+
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -63,19 +83,25 @@ use http::{Response, StatusCode};
 
 use headers::ceil_secs;
 
-/// A request the layer rejected, handed to a custom response builder (see
-/// [`reject_with`](crate::SlidingWindowLayer::reject_with)).
+/// A request the layer refused, handed to a custom response builder (see
+/// [`reject_with`](crate::SlidingWindowLayer::reject_with)): every refusal,
+/// whatever its [`reason`](Self::reason).
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct Rejection {
-    /// The status set with [`status`](crate::SlidingWindowLayer::status)
-    /// (429 unless changed): the builder decides whether to use it.
+    /// The status the layer would answer with: the one set with
+    /// [`status`](crate::SlidingWindowLayer::status) (429 unless changed)
+    /// for a rate-limit refusal, 503 for a breaker's. The builder decides
+    /// whether to use it.
     pub status: StatusCode,
-    /// The limit of the key's window.
+    /// Why the request was refused.
+    pub reason: Reason,
+    /// The limit the request was refused against (for a breaker's refusal,
+    /// the key's limit).
     pub limit: u64,
     /// The length of the window.
     pub window: Duration,
-    /// How long until one more request fits, if nothing else passes.
+    /// How long until the request could pass, if nothing else changes.
     pub retry_after: Duration,
     /// The policy name used in the RateLimit headers (never the raw key).
     pub policy: String,
@@ -84,8 +110,18 @@ pub struct Rejection {
 impl Rejection {
     /// `Retry-After` in whole seconds: rounded up, at least 1.
     pub fn retry_after_secs(&self) -> u64 {
-        ceil_secs(u64::try_from(self.retry_after.as_millis()).unwrap_or(u64::MAX)).max(1)
+        retry_after_secs(u64::try_from(self.retry_after.as_millis()).unwrap_or(u64::MAX))
     }
+
+    /// Why the request was refused (the same as the field).
+    pub fn reason(&self) -> Reason {
+        self.reason
+    }
+}
+
+/// `Retry-After` in whole seconds: rounded up, at least 1.
+fn retry_after_secs(ms: u64) -> u64 {
+    ceil_secs(ms).max(1)
 }
 
 /// Builds the response for a rejected request.
@@ -125,40 +161,68 @@ impl fmt::Debug for ResponseConfig {
     }
 }
 
-/// The response for a rejected request: the configured builder's, or a short
-/// text body with the configured status; then `Retry-After` and the
-/// RateLimit fields, unless the builder set them itself.
+/// The status the layer answers a refusal for `reason` with, unless a
+/// builder says otherwise: 503 for a breaker, the configured one (429 by
+/// default) for every rate-limit refusal.
+fn status_of(config: &ResponseConfig, reason: Reason) -> StatusCode {
+    match reason {
+        Reason::Breaker => StatusCode::SERVICE_UNAVAILABLE,
+        _ => config.status,
+    }
+}
+
+/// Whether the RateLimit fields go on a refusal for `reason`: not on a
+/// breaker's, which says nothing about the client's quota.
+fn writes_quota(reason: Reason) -> bool {
+    !matches!(reason, Reason::Breaker)
+}
+
+/// The response for a request refused for `reason`: the configured
+/// builder's (the [`Rejection`] is made only for it), or a short text body
+/// with the status for `reason`; then `Retry-After` and, but for a
+/// breaker's refusal, the RateLimit fields, unless the builder set them.
 pub(crate) fn rejection_response(
     config: &ResponseConfig,
+    reason: Reason,
     quota: &Quota,
     retry_after_ms: u64,
 ) -> Response<Bytes> {
-    let rejection = Rejection {
-        status: config.status,
-        limit: quota.limit,
-        window: Duration::from_millis(quota.window_ms),
-        retry_after: Duration::from_millis(retry_after_ms),
-        policy: quota.policy.to_string(),
-    };
-    let retry_after = rejection.retry_after_secs();
+    let status = status_of(config, reason);
+    let retry_after = retry_after_secs(retry_after_ms);
     let mut response = match &config.reject_with {
-        Some(build) => build(&rejection),
-        None => {
-            let body = format!("Too Many Requests: retry in {retry_after} s\n");
-            let mut response = Response::new(Bytes::from(body));
-            *response.status_mut() = config.status;
-            response.headers_mut().insert(
-                CONTENT_TYPE,
-                HeaderValue::from_static("text/plain; charset=utf-8"),
-            );
-            response
-        }
+        Some(build) => build(&Rejection {
+            status,
+            reason,
+            limit: quota.limit,
+            window: Duration::from_millis(quota.window_ms),
+            retry_after: Duration::from_millis(retry_after_ms),
+            policy: quota.policy.to_string(),
+        }),
+        None => default_response(status, retry_after),
     };
     let headers = response.headers_mut();
     if !headers.contains_key(RETRY_AFTER) {
         headers.insert(RETRY_AFTER, HeaderValue::from(retry_after));
     }
-    quota.write(headers, config.legacy_headers);
+    if writes_quota(reason) {
+        quota.write(headers, config.legacy_headers);
+    }
+    response
+}
+
+/// The default refusal: `status`, and its reason phrase with the retry
+/// time as a text body (the status code itself if it has no phrase).
+fn default_response(status: StatusCode, retry_after_secs: u64) -> Response<Bytes> {
+    let body = match status.canonical_reason() {
+        Some(phrase) => format!("{phrase}: retry in {retry_after_secs} s\n"),
+        None => format!("{}: retry in {retry_after_secs} s\n", status.as_str()),
+    };
+    let mut response = Response::new(Bytes::from(body));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
     response
 }
 
@@ -167,15 +231,17 @@ mod tests {
     use super::headers::tests::quota;
     use super::*;
 
+    use std::sync::Mutex;
+
     #[test]
     fn retry_after_rounds_up_and_is_at_least_one() {
         let config = ResponseConfig::default();
-        let r = rejection_response(&config, &quota(None), 1);
+        let r = rejection_response(&config, Reason::Window, &quota(None), 1);
         assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
         assert_eq!(r.headers()[RETRY_AFTER], "1");
-        let r = rejection_response(&config, &quota(None), 1_001);
+        let r = rejection_response(&config, Reason::Window, &quota(None), 1_001);
         assert_eq!(r.headers()[RETRY_AFTER], "2");
-        let r = rejection_response(&config, &quota(None), 0);
+        let r = rejection_response(&config, Reason::Window, &quota(None), 0);
         assert_eq!(r.headers()[RETRY_AFTER], "1");
         assert_eq!(r.body(), "Too Many Requests: retry in 1 s\n");
     }
@@ -191,8 +257,77 @@ mod tests {
             })),
             ..ResponseConfig::default()
         };
-        let r = rejection_response(&config, &quota(None), 1);
+        let r = rejection_response(&config, Reason::Window, &quota(None), 1);
         assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(r.headers()[RETRY_AFTER], "1");
+    }
+
+    #[test]
+    fn the_default_body_names_the_status_it_is_sent_with() {
+        let config = ResponseConfig {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            ..ResponseConfig::default()
+        };
+        let r = rejection_response(&config, Reason::Window, &quota(None), 2_000);
+        assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(r.body(), "Service Unavailable: retry in 2 s\n");
+        // A status without a reason phrase is named by its code.
+        let odd = StatusCode::from_u16(599).expect("a valid code");
+        let config = ResponseConfig {
+            status: odd,
+            ..ResponseConfig::default()
+        };
+        let r = rejection_response(&config, Reason::Window, &quota(None), 1);
+        assert_eq!(r.body(), "599: retry in 1 s\n");
+    }
+
+    #[test]
+    fn a_breaker_refusal_is_503_whatever_the_status_without_ratelimit_fields() {
+        let config = ResponseConfig {
+            status: StatusCode::TOO_MANY_REQUESTS,
+            legacy_headers: true,
+            ..ResponseConfig::default()
+        };
+        let r = rejection_response(&config, Reason::Breaker, &quota(None), 1_001);
+        assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(r.headers()[RETRY_AFTER], "2");
+        assert_eq!(r.body(), "Service Unavailable: retry in 2 s\n");
+        assert!(!r.headers().contains_key("ratelimit"));
+        assert!(!r.headers().contains_key("ratelimit-policy"));
+        assert!(!r.headers().contains_key("x-ratelimit-limit"));
+        let config = ResponseConfig {
+            status: StatusCode::IM_A_TEAPOT,
+            ..ResponseConfig::default()
+        };
+        let r = rejection_response(&config, Reason::Breaker, &quota(None), 0);
+        assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(r.headers()[RETRY_AFTER], "1");
+    }
+
+    #[test]
+    fn a_builder_sees_every_reason_and_its_status() {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let log = Arc::clone(&seen);
+        let config = ResponseConfig {
+            status: StatusCode::IM_A_TEAPOT,
+            reject_with: Some(Arc::new(move |rejection: &Rejection| {
+                log.lock()
+                    .expect("not poisoned")
+                    .push((rejection.reason(), rejection.status));
+                Response::new(Bytes::from_static(b"no"))
+            })),
+            ..ResponseConfig::default()
+        };
+        for reason in [Reason::Window, Reason::Breaker, Reason::Overflow] {
+            let _ = rejection_response(&config, reason, &quota(None), 1);
+        }
+        assert_eq!(
+            *seen.lock().expect("not poisoned"),
+            [
+                (Reason::Window, StatusCode::IM_A_TEAPOT),
+                (Reason::Breaker, StatusCode::SERVICE_UNAVAILABLE),
+                (Reason::Overflow, StatusCode::IM_A_TEAPOT),
+            ]
+        );
     }
 }

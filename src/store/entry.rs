@@ -3,7 +3,7 @@ use std::sync::Arc;
 use crate::clock::SharedClock;
 use crate::flow::breaker::{Breaker, Breakers, Completion, ProbeSet};
 use crate::flow::warm_up::WarmUp;
-use crate::flow::Pacer;
+use crate::flow::{Decision, Pacer, Reason, Refusal};
 use crate::stat::{RtSlot, StatisticNode};
 use crate::sync::{AtomicU64, Ordering};
 
@@ -139,20 +139,24 @@ impl Entry {
         }
     }
 
-    /// Lets a request through the key's breakers at `now`: `Ok` with the
-    /// probe slots it took (`None`: it holds none, the usual case, which
-    /// clones nothing), or `Err` with the milliseconds until they turn
-    /// half-open (0 while a probe is out).
+    /// The breakers' decision on a request at `now`: a pass with the probe
+    /// slots it took (`None`: it holds none, the usual case, which clones
+    /// nothing), or a [`Reason::Breaker`](crate::flow::Reason) refusal to
+    /// retry when they turn half-open (0 while a probe is out).
     #[inline]
-    pub(crate) fn enter_breakers(self: &Arc<Self>, now: u64) -> Result<Option<Probe>, u64> {
+    pub(crate) fn enter_breakers(self: &Arc<Self>, now: u64) -> Decision<Option<Probe>> {
         if self.breakers.is_empty() {
-            return Ok(None);
+            return Decision::Pass(None);
         }
-        let held = self.breakers.enter(now)?;
-        Ok((!held.is_empty()).then(|| Probe {
-            entry: Arc::clone(self),
-            held,
-        }))
+        match self.breakers.enter(now) {
+            Ok(held) => Decision::Pass((!held.is_empty()).then(|| Probe {
+                entry: Arc::clone(self),
+                held,
+            })),
+            Err(half_open_in_ms) => {
+                Decision::Block(Refusal::new(Reason::Breaker, half_open_in_ms, self.limit()))
+            }
+        }
     }
 
     /// Feeds a completion at `now` that took `rt_us` microseconds and

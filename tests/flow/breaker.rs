@@ -11,11 +11,13 @@ use std::time::Duration;
 
 use axum::routing::get;
 use axum::Router;
-use http::StatusCode;
+use bytes::Bytes;
+use http::{Response, StatusCode};
 use tokio::sync::Semaphore;
 use tower::ServiceExt;
 use tower_sliding_window::breaker::{Breaker, BreakerState};
 use tower_sliding_window::clock::ManualClock;
+use tower_sliding_window::response::{Reason, Rejection};
 use tower_sliding_window::{PathKey, SlidingWindowLayer, StatsHandle};
 
 use support::{at, clock, ms, req, send, statuses};
@@ -130,6 +132,65 @@ async fn nothing_opens_below_min_requests() {
     );
     let _ = statuses(&app, "/flaky", 1).await;
     assert!(is_open(state(&stats, "/flaky")), "{}", at(&clock));
+}
+
+#[tokio::test]
+async fn an_open_breaker_keeps_503_under_status_and_reject_with_sees_it() {
+    let clock = clock();
+    let flaky = Flaky::new(StatusCode::INTERNAL_SERVER_ERROR);
+    let breaker = Breaker::error_count(2)
+        .min_requests(1)
+        .open_for(Duration::from_millis(2_500));
+    // `status` sets the status of rate-limit refusals only.
+    let app = flaky.router(layer(&clock, breaker).status(StatusCode::IM_A_TEAPOT));
+    let _ = statuses(&app, "/flaky", 3).await;
+    let refused = send(&app, req("/flaky")).await;
+    assert_eq!(
+        refused.status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "{}",
+        at(&clock)
+    );
+    assert_eq!(refused.body, "Service Unavailable: retry in 3 s\n");
+    assert!(
+        !refused.headers.contains_key("ratelimit"),
+        "a breaker's refusal says nothing of the quota"
+    );
+
+    // A builder sees the breaker's refusal, its reason and its status, and
+    // shapes it like any other.
+    let clock = self::clock();
+    let flaky = Flaky::new(StatusCode::INTERNAL_SERVER_ERROR);
+    let layer = layer(&clock, breaker)
+        .status(StatusCode::IM_A_TEAPOT)
+        .reject_with(|rejection: &Rejection| {
+            let body = format!(
+                "{:?} {} {}",
+                rejection.reason(),
+                rejection.status.as_u16(),
+                rejection.retry_after_secs()
+            );
+            let mut response = Response::new(Bytes::from(body));
+            *response.status_mut() = match rejection.reason() {
+                Reason::Breaker => StatusCode::BAD_GATEWAY,
+                _ => rejection.status,
+            };
+            response
+        });
+    let stats = layer.handle();
+    let app = flaky.router(layer);
+    let _ = statuses(&app, "/flaky", 3).await;
+    let before = stats.snapshot("/flaky").expect("seen").block;
+    let refused = send(&app, req("/flaky")).await;
+    assert_eq!(refused.status, StatusCode::BAD_GATEWAY, "{}", at(&clock));
+    assert_eq!(refused.body, "Breaker 503 3");
+    assert_eq!(refused.retry_after(), 3, "added to the builder's response");
+    assert_eq!(flaky.calls(), 3, "the route is not called while open");
+    assert_eq!(
+        stats.snapshot("/flaky").expect("seen").block,
+        before + 1,
+        "recorded once"
+    );
 }
 
 #[tokio::test]

@@ -11,10 +11,12 @@ use std::sync::Arc;
 use axum::body::Body;
 use axum::routing::get;
 use axum::Router;
+use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use tokio::sync::Semaphore;
 use tower::{service_fn, Layer, ServiceExt};
 use tower_sliding_window::clock::ManualClock;
+use tower_sliding_window::response::Rejection;
 use tower_sliding_window::{PathKey, SlidingWindowLayer};
 
 use support::{req, send};
@@ -38,6 +40,33 @@ async fn settle() {
     for _ in 0..10 {
         tokio::task::yield_now().await;
     }
+}
+
+#[tokio::test]
+async fn reject_with_sees_a_concurrency_refusal_with_its_reason() {
+    let gate = Arc::new(Semaphore::new(0));
+    let layer = SlidingWindowLayer::qps(100)
+        .key(PathKey)
+        .max_concurrency(1)
+        .status(StatusCode::SERVICE_UNAVAILABLE)
+        .reject_with(|rejection: &Rejection| {
+            let body = format!("{:?} {}", rejection.reason(), rejection.limit);
+            let mut response = Response::new(Bytes::from(body));
+            *response.status_mut() = rejection.status;
+            response
+        });
+    let app = gated(layer, &gate);
+    let held = tokio::spawn(app.clone().oneshot(req("/slow")));
+    settle().await;
+
+    let refused = send(&app, req("/slow")).await;
+    assert_eq!(refused.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(refused.body, "Concurrency 100");
+    assert_eq!(refused.retry_after(), 1);
+    assert_eq!(refused.header("ratelimit-policy"), r#""default";q=100;w=1"#);
+    gate.add_permits(1);
+    let done = held.await.expect("no panic").expect("infallible");
+    assert_eq!(done.status(), StatusCode::OK);
 }
 
 #[tokio::test]

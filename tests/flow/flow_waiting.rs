@@ -16,10 +16,12 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::routing::get;
 use axum::Router;
+use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use tokio::sync::Semaphore;
 use tower::{service_fn, Layer, Service, ServiceExt};
 use tower_sliding_window::clock::ManualClock;
+use tower_sliding_window::response::Rejection;
 use tower_sliding_window::{HeaderKey, SlidingWindowLayer};
 
 use support::{clock, ms, req, req_with, send};
@@ -119,6 +121,30 @@ async fn throttle_answers_a_refusal_with_the_time_until_a_turn_fits() {
     let refused = send(&app, req("/")).await;
     assert_eq!(refused.status, StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(refused.retry_after(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn reject_with_sees_a_throttle_refusal_with_its_reason() {
+    let layer = SlidingWindowLayer::qps(1)
+        .throttle(ms(300))
+        .clock(clock())
+        .reject_with(|rejection: &Rejection| {
+            let body = format!(
+                "{:?} {}",
+                rejection.reason(),
+                rejection.retry_after.as_millis()
+            );
+            let mut response = Response::new(Bytes::from(body));
+            *response.status_mut() = rejection.status;
+            response
+        });
+    let app = app(layer);
+    assert_eq!(send(&app, req("/")).await.status, StatusCode::OK);
+    let refused = send(&app, req("/")).await;
+    assert_eq!(refused.status, StatusCode::TOO_MANY_REQUESTS);
+    // The next turn is 1 000 ms away, 701 ms past the longest wait (300 ms
+    // less the timer's 1 ms tick).
+    assert_eq!(refused.body, "Throttle 701");
 }
 
 #[tokio::test(start_paused = true)]

@@ -12,10 +12,12 @@ use std::time::{Duration, Instant};
 use axum::body::Body;
 use axum::routing::get;
 use axum::Router;
-use http::{Request, StatusCode};
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
 use redis_server::RedisServer;
 use tower::ServiceExt;
 use tower_sliding_window::clock::{Clock, ManualClock};
+use tower_sliding_window::response::Rejection;
 use tower_sliding_window::store::{RedisStore, StoreErrorKind, StoreFailure, StoreMode};
 use tower_sliding_window::{PathKey, SlidingWindowLayer, StatsHandle};
 
@@ -185,6 +187,53 @@ async fn rules_and_set_limit_reach_every_replica() {
     }
     assert_eq!(burst(&replicas[1..], "/export", 10).await, 2);
     assert_eq!(burst(&replicas, "/other", 30).await, 50);
+}
+
+#[ignore = "needs redis-server"]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reject_with_sees_the_stores_refusals_and_each_block_is_recorded_once() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(5_000_000);
+    let store = RedisStore::connect(&server.url())
+        .await
+        .expect("connect")
+        .clock(clock.clone());
+    let layer = SlidingWindowLayer::qps(1)
+        .key(PathKey)
+        .clock(clock.clone())
+        .store(store)
+        .reject_with(|rejection: &Rejection| {
+            let body = format!("{:?} {}", rejection.reason(), rejection.limit);
+            let mut response = Response::new(Bytes::from(body));
+            *response.status_mut() = rejection.status;
+            response
+        });
+    let stats = layer.handle();
+    let app = Router::new()
+        .route("/{*path}", get(|| async { "ok" }))
+        .layer(layer);
+    let body = |response: Response<Body>| async move {
+        let (parts, body) = response.into_parts();
+        let bytes = axum::body::to_bytes(body, usize::MAX).await.expect("body");
+        (
+            parts.status,
+            String::from_utf8(bytes.to_vec()).expect("text"),
+        )
+    };
+    let get = |path: &str| Request::get(path).body(Body::empty()).expect("request");
+
+    let first = app.clone().oneshot(get("/s")).await.expect("infallible");
+    assert_eq!(first.status(), StatusCode::OK);
+    // Refused by Redis after the round trip, then (the store knows the key
+    // is blocked) at once: the same reason either way.
+    for _ in 0..2 {
+        let refused = app.clone().oneshot(get("/s")).await.expect("infallible");
+        let (status, text) = body(refused).await;
+        assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(text, "Store 1");
+    }
+    let snapshot = stats.snapshot("/s").expect("seen");
+    assert_eq!((snapshot.pass, snapshot.block), (1, 2));
 }
 
 #[ignore = "needs redis-server"]
