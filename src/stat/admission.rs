@@ -926,4 +926,96 @@ mod tests {
             None
         );
     }
+
+    /// The straggler generation is part of the cache key: an entry packed
+    /// at one generation matches that generation only (compared modulo
+    /// 2^20, the field's width), and a sum too large for its field is not
+    /// cached at all.
+    #[test]
+    fn a_cache_entry_is_only_good_for_its_straggler_generation() {
+        let tag = round_tag(3_000, 1_000);
+        let entry = before_word::pack(tag, 41, 9).expect("fits");
+        assert_eq!(before_word::unpack(entry, tag, 41), Some(9));
+        for other in [0, 40, 42, 0xF_FFFF] {
+            assert_eq!(
+                before_word::unpack(entry, tag, other),
+                None,
+                "generation {other}"
+            );
+        }
+        // The field keeps the low 20 bits: a whole turn later matches.
+        assert_eq!(before_word::unpack(entry, tag, 41 + (1 << 20)), Some(9));
+        let top = (1 << 28) - 1;
+        assert_eq!(
+            before_word::pack(tag, 0, top).map(|w| before_word::unpack(w, tag, 0)),
+            Some(Some(top))
+        );
+        assert_eq!(before_word::pack(tag, 0, top + 1), None, "too large");
+    }
+
+    /// A pass recorded behind the newest bucket (into a sealed bucket, by a
+    /// caller whose clock lags) bumps the straggler generation, so the next
+    /// admission into the newest bucket does not trust the sum of older
+    /// buckets its opener cached, and decides against the late pass too.
+    #[test]
+    fn a_late_pass_invalidates_the_cached_sum_of_older_buckets() {
+        // Two buckets of 500 ms.
+        let ring = MetricArray::new(2, 1_000, false).unwrap();
+        assert_eq!(ring.try_add_pass(0, 1, |_| true), Ok(0));
+        // Opening the bucket at 500 seals the one at 0 and caches its 1 pass.
+        assert_eq!(ring.try_add_pass(500, 1, |_| true), Ok(1));
+        // A caller whose clock still reads 0 records 5 passes there.
+        ring.add_pass(0, 5);
+        assert!(pass_word::is_sealed(ring.main.value_at(0).pass_word()));
+        // The window holds 1 + 5 + 1 passes; the stale cache would say 1 + 1.
+        assert_eq!(ring.try_add_pass(500, 1, |_| false), Err(7));
+        assert_eq!(ring.try_add_pass(500, 1, |window| window < 8), Ok(7));
+        assert_eq!(ring.try_add_pass(500, 1, |_| false), Err(8));
+    }
+
+    /// A strict ring decides against the bucket that has just left the
+    /// window as well: its opener keeps that bucket's passes beside the
+    /// slot it reuses (0 when the slot held an older window), and
+    /// `departed_bucket` reports the same figure before and after the
+    /// opening.
+    #[test]
+    fn a_strict_ring_counts_the_bucket_that_just_left_the_window() {
+        // Two buckets of 500 ms; admission counts one bucket more.
+        let ring = MetricArray::build(2, 1_000, false, None, true).unwrap();
+        assert!(ring.is_strict());
+        ring.add_pass(0, 3);
+        assert_eq!(ring.try_add_pass(500, 1, |_| true), Ok(3));
+        // At 1 000 the bucket at 0 leaves the window, through the slot the
+        // bucket at 1 000 reuses.
+        assert_eq!(ring.departed_bucket(1_000), Some((0, 3)), "still held");
+        assert_eq!(ring.try_add_pass(1_000, 1, |_| false), Err(1 + 3));
+        assert_eq!(ring.departed_bucket(1_000), Some((0, 3)), "kept aside");
+        // Reads still report the two-bucket window.
+        assert_eq!(ring.sum(1_000, |b| b.pass()), 1);
+        // At 1 500 the bucket at 500 (1 pass) departs.
+        assert_eq!(ring.try_add_pass(1_500, 1, |_| false), Err(1));
+        // After a gap the slot held an older window: nothing departs.
+        assert_eq!(ring.try_add_pass(5_000, 1, |_| false), Err(0));
+        assert_eq!(ring.departed_bucket(5_000), Some((4_000, 0)));
+
+        // A ring that is not strict counts the window alone.
+        let plain = MetricArray::new(2, 1_000, false).unwrap();
+        plain.add_pass(0, 3);
+        assert_eq!(plain.try_add_pass(500, 1, |_| true), Ok(3));
+        assert_eq!(plain.try_add_pass(1_000, 1, |_| false), Err(1));
+        assert_eq!(plain.departed_bucket(1_000), None);
+    }
+
+    /// A departing bucket that was never opened can still hold passes:
+    /// quota reserved for it, which reads count once it has matured.
+    #[test]
+    fn a_strict_ring_counts_quota_reserved_for_the_departing_bucket() {
+        let ring = MetricArray::build(2, 1_000, true, None, true).unwrap();
+        ring.add_waiting(Some(0), 4_500, 2);
+        // At 5 500 the bucket at 4 500 departs; only its reservation held
+        // passes, and the bucket at 5 000 was never opened.
+        assert_eq!(ring.departed_bucket(5_500), Some((4_500, 2)));
+        assert_eq!(ring.try_add_pass(5_500, 1, |_| false), Err(2));
+        assert_eq!(ring.departed_bucket(5_500), Some((4_500, 2)));
+    }
 }
