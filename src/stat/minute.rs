@@ -137,7 +137,7 @@ impl<'a> MinuteWindow<'a> {
         let min = self.fold(u64::MAX, |min, _, counts| {
             *min = (*min).min(counts.min_rt_micros);
         });
-        (min != u64::MAX).then(|| Duration::from_micros(min))
+        super::counts::min_rt(min)
     }
 
     /// The counts of the second before the current one.
