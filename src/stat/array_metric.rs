@@ -1,11 +1,9 @@
 use std::fmt;
 use std::time::Duration;
 
-use super::bucket_ref::BucketRef;
-use super::counts::micros;
-use super::metric_array::MetricArray;
-use super::metric_node::MetricNode;
-use super::snapshot::BucketSnapshot;
+use super::admission::MetricArray;
+use super::counts::{micros, BucketSnapshot, MetricNode};
+use super::view::BucketRef;
 use crate::clock::{Clock, SharedClock};
 use crate::error::ConfigError;
 

@@ -1,12 +1,234 @@
-//! [`MetricBucket`]: one bucket's counters, for rings a user owns.
+//! One bucket's counters: the events a bucket counts ([`MetricEvent`]), the
+//! counters every bucket has besides its pass count (`Tallies`), and the
+//! plain counter bucket of a ring a user owns ([`MetricBucket`]). The
+//! admission ring's bucket keeps the same tallies beside an admission word
+//! (see `admission`).
+//!
+//! # Tallies
+//!
+//! Each tally is an independent atomic updated with `Relaxed`: nothing is
+//! published through a tally, and a ring orders these writes against a
+//! bucket's reset through the bucket's window stamp (see `leap_array`).
+//!
+//! Counts wrap at `2^64`, except the response-time sum, which saturates at
+//! `u64::MAX` microseconds: [`saturating_add`] adds with one `fetch_add`
+//! while there is headroom and falls back to a compare-and-swap loop only
+//! near the top of the range.
 
 use std::fmt;
 use std::time::Duration;
 
 use super::counts::{micros, Counts};
-use super::event::MetricEvent;
-use super::tallies::Tallies;
 use crate::sync::{AtomicU64, Ordering};
+
+/// The events a [`MetricBucket`] counts.
+///
+/// These are Sentinel's `MetricEvent`s. "Success" means *completed*: a
+/// request that failed still counts as a success, and as an exception on top.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub enum MetricEvent {
+    /// A request was admitted.
+    Pass,
+    /// A request was rejected by a limit.
+    Block,
+    /// A completed request was classified as a failure.
+    Exception,
+    /// A request completed (whatever its outcome).
+    Success,
+    /// Response time, in microseconds. Adding `n` adds `n` µs to the sum and
+    /// offers `n` as a new minimum.
+    Rt,
+    /// A request passed by borrowing quota from a future bucket.
+    OccupiedPass,
+}
+
+impl MetricEvent {
+    /// All events, in declaration order.
+    pub const ALL: [MetricEvent; 6] = [
+        MetricEvent::Pass,
+        MetricEvent::Block,
+        MetricEvent::Exception,
+        MetricEvent::Success,
+        MetricEvent::Rt,
+        MetricEvent::OccupiedPass,
+    ];
+}
+
+/// Adds below this go through a plain `fetch_add` (about 12.7 days in
+/// microseconds).
+const FAST_ADD_MAX: u64 = 1 << 40;
+/// A sum below this has room for `2^23` concurrent fast adds before it could
+/// wrap: more threads than any process runs.
+const FAST_SUM_MAX: u64 = 1 << 63;
+
+/// Adds `n` to `counter`, saturating at `u64::MAX`.
+#[inline]
+pub(crate) fn saturating_add(counter: &AtomicU64, n: u64) {
+    // Relaxed: an independent tally (see the module docs).
+    if n < FAST_ADD_MAX && counter.load(Ordering::Relaxed) < FAST_SUM_MAX {
+        counter.fetch_add(n, Ordering::Relaxed);
+    } else {
+        saturating_add_slow(counter, n);
+    }
+}
+
+#[cold]
+fn saturating_add_slow(counter: &AtomicU64, n: u64) {
+    // Relaxed: as above; the loop only makes the add saturate.
+    let _ = counter.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |sum| {
+        Some(sum.saturating_add(n))
+    });
+}
+
+/// Six counters of one bucket (48 bytes).
+pub(crate) struct Tallies {
+    block: AtomicU64,
+    exception: AtomicU64,
+    success: AtomicU64,
+    /// Sum of response times, in microseconds; saturates at `u64::MAX`.
+    rt: AtomicU64,
+    occupied_pass: AtomicU64,
+    /// Smallest response time in microseconds; `u64::MAX` when none was
+    /// seen. Kept with `fetch_min`, so unlike Sentinel's it never loses a
+    /// smaller value to a concurrent writer.
+    min_rt: AtomicU64,
+}
+
+impl Tallies {
+    pub(crate) fn new() -> Self {
+        Tallies {
+            block: AtomicU64::new(0),
+            exception: AtomicU64::new(0),
+            success: AtomicU64::new(0),
+            rt: AtomicU64::new(0),
+            occupied_pass: AtomicU64::new(0),
+            min_rt: AtomicU64::new(u64::MAX),
+        }
+    }
+
+    // Relaxed on every access below: independent tallies (module docs).
+
+    #[inline]
+    pub(crate) fn add_block(&self, n: u64) {
+        self.block.fetch_add(n, Ordering::Relaxed);
+    }
+
+    #[inline]
+    pub(crate) fn add_exception(&self, n: u64) {
+        self.exception.fetch_add(n, Ordering::Relaxed);
+    }
+
+    #[inline]
+    pub(crate) fn add_success(&self, n: u64) {
+        self.success.fetch_add(n, Ordering::Relaxed);
+    }
+
+    #[inline]
+    pub(crate) fn add_occupied_pass(&self, n: u64) {
+        self.occupied_pass.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Adds `sum` microseconds to the response-time sum and offers
+    /// `per_request` as the new minimum. One response time passes itself
+    /// twice; a batch of `n` requests that took `sum` in all offers
+    /// `sum / n`, so that the minimum never exceeds the average.
+    #[inline]
+    pub(crate) fn add_rt_micros(&self, sum: u64, per_request: u64) {
+        saturating_add(&self.rt, sum);
+        // `u64::MAX` stands for "no minimum": the longest time is one less.
+        let per_request = per_request.min(u64::MAX - 1);
+        // Most response times are not a new minimum: a plain load spares the
+        // read-modify-write. A racing smaller value is still kept, because
+        // `fetch_min` only ever lowers the minimum.
+        if per_request < self.min_rt.load(Ordering::Relaxed) {
+            self.min_rt.fetch_min(per_request, Ordering::Relaxed);
+        }
+    }
+
+    pub(crate) fn block(&self) -> u64 {
+        self.block.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn exception(&self) -> u64 {
+        self.exception.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn success(&self) -> u64 {
+        self.success.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn occupied_pass(&self) -> u64 {
+        self.occupied_pass.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn rt_micros(&self) -> u64 {
+        self.rt.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn min_rt_micros(&self) -> u64 {
+        self.min_rt.load(Ordering::Relaxed)
+    }
+
+    /// Every tally, with `pass` as given (not a consistent snapshot under
+    /// concurrent writes: each counter is read on its own).
+    pub(crate) fn counts(&self, pass: u64) -> Counts {
+        Counts {
+            pass,
+            block: self.block(),
+            exception: self.exception(),
+            success: self.success(),
+            rt_micros: self.rt_micros(),
+            occupied_pass: self.occupied_pass(),
+            min_rt_micros: self.min_rt_micros(),
+        }
+    }
+
+    /// Empties the tallies and returns what they held, `pass` as given. Each
+    /// counter is swapped out in one atomic step, so a concurrent add is
+    /// either in the result or left behind: never lost, never in both.
+    pub(crate) fn take(&self, pass: u64) -> Counts {
+        Counts {
+            pass,
+            block: self.block.swap(0, Ordering::Relaxed),
+            exception: self.exception.swap(0, Ordering::Relaxed),
+            success: self.success.swap(0, Ordering::Relaxed),
+            rt_micros: self.rt.swap(0, Ordering::Relaxed),
+            occupied_pass: self.occupied_pass.swap(0, Ordering::Relaxed),
+            min_rt_micros: self.min_rt.swap(u64::MAX, Ordering::Relaxed),
+        }
+    }
+
+    /// Adds every tally of `counts` (its `pass` is the caller's business).
+    pub(crate) fn absorb(&self, counts: &Counts) {
+        let add = |counter: &AtomicU64, n: u64| {
+            if n != 0 {
+                counter.fetch_add(n, Ordering::Relaxed);
+            }
+        };
+        add(&self.block, counts.block);
+        add(&self.exception, counts.exception);
+        add(&self.success, counts.success);
+        if counts.rt_micros != 0 {
+            saturating_add(&self.rt, counts.rt_micros);
+        }
+        add(&self.occupied_pass, counts.occupied_pass);
+        if counts.min_rt_micros < self.min_rt.load(Ordering::Relaxed) {
+            self.min_rt
+                .fetch_min(counts.min_rt_micros, Ordering::Relaxed);
+        }
+    }
+
+    /// Clears every tally.
+    pub(crate) fn reset(&self) {
+        self.block.store(0, Ordering::Relaxed);
+        self.exception.store(0, Ordering::Relaxed);
+        self.success.store(0, Ordering::Relaxed);
+        self.rt.store(0, Ordering::Relaxed);
+        self.occupied_pass.store(0, Ordering::Relaxed);
+        self.min_rt.store(u64::MAX, Ordering::Relaxed);
+    }
+}
 
 /// One bucket's counters: Sentinel's `MetricBucket`.
 ///
@@ -241,5 +463,26 @@ mod tests {
         assert_eq!(b.rt(), Duration::from_micros(u64::MAX), "no wrap");
         // The largest representable minimum: `u64::MAX` itself means "none".
         assert_eq!(b.min_rt(), Some(Duration::from_micros(u64::MAX - 1)));
+    }
+
+    #[test]
+    fn rt_sum_saturates_instead_of_wrapping() {
+        let t = Tallies::new();
+        t.add_rt_micros(u64::MAX, u64::MAX);
+        t.add_rt_micros(u64::MAX, u64::MAX);
+        assert_eq!(t.rt_micros(), u64::MAX);
+        let t = Tallies::new();
+        for _ in 0..1000 {
+            t.add_rt_micros(1 << 62, 1 << 62);
+        }
+        assert_eq!(t.rt_micros(), u64::MAX);
+    }
+
+    #[test]
+    fn a_batch_offers_its_per_request_time_as_the_minimum() {
+        let t = Tallies::new();
+        t.add_rt_micros(60, 20);
+        assert_eq!(t.min_rt_micros(), 20);
+        assert_eq!(t.rt_micros(), 60);
     }
 }

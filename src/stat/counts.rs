@@ -1,13 +1,18 @@
-//! A bucket's counts as plain numbers, and the response-time arithmetic
-//! every read path shares.
+//! A bucket's counts as plain numbers: `Counts` inside the crate, and the
+//! two forms readers outside it get, [`BucketSnapshot`] (one bucket of a
+//! managed ring, with its window) and [`MetricNode`] (one bucket or one
+//! second, as data); and the response-time arithmetic every read path
+//! shares.
 //!
 //! Response times are sums of microseconds that saturate at `u64::MAX`
-//! rather than wrap (see `tallies`), so an average can come out low after
-//! absurd samples. Every average handed out goes through [`Counts::avg_rt`]
-//! or [`clamp_avg`], which keep it at or above the window's minimum: a
-//! reader never sees `avg_rt < min_rt`.
+//! rather than wrap (see `bucket`, "Tallies"), so an average can come out
+//! low after absurd samples. Every average handed out goes through
+//! [`Counts::avg_rt`] or [`clamp_avg`], which keep it at or above the
+//! window's minimum: a reader never sees `avg_rt < min_rt`.
 
 use std::time::Duration;
+
+use super::bucket::MetricEvent;
 
 /// A bucket's (or a window's) counters as plain numbers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,6 +96,163 @@ pub(crate) fn min_rt(min_rt_micros: u64) -> Option<Duration> {
 /// A response time in whole microseconds, saturating.
 pub(crate) fn micros(rt: Duration) -> u64 {
     u64::try_from(rt.as_micros()).unwrap_or(u64::MAX)
+}
+
+/// The counts of one bucket of a managed ring, copied at one moment,
+/// together with the window the bucket held.
+///
+/// [`ArrayMetric::list`](super::ArrayMetric::list),
+/// [`ArrayMetric::window_value`](super::ArrayMetric::window_value) and the
+/// reads of [`OccupiableBucketLeapArray`](super::OccupiableBucketLeapArray)
+/// return these instead of the bucket itself: the ring's buckets carry the
+/// bookkeeping that keeps admission exact, and nothing a reader holds can
+/// change them. Each counter is read on its own, so under concurrent writes
+/// a snapshot is not a single instant of the whole bucket.
+///
+/// # Examples
+///
+/// ```
+/// use tower_sliding_window::clock::ManualClock;
+/// use tower_sliding_window::stat::ArrayMetric;
+///
+/// let clock = ManualClock::new(1_000);
+/// let metric = ArrayMetric::with_clock(10, 1000, clock)?;
+/// metric.add_pass(2);
+/// metric.add_block(1);
+///
+/// let bucket = metric.window_value(1_000).expect("the bucket at 1 000");
+/// assert_eq!((bucket.window_start(), bucket.pass(), bucket.block()), (1_000, 2, 1));
+/// assert!(bucket.is_time_in_window(1_099));
+/// # Ok::<(), tower_sliding_window::ConfigError>(())
+/// ```
+///
+/// A snapshot cannot reset the bucket it was taken from (nor can anything
+/// else a managed ring hands out):
+///
+/// ```compile_fail
+/// use tower_sliding_window::clock::ManualClock;
+/// use tower_sliding_window::stat::ArrayMetric;
+///
+/// let metric = ArrayMetric::with_clock(10, 1000, ManualClock::new(0)).unwrap();
+/// metric.add_pass(1);
+/// metric.window_value(0).unwrap().reset();
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BucketSnapshot {
+    window_start: u64,
+    window_length_ms: u64,
+    counts: Counts,
+}
+
+impl BucketSnapshot {
+    pub(crate) fn new(window_start: u64, window_length_ms: u64, counts: Counts) -> Self {
+        BucketSnapshot {
+            window_start,
+            window_length_ms,
+            counts,
+        }
+    }
+
+    /// Start of the bucket's window, in clock milliseconds.
+    pub fn window_start(&self) -> u64 {
+        self.window_start
+    }
+
+    /// Length of one bucket, in milliseconds.
+    pub fn window_length_ms(&self) -> u64 {
+        self.window_length_ms
+    }
+
+    /// Whether `time_ms` falls in `[window_start, window_start + length)`.
+    pub fn is_time_in_window(&self, time_ms: u64) -> bool {
+        time_ms >= self.window_start && time_ms - self.window_start < self.window_length_ms
+    }
+
+    /// The counter for `event` ([`MetricEvent::Rt`]: the sum in
+    /// microseconds).
+    pub fn get(&self, event: MetricEvent) -> u64 {
+        match event {
+            MetricEvent::Pass => self.counts.pass,
+            MetricEvent::Block => self.counts.block,
+            MetricEvent::Exception => self.counts.exception,
+            MetricEvent::Success => self.counts.success,
+            MetricEvent::Rt => self.counts.rt_micros,
+            MetricEvent::OccupiedPass => self.counts.occupied_pass,
+        }
+    }
+
+    /// Admitted requests.
+    pub fn pass(&self) -> u64 {
+        self.counts.pass
+    }
+
+    /// Rejected requests.
+    pub fn block(&self) -> u64 {
+        self.counts.block
+    }
+
+    /// Completed requests classified as failures.
+    pub fn exception(&self) -> u64 {
+        self.counts.exception
+    }
+
+    /// Completed requests.
+    pub fn success(&self) -> u64 {
+        self.counts.success
+    }
+
+    /// Requests that passed on borrowed (future) quota.
+    pub fn occupied_pass(&self) -> u64 {
+        self.counts.occupied_pass
+    }
+
+    /// The sum of the response times.
+    pub fn rt(&self) -> Duration {
+        Duration::from_micros(self.counts.rt_micros)
+    }
+
+    /// The smallest response time, or `None` if there was none.
+    pub fn min_rt(&self) -> Option<Duration> {
+        self.counts.min_rt()
+    }
+}
+
+/// The counts of one bucket (or one second) at a point in time: Sentinel's
+/// `MetricNode`, as returned by [`ArrayMetric::details`](super::ArrayMetric::details)
+/// and [`StatisticNode::metrics`](super::StatisticNode::metrics).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[non_exhaustive]
+pub struct MetricNode {
+    /// Start of the bucket, in clock milliseconds.
+    pub timestamp_ms: u64,
+    /// Admitted requests.
+    pub pass: u64,
+    /// Rejected requests.
+    pub block: u64,
+    /// Completed requests.
+    pub success: u64,
+    /// Completed requests classified as failures.
+    pub exception: u64,
+    /// Requests admitted on borrowed quota.
+    pub occupied_pass: u64,
+    /// Average response time over the successes; `None` when there were
+    /// none. Never below the bucket's smallest response time.
+    pub rt: Option<Duration>,
+}
+
+impl MetricNode {
+    pub(crate) fn from_counts(start: u64, counts: &Counts) -> Self {
+        MetricNode {
+            timestamp_ms: start,
+            pass: counts.pass,
+            block: counts.block,
+            success: counts.success,
+            exception: counts.exception,
+            occupied_pass: counts.occupied_pass,
+            rt: counts.avg_rt(),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -1,12 +1,49 @@
-//! [`MinuteWindow`]: the read side of a `StatisticNode`'s minute window.
+//! The minute window: [`MinuteWindow`], its read side, and `Rollup`, the
+//! coarser ring an admission ring rolls its buckets into, which feeds it.
+//!
+//! # The roll-up
+//!
+//! Recording touches only the admission ring (the second window). When the
+//! admission ring reuses a slot, its opener takes every counter of the old
+//! bucket out (`swap`: a late writer's add is either taken or left for the
+//! new bucket, never both) and adds them to the rollup bucket (the second)
+//! the old bucket started in. Reads of the rollup add the admission ring's
+//! buckets not rolled up yet. So a request costs one bucket update, not two.
+//!
+//! ## The sequence lock
+//!
+//! A bucket must never be counted in both places, or in neither, by a
+//! reader. [`Rollup::seq`] is odd while a bucket moves and until the
+//! admission ring has published the slot's new window; writers are
+//! serialised by the admission ring's rotation lock. The write side is a
+//! [`Move`] guard (odd on creation, `Release` fence; even again on drop,
+//! `Release`), the read side [`Rollup::read`] (`Acquire` load, read,
+//! `Acquire` fence, compare, retry).
+//!
+//! ## Lifetime totals
+//!
+//! Exporters need counters that only grow, while both rings forget. So once
+//! an exporter has asked for them ([`want_lifetime_totals`]), the opener
+//! also adds every bucket it moves to the rollup's lifetime totals, whether
+//! or not the bucket is still inside the minute window. That is one more
+//! bucket update per rotation (at most one per admission bucket length),
+//! never one per request. A key's lifetime totals are then those plus the
+//! admission ring's buckets not moved yet, read under the same sequence
+//! lock, so every event is counted exactly once. The totals are kept in a
+//! table beside the rollups ([`totals`]); until an exporter asks, nothing is
+//! kept and a rotation pays one relaxed load.
 
 use std::fmt;
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-use super::counts::Counts;
-use super::metric_array::MetricArray;
-use super::metric_node::MetricNode;
+use super::admission::MetricArray;
+use super::bucket::MetricBucket;
+use super::counts::{Counts, MetricNode};
+use super::leap_array::LeapArray;
 use crate::clock::{Clock, SharedClock};
+use crate::error::ConfigError;
+use crate::sync::{backoff, fence, AtomicU64, Ordering};
 
 /// A [`StatisticNode`](super::StatisticNode)'s minute window: 60 buckets of
 /// one second, read at the node's clock. Obtained from
@@ -100,7 +137,7 @@ impl<'a> MinuteWindow<'a> {
         let min = self.fold(u64::MAX, |min, _, counts| {
             *min = (*min).min(counts.min_rt_micros);
         });
-        (min != u64::MAX).then(|| Duration::from_micros(min))
+        super::counts::min_rt(min)
     }
 
     /// The counts of the second before the current one.
@@ -147,5 +184,414 @@ impl fmt::Debug for MinuteWindow<'_> {
             .field("success", &self.success())
             .field("exception", &self.exception())
             .finish_non_exhaustive()
+    }
+}
+
+impl MetricArray {
+    /// Folds `f` over the rollup's window at `now`: every bucket already
+    /// rolled up, and every admission-ring bucket not rolled up yet, each
+    /// with the start of the rollup bucket it belongs to. A rollup bucket may
+    /// be visited more than once (once rolled up, then once per bucket still
+    /// to come). Starts from `init` again whenever a roll-up interfered.
+    /// `init` without a rollup. No allocation.
+    pub(crate) fn rollup_fold<T: Clone>(
+        &self,
+        now: u64,
+        init: T,
+        mut f: impl FnMut(&mut T, u64, Counts),
+    ) -> T {
+        let Some(rollup) = &self.rollup else {
+            return init;
+        };
+        rollup.read(|| {
+            let mut acc = init.clone();
+            rollup.for_each_rolled(now, |start, counts| f(&mut acc, start, counts));
+            let newest_main = self.main.start_of(now);
+            for (slot, start, bucket) in self.main.held_slots() {
+                let second = rollup.start_of(start);
+                if start <= newest_main && rollup.in_window(second, now) {
+                    let mut counts = bucket.counts();
+                    // Matured reservations (prefilled passes) are left out:
+                    // see `Rollup::prefilled`.
+                    counts.pass = counts.pass.saturating_sub(rollup.prefilled(slot));
+                    f(&mut acc, second, counts);
+                }
+            }
+            acc
+        })
+    }
+
+    /// The rollup's window at `now`, one entry per rollup bucket (a second,
+    /// for a `StatisticNode`), oldest first, empty ones left out.
+    pub(crate) fn rollup_buckets(&self, now: u64) -> Vec<(u64, Counts)> {
+        let mut out = self.rollup_fold(now, Vec::new(), |out, start, counts| {
+            out.push((start, counts));
+        });
+        out.sort_unstable_by_key(|&(start, _)| start);
+        out.dedup_by(|later, earlier| {
+            let same = later.0 == earlier.0;
+            if same {
+                earlier.1.merge(&later.1);
+            }
+            same
+        });
+        out.retain(|(_, counts)| !counts.is_empty());
+        out
+    }
+
+    /// Every count recorded since the ring was made: what has moved into
+    /// the rollup plus every admission-ring bucket not moved yet, whatever
+    /// window it holds (module docs, "Lifetime totals"). Only rings with a
+    /// rollup keep them; without one this is the held buckets alone.
+    pub(crate) fn lifetime_counts(&self) -> Counts {
+        let held = || {
+            let mut total = Counts::default();
+            for (_, _, bucket) in self.main.held_slots() {
+                total.merge(&bucket.counts());
+            }
+            total
+        };
+        match &self.rollup {
+            Some(rollup) => rollup.read(|| {
+                let mut total = rollup.moved_total();
+                total.merge(&held());
+                total
+            }),
+            None => held(),
+        }
+    }
+
+    /// Records `n` occupied passes, and as many passes, straight into the
+    /// rollup at `now` (see `Rollup::add_occupied_pass`).
+    pub(crate) fn add_rollup_occupied_pass(&self, now: u64, n: u64) {
+        if let Some(rollup) = &self.rollup {
+            rollup.add_occupied_pass(now, n);
+        }
+    }
+
+    /// The rollup's shape, if there is one: (sample count, interval).
+    pub(crate) fn rollup_shape(&self) -> Option<(usize, u64)> {
+        self.rollup.as_ref().map(Rollup::shape)
+    }
+
+    /// Length of one rollup bucket, if there is a rollup.
+    pub(crate) fn rollup_window_length_ms(&self) -> Option<u64> {
+        self.rollup.as_ref().map(Rollup::window_length_ms)
+    }
+}
+
+/// A coarser ring the admission ring rolls its buckets into.
+pub(crate) struct Rollup {
+    ring: LeapArray<MetricBucket>,
+    /// Per admission-ring slot: the passes its current bucket started with
+    /// from matured reservations. Sentinel counts borrowed quota in the
+    /// minute window when it is granted (`StatisticNode::add_occupied_pass`),
+    /// so these are left out of the roll-up. Written inside a [`Move`].
+    prefilled: Box<[AtomicU64]>,
+    /// The sequence lock (module docs): odd while a bucket moves.
+    seq: AtomicU64,
+}
+
+/// Whether any exporter wants lifetime totals (see
+/// [`want_lifetime_totals`]). Process-wide, so that the statistics need no
+/// setting for it: one relaxed load per bucket rotation.
+static LIFETIME_WANTED: AtomicBool = AtomicBool::new(false);
+
+/// Starts keeping lifetime totals for every rollup, from its next bucket
+/// move on. Until an exporter calls this, no rollup pays anything for them.
+#[cfg_attr(not(feature = "prometheus"), allow(dead_code))]
+pub(crate) fn want_lifetime_totals() {
+    LIFETIME_WANTED.store(true, Ordering::Relaxed);
+}
+
+/// The lifetime totals of every rollup that has moved a bucket since they
+/// were wanted (module docs, "Lifetime totals"), kept beside the rollups
+/// rather than in them, so that a node's size does not change with
+/// exporters. Each rollup is found by the address of its `prefilled`
+/// allocation: stable when the rollup itself moves, unique while it lives,
+/// and removed from here when it drops. Sharded by that address; a shard's
+/// lock is taken once per bucket move of the rollups it holds and once per
+/// exporter read, never per request.
+mod totals {
+    use std::collections::HashMap;
+    use std::sync::{LazyLock, Mutex, MutexGuard, PoisonError};
+
+    use super::Counts;
+
+    const SHARDS: usize = 64;
+
+    type Shard = Mutex<HashMap<usize, Counts>>;
+
+    static TOTALS: LazyLock<Box<[Shard]>> =
+        LazyLock::new(|| (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect());
+
+    fn shard(id: usize) -> MutexGuard<'static, HashMap<usize, Counts>> {
+        // Allocations are at least 8-byte aligned: skip the zero bits.
+        TOTALS[(id >> 4) % SHARDS]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Adds `counts` to rollup `id`'s totals (pass, block, success,
+    /// exception and response time; the other fields stay empty).
+    pub(super) fn add(id: usize, counts: &Counts) {
+        let mut shard = shard(id);
+        let total = shard.entry(id).or_default();
+        total.pass = total.pass.saturating_add(counts.pass);
+        total.block = total.block.saturating_add(counts.block);
+        total.success = total.success.saturating_add(counts.success);
+        total.exception = total.exception.saturating_add(counts.exception);
+        total.rt_micros = total.rt_micros.saturating_add(counts.rt_micros);
+    }
+
+    /// Rollup `id`'s totals so far.
+    pub(super) fn get(id: usize) -> Counts {
+        shard(id).get(&id).copied().unwrap_or_default()
+    }
+
+    /// Forgets rollup `id` (it is dropping).
+    pub(super) fn remove(id: usize) {
+        shard(id).remove(&id);
+    }
+}
+
+/// One bucket moving into the rollup: the write side of the sequence lock.
+/// The admission ring's opener holds it from before it takes the old
+/// bucket's counts until after it published the new window.
+pub(crate) struct Move<'a> {
+    rollup: &'a Rollup,
+}
+
+impl Drop for Rollup {
+    fn drop(&mut self) {
+        if LIFETIME_WANTED.load(Ordering::Relaxed) {
+            totals::remove(self.id());
+        }
+    }
+}
+
+impl Drop for Move<'_> {
+    fn drop(&mut self) {
+        // Release: a reader that sees the even value (Acquire) sees the
+        // moved counts and the new window's stamp. Odd since `begin_move`;
+        // only the rotation lock holder writes.
+        self.rollup.seq.fetch_add(1, Ordering::Release);
+    }
+}
+
+impl Rollup {
+    /// A rollup of `sample_count` buckets over `interval_ms` for an
+    /// admission ring of `main_sample_count` slots.
+    pub(crate) fn new(
+        sample_count: usize,
+        interval_ms: u64,
+        main_sample_count: usize,
+    ) -> Result<Self, ConfigError> {
+        Ok(Rollup {
+            ring: LeapArray::new(sample_count, interval_ms)?,
+            prefilled: (0..main_sample_count).map(|_| AtomicU64::new(0)).collect(),
+            seq: AtomicU64::new(0),
+        })
+    }
+
+    /// The rollup's shape: (sample count, interval).
+    pub(crate) fn shape(&self) -> (usize, u64) {
+        (self.ring.sample_count(), self.ring.interval_ms())
+    }
+
+    /// Length of one rollup bucket.
+    pub(crate) fn window_length_ms(&self) -> u64 {
+        self.ring.window_length_ms()
+    }
+
+    /// Start of the rollup bucket containing `time`.
+    pub(crate) fn start_of(&self, time: u64) -> u64 {
+        self.ring.start_of(time)
+    }
+
+    /// Whether the rollup bucket starting at `start` is in the window at
+    /// `now`.
+    pub(crate) fn in_window(&self, start: u64, now: u64) -> bool {
+        self.ring.in_window(start, now)
+    }
+
+    /// Starts moving a bucket (write side; the caller holds the admission
+    /// ring's rotation lock).
+    pub(crate) fn begin_move(&self) -> Move<'_> {
+        // Relaxed: only the rotation lock holder writes `seq`; the fence
+        // orders the odd value before the moves that follow.
+        let seq = self.seq.load(Ordering::Relaxed);
+        self.seq.store(seq.wrapping_add(1), Ordering::Relaxed);
+        fence(Ordering::Release);
+        Move { rollup: self }
+    }
+
+    /// Inside a [`Move`]: adds `counts`, taken from the admission ring's
+    /// slot `slot` that held the window `previous` (if any), to the rollup
+    /// at `now`, leaving out the passes the bucket started with from
+    /// reservations, and records `prefill` as what the slot's new bucket
+    /// starts with.
+    pub(crate) fn roll_up(
+        &self,
+        _move: &Move<'_>,
+        slot: usize,
+        previous: Option<u64>,
+        mut counts: Counts,
+        prefill: u64,
+        now: u64,
+    ) {
+        // Lifetime totals take the bucket as it was, prefilled passes
+        // included, and whatever window it held (module docs).
+        if LIFETIME_WANTED.load(Ordering::Relaxed) && !counts.is_empty() {
+            totals::add(self.id(), &counts);
+        }
+        // Relaxed: inside the sequence lock, which orders it for readers.
+        let prefilled = self.prefilled[slot].swap(prefill, Ordering::Relaxed);
+        counts.pass = counts.pass.saturating_sub(prefilled);
+        if let Some(previous) = previous {
+            let second = self.ring.start_of(previous);
+            // A bucket older than the rollup's window has nothing to add.
+            if !counts.is_empty() && self.ring.in_window(second, now) {
+                self.ring.current_window(previous).value().absorb(&counts);
+            }
+        }
+    }
+
+    /// Passes the admission ring's slot `slot` started with from matured
+    /// reservations (left out of the roll-up).
+    pub(crate) fn prefilled(&self, slot: usize) -> u64 {
+        // Relaxed: read inside `read`, whose fences order it.
+        self.prefilled[slot].load(Ordering::Relaxed)
+    }
+
+    /// Runs `body` until no bucket moved while it ran (read side of the
+    /// sequence lock) and returns its last result.
+    pub(crate) fn read<T>(&self, mut body: impl FnMut() -> T) -> T {
+        let mut round = 0;
+        loop {
+            // Acquire: pairs with the Release of the last `Move` drop.
+            let seq = self.seq.load(Ordering::Acquire);
+            if seq & 1 == 1 {
+                backoff(&mut round);
+                continue;
+            }
+            let result = body();
+            // Acquire fence: the reads above happen before the re-check.
+            fence(Ordering::Acquire);
+            // Relaxed: ordered by the fence.
+            if self.seq.load(Ordering::Relaxed) == seq {
+                return result;
+            }
+            backoff(&mut round);
+        }
+    }
+
+    /// Every count moved out of the admission ring so far: pass, block,
+    /// success, exception and response time, the other fields empty (no
+    /// sequence lock: call inside [`read`](Self::read)).
+    pub(crate) fn moved_total(&self) -> Counts {
+        if LIFETIME_WANTED.load(Ordering::Relaxed) {
+            totals::get(self.id())
+        } else {
+            Counts::default()
+        }
+    }
+
+    /// This rollup's name in [`totals`]: the address of its `prefilled`
+    /// allocation (never empty: one word per admission-ring slot).
+    fn id(&self) -> usize {
+        self.prefilled.as_ptr() as usize
+    }
+
+    /// Calls `f` with every rollup bucket in the window at `now` and its
+    /// start (no sequence lock: call inside [`read`](Self::read)).
+    pub(crate) fn for_each_rolled(&self, now: u64, mut f: impl FnMut(u64, Counts)) {
+        // Slots and starts together: no division per bucket.
+        for (idx, start) in self.ring.window_slots(now) {
+            if let Some(bucket) = self.ring.held_at(idx, start) {
+                f(start, bucket.counts());
+            }
+        }
+    }
+
+    /// Records `n` occupied passes, and as many passes, straight into the
+    /// rollup at `now` (Sentinel's minute-window bookkeeping of borrowed
+    /// quota; the matching prefilled passes of the admission ring are left
+    /// out of the roll-up).
+    pub(crate) fn add_occupied_pass(&self, now: u64, n: u64) {
+        let bucket = self.ring.current_window(now).value();
+        bucket.add_occupied_pass(n);
+        bucket.add_pass(n);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A read whose body overlapped a bucket move (the sequence number
+    /// changed while it ran) runs again, and returns the later result.
+    #[test]
+    fn a_read_that_overlaps_a_move_runs_again() {
+        let rollup = Rollup::new(60, 60_000, 2).unwrap();
+        let mut runs = 0;
+        let last = rollup.read(|| {
+            runs += 1;
+            if runs == 1 {
+                drop(rollup.begin_move());
+            }
+            runs
+        });
+        assert_eq!(last, 2, "the first run saw a move and was discarded");
+        // No move in between: one run.
+        let mut runs = 0;
+        rollup.read(|| runs += 1);
+        assert_eq!(runs, 1);
+    }
+
+    /// While a bucket moves (from before its counts are taken until the
+    /// new window is published) no read body runs: a reader waits for the
+    /// move to end.
+    #[test]
+    fn a_read_waits_for_a_move_to_end() {
+        let rollup = Rollup::new(60, 60_000, 2).unwrap();
+        let moving = rollup.begin_move();
+        let ran = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            let reader = s.spawn(|| rollup.read(|| ran.store(true, Ordering::Relaxed)));
+            std::thread::sleep(Duration::from_millis(50));
+            assert!(!ran.load(Ordering::Relaxed), "a read ran during a move");
+            drop(moving);
+            reader.join().unwrap();
+        });
+        assert!(
+            ran.load(Ordering::Relaxed),
+            "the read ran once the move ended"
+        );
+    }
+
+    /// A bucket the admission ring reuses moves into the rollup once: reads
+    /// before and after the move see the same minute, and passes the bucket
+    /// started with from matured reservations are left out of it.
+    #[test]
+    fn a_moved_bucket_is_counted_once() {
+        // Two buckets of 500 ms rolling up into seconds.
+        let ring = MetricArray::with_rollup(2, 1_000, true, 60, 60_000, false).unwrap();
+        ring.add_pass(0, 5);
+        ring.add_pass(500, 1);
+        ring.add_waiting(Some(500), 1_200, 4);
+        let pass = |now| ring.rollup_fold(now, 0, |sum, _, counts| *sum += counts.pass);
+        assert_eq!(pass(900), 6, "nothing moved yet");
+        // Opening the bucket at 1 000 moves the one at 0 into second 0; the
+        // bucket at 1 000 starts with the 4 reserved passes, not rolled up.
+        ring.add_pass(1_000, 2);
+        assert_eq!(pass(1_000), 8);
+        assert_eq!(
+            ring.rollup_buckets(1_000)
+                .iter()
+                .map(|(start, counts)| (*start, counts.pass))
+                .collect::<Vec<_>>(),
+            [(0, 6), (1_000, 2)]
+        );
     }
 }

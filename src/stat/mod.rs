@@ -36,51 +36,58 @@
 //!
 //! # Implementation details
 //!
-//! Each protocol is described next to its code:
+//! One file per concept; each protocol is described next to its code:
 //!
-//! - bucket rotation (stamps, the rotation lock and its guard): `leap_array.rs`;
-//! - exact admission (the admission word, sealing, the cached sum of older
-//!   buckets): `admission_bucket.rs` and `metric_array.rs`;
-//! - borrowed quota: `reservation.rs`;
-//! - the minute window's roll-up and its sequence lock: `rollup.rs`;
-//! - saturating response times: `tallies.rs` and `counts.rs`.
+//! - `bucket.rs`: a bucket's counters ([`MetricEvent`], [`MetricBucket`] and
+//!   the tallies every bucket shares), and saturating response times;
+//! - `counts.rs`: a bucket's counts as values (the crate's `Counts`,
+//!   [`BucketSnapshot`], [`MetricNode`]) and the response-time arithmetic
+//!   reads share;
+//! - `leap_array.rs`: the ring ([`LeapArray`], [`WindowWrap`]) and bucket
+//!   rotation (stamps, the rotation lock and its guard);
+//! - `admission.rs`: exact admission (the managed bucket and its admission
+//!   word, sealing, the cached sum of older buckets and its straggler
+//!   generation, strict rings);
+//! - `view.rs`: the admission ring's reads;
+//! - `occupy.rs`: borrowed quota ([`OccupiableBucketLeapArray`],
+//!   [`FutureBucketLeapArray`], the reservation ring inside an occupiable
+//!   ring);
+//! - `minute.rs`: the minute window ([`MinuteWindow`]), the roll-up that
+//!   feeds it and its sequence lock, lifetime totals;
+//! - `array_metric.rs`, `node.rs`: [`ArrayMetric`] and [`StatisticNode`],
+//!   the admission ring behind a clock;
+//! - `histogram.rs`: a layer's response-time histogram, for exporters.
+//!
+//! The files form layers, each using only its own layer and the ones
+//! listed before it: `counts.rs` and `bucket.rs`; `leap_array.rs`; the admission ring
+//! (`admission.rs`, `view.rs`, `occupy.rs`, `minute.rs`, which use one
+//! another: the ring holds a reservation ring and a roll-up, whose public
+//! faces read the ring); `array_metric.rs`; `node.rs`. `histogram.rs`
+//! stands alone.
 //!
 //! These properties are model-checked with loom (`tests/loom.rs`) and
 //! stress-tested on real threads (`tests/stat/stress.rs`).
 
-// No two files import each other; `tests` in each file cover it alone.
-mod admission_bucket;
+// Each file's `tests` module covers that file's concept.
+mod admission;
 mod array_metric;
 mod bucket;
-mod bucket_ref;
 mod counts;
-mod event;
-mod future_array;
 mod histogram;
 mod leap_array;
-mod metric_array;
-mod metric_node;
 mod minute;
 mod node;
-mod occupiable;
-mod reservation;
-mod rollup;
-mod snapshot;
-mod tallies;
-mod window_wrap;
+mod occupy;
+mod view;
 
 pub use crate::error::ConfigError;
 pub use array_metric::ArrayMetric;
-pub use bucket::MetricBucket;
-pub use event::MetricEvent;
-pub use future_array::FutureBucketLeapArray;
-pub use leap_array::{BucketLeapArray, BucketValue, LeapArray};
-pub use metric_node::MetricNode;
+pub use bucket::{MetricBucket, MetricEvent};
+pub use counts::{BucketSnapshot, MetricNode};
+pub use leap_array::{BucketLeapArray, BucketValue, LeapArray, WindowWrap};
 pub use minute::MinuteWindow;
 pub use node::StatisticNode;
-pub use occupiable::OccupiableBucketLeapArray;
-pub use snapshot::BucketSnapshot;
-pub use window_wrap::WindowWrap;
+pub use occupy::{FutureBucketLeapArray, OccupiableBucketLeapArray};
 
 pub(crate) use counts::Counts;
 #[cfg(feature = "prometheus")]
@@ -89,7 +96,7 @@ pub(crate) use histogram::RtSlot;
 #[cfg(feature = "prometheus")]
 pub(crate) use histogram::{RtCounts, DEFAULT_RT_BUCKETS};
 #[cfg_attr(not(feature = "prometheus"), allow(unused_imports))]
-pub(crate) use rollup::want_lifetime_totals;
+pub(crate) use minute::want_lifetime_totals;
 // Part of the crate-internal interface (snapshots that merge several nodes
 // divide their own sums); `Counts::avg_rt` is the clamped form.
 #[allow(unused_imports)]

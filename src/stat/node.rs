@@ -4,10 +4,9 @@
 use std::fmt;
 use std::time::Duration;
 
+use super::admission::MetricArray;
 use super::array_metric::ArrayMetric;
-use super::counts::{micros, Counts};
-use super::metric_array::MetricArray;
-use super::metric_node::MetricNode;
+use super::counts::{micros, Counts, MetricNode};
 use super::minute::MinuteWindow;
 use crate::clock::{Clock, SharedClock};
 use crate::error::ConfigError;
@@ -130,7 +129,7 @@ impl StatisticNode {
 
     /// A node on `clock` with a second window of `sample_count` buckets over
     /// `interval_ms`; `strict` makes admission also count the bucket that has
-    /// just left the window (see `metric_array`, "Strict rings").
+    /// just left the window (see `admission`, "Strict rings").
     pub(crate) fn build(
         clock: SharedClock,
         sample_count: usize,

@@ -1,9 +1,14 @@
-//! The admission ring: a ring of managed buckets, the cache that makes an
+//! The admission engine: a ring of managed buckets, the cache that makes an
 //! admission one compare-and-swap, and (optionally) a reservation ring and a
 //! roll-up. Every method takes the time, so a `StatisticNode` can read the
 //! clock once per operation.
 //!
-//! This file offers the *mechanism* of exact admission,
+//! This file holds the managed bucket and its admission word
+//! ([`AdmissionBucket`]), the ring (`MetricArray`) with its bookkeeping for
+//! opening buckets, recording and admission. The ring's reads are in
+//! `view`, its roll-up reads in `minute`, its reservation ring in `occupy`.
+//!
+//! The engine offers the *mechanism* of exact admission,
 //! [`MetricArray::try_add_pass`]: "add `n` passes to the newest bucket if
 //! `decide(window_pass)` says yes, in one compare-and-swap". The *rule*
 //! (`window_pass + n <= limit`) lives in `crate::flow`.
@@ -13,7 +18,7 @@
 //! Sentinel checks and then adds, so two threads can both see room for one
 //! (alibaba/Sentinel#1592). Here the decision and the record are one
 //! compare-and-swap on the admission word of the newest bucket (layout in
-//! `admission_bucket`).
+//! "The admission word" below).
 //!
 //! 1. The caller moves its time forward to the newest opened bucket if its
 //!    clock lags behind it, and opens that bucket ([`MetricArray::open`]).
@@ -78,25 +83,227 @@
 //!
 //! Reads (statistics, `details`, `list`) still report the
 //! `sample_count`-bucket window.
+//!
+//! # The admission word
+//!
+//! The managed bucket keeps the counters of a
+//! [`MetricBucket`](super::MetricBucket), with the pass count packed into an
+//! admission word.
+//!
+//! ```text
+//!  63     62 ........ 47  46 ............. 0
+//! [SEALED][ round tag  ][     count        ]
+//! ```
+//!
+//! - `count`: the bucket's passes, saturating at [`pass_word::COUNT_MAX`]
+//!   (about 1.4 × 10^14).
+//! - `round tag`: which window of its slot the bucket holds (see
+//!   `round_tag`). An admission succeeds only on a word whose tag is the
+//!   one it decided for, so a caller delayed across a rotation cannot land
+//!   in the next window with a stale count (ABA).
+//! - `SEALED`: set once a newer bucket of the ring has been opened; an
+//!   admission never succeeds on a sealed word.
+//!
+//! `AdmissionBucket` is crate-private: a safe public `reset` on it would zero the
+//! tag and stall every admission until the clock left the bucket. Readers
+//! outside the crate get [`BucketSnapshot`](super::BucketSnapshot)s.
 
-use std::time::Duration;
-
-use super::admission_bucket::{pass_word, AdmissionBucket};
-use super::bucket_ref::BucketRef;
+use super::bucket::Tallies;
 use super::counts::Counts;
-use super::leap_array::{validate, LeapArray};
-use super::metric_node::MetricNode;
-use super::reservation::Reservations;
-use super::rollup::Rollup;
-use super::snapshot::BucketSnapshot;
+use super::leap_array::{validate, BucketValue, LeapArray};
+use super::minute::Rollup;
+use super::occupy::Reservations;
 use crate::error::ConfigError;
 use crate::sync::{backoff, AtomicU64, Ordering};
 
+/// Layout of the admission word (see the module docs).
+pub(crate) mod pass_word {
+    /// Set on a bucket's word once a newer bucket of the same ring has been
+    /// opened: admissions must move on to the newer bucket.
+    pub(crate) const SEALED: u64 = 1 << 63;
+    pub(crate) const TAG_SHIFT: u32 = 47;
+    pub(crate) const TAG_MASK: u64 = 0xFFFF << TAG_SHIFT;
+    pub(crate) const COUNT_MAX: u64 = (1 << TAG_SHIFT) - 1;
+
+    #[inline]
+    pub(crate) const fn count(word: u64) -> u64 {
+        word & COUNT_MAX
+    }
+
+    #[inline]
+    pub(crate) const fn tag(word: u64) -> u64 {
+        (word & TAG_MASK) >> TAG_SHIFT
+    }
+
+    /// The word's bits from the tag up: its round tag when the word is
+    /// open, a value above `0xFFFF` when it is sealed. Comparing this with
+    /// a round's tag checks both at once.
+    #[inline]
+    pub(crate) const fn open_tag(word: u64) -> u64 {
+        word >> TAG_SHIFT
+    }
+
+    #[inline]
+    pub(crate) const fn is_sealed(word: u64) -> bool {
+        word & SEALED != 0
+    }
+
+    #[inline]
+    pub(crate) const fn with_tag(tag: u64, count: u64) -> u64 {
+        ((tag << TAG_SHIFT) & TAG_MASK) | (count & COUNT_MAX)
+    }
+}
+
+/// Adds below this size go through a plain `fetch_add`; at most this much can
+/// be added concurrently by any realistic number of threads before the count
+/// reaches [`pass_word::COUNT_MAX`], which keeps carries out of the tag bits.
+const FAST_ADD_LIMIT: u64 = 1 << 32;
+const FAST_ADD_HEADROOM: u64 = 1 << 40;
+
+/// A managed bucket (56 bytes, like `MetricBucket`).
+pub(crate) struct AdmissionBucket {
+    /// The admission word: seal bit, round tag, pass count.
+    word: AtomicU64,
+    tallies: Tallies,
+}
+
+impl Default for AdmissionBucket {
+    fn default() -> Self {
+        AdmissionBucket {
+            word: AtomicU64::new(0),
+            tallies: Tallies::new(),
+        }
+    }
+}
+
+impl BucketValue for AdmissionBucket {
+    fn reset(&self) {
+        AdmissionBucket::reset(self);
+    }
+}
+
+impl AdmissionBucket {
+    /// The tallies (block, success, response times, ...).
+    #[inline]
+    pub(crate) fn tallies(&self) -> &Tallies {
+        &self.tallies
+    }
+
+    /// Admitted requests.
+    #[inline]
+    pub(crate) fn pass(&self) -> u64 {
+        pass_word::count(self.pass_word())
+    }
+
+    /// Every counter (each read on its own).
+    pub(crate) fn counts(&self) -> Counts {
+        self.tallies.counts(self.pass())
+    }
+
+    /// The raw admission word.
+    #[inline]
+    pub(crate) fn pass_word(&self) -> u64 {
+        // Acquire: pairs with the Release of `start_round`, so a reader of a
+        // round's word also sees what its opener stored before it.
+        self.word.load(Ordering::Acquire)
+    }
+
+    /// Adds `n` passes unconditionally (saturating) and returns the word as
+    /// it was before.
+    #[inline]
+    pub(crate) fn add_pass_returning(&self, n: u64) -> u64 {
+        // Relaxed: only a guess at the headroom; the add below decides.
+        let current = self.word.load(Ordering::Relaxed);
+        if n < FAST_ADD_LIMIT
+            && pass_word::count(current) < pass_word::COUNT_MAX - FAST_ADD_HEADROOM
+        {
+            // AcqRel keeps the word's modification order usable by the
+            // admission protocol, which reads it with Acquire.
+            return self.word.fetch_add(n, Ordering::AcqRel);
+        }
+        self.add_pass_saturating(n)
+    }
+
+    #[cold]
+    fn add_pass_saturating(&self, n: u64) -> u64 {
+        // AcqRel / Acquire: as the fast path above.
+        let mut current = self.word.load(Ordering::Acquire);
+        loop {
+            let count = pass_word::count(current)
+                .saturating_add(n)
+                .min(pass_word::COUNT_MAX);
+            let next = (current & !pass_word::COUNT_MAX) | count;
+            match self.word.compare_exchange_weak(
+                current,
+                next,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(previous) => return previous,
+                Err(actual) => current = actual,
+            }
+        }
+    }
+
+    /// Replaces the word if it still equals `current`.
+    #[inline]
+    pub(crate) fn cas_pass_word(&self, current: u64, next: u64) -> Result<u64, u64> {
+        // AcqRel on success: the admission is ordered after everything the
+        // caller read to decide it. Acquire on failure: the fresh value is
+        // used for the next decision.
+        self.word
+            .compare_exchange(current, next, Ordering::AcqRel, Ordering::Acquire)
+    }
+
+    /// Sets the seal bit, leaving count and tag alone.
+    #[inline]
+    pub(crate) fn seal(&self) {
+        // AcqRel: the seal is ordered with the admissions on this word, so an
+        // admission swapping after it fails.
+        self.word.fetch_or(pass_word::SEALED, Ordering::AcqRel);
+    }
+
+    /// Tags a freshly emptied word for a new round and adds `count`, keeping
+    /// any pass a late writer added since the reset (it counts in the new
+    /// round, like any write behind its bucket). The word's tag and seal
+    /// bits must be zero: only the bucket's opener, which emptied it, sets
+    /// them.
+    pub(crate) fn start_round(&self, tag: u64, count: u64) {
+        debug_assert_eq!(
+            self.word.load(Ordering::Relaxed) & !pass_word::COUNT_MAX,
+            0,
+            "start_round on a word that was not reset"
+        );
+        // Release: an admission that reads this round's word (Acquire) also
+        // sees what the opener stored before it, the cached sum of the
+        // older buckets.
+        self.word
+            .fetch_add(pass_word::with_tag(tag, count), Ordering::Release);
+    }
+
+    /// Empties the bucket and returns what it held. Each counter is swapped
+    /// out in one atomic step, so a concurrent add is either in the result or
+    /// left in the emptied bucket: never lost, never in both.
+    pub(crate) fn take(&self) -> Counts {
+        // AcqRel: ordered with the admissions on the word (see `seal`).
+        let pass = pass_word::count(self.word.swap(0, Ordering::AcqRel));
+        self.tallies.take(pass)
+    }
+
+    /// Clears every counter, the admission word included.
+    pub(crate) fn reset(&self) {
+        // Relaxed: the ring's owner publishes the reset with the slot's
+        // stamp (Release) before anyone may write the new window.
+        self.word.store(0, Ordering::Relaxed);
+        self.tallies.reset();
+    }
+}
+
 /// The admission ring (module docs).
 pub(crate) struct MetricArray {
-    main: LeapArray<AdmissionBucket>,
+    pub(super) main: LeapArray<AdmissionBucket>,
     /// `None`: not occupiable, reservations are ignored.
-    reservations: Option<Reservations>,
+    pub(super) reservations: Option<Reservations>,
     /// Per slot: the passes of the window's older buckets, computed when the
     /// slot's bucket was opened as the newest, packed with the value of
     /// `stragglers` at that moment (see [`before_word`]). An admission reuses
@@ -117,7 +324,7 @@ pub(crate) struct MetricArray {
     stragglers: AtomicU64,
     /// Where buckets go when their slot is reused, if anywhere: a
     /// `StatisticNode`'s minute window.
-    rollup: Option<Rollup>,
+    pub(super) rollup: Option<Rollup>,
 }
 
 /// `MetricArray::before` entry with nothing cached. Its tag field reads
@@ -588,234 +795,6 @@ impl MetricArray {
             .filter_map(|(idx, s)| self.bucket_at(idx, s))
             .fold(0u64, |sum, b| sum.saturating_add(b.pass()))
     }
-
-    // --- reads ---------------------------------------------------------------
-
-    /// The bucket starting at `start`, as reads see it.
-    #[inline]
-    fn bucket(&self, start: u64) -> Option<BucketRef<'_>> {
-        self.bucket_at(self.main.index_of(start), start)
-    }
-
-    /// [`bucket`](Self::bucket) with the slot of `start` already known (the
-    /// reservation ring has the same shape, so the same slot).
-    #[inline]
-    fn bucket_at(&self, idx: usize, start: u64) -> Option<BucketRef<'_>> {
-        if let Some(held) = self.main.held_at(idx, start) {
-            return Some(BucketRef::Held(held));
-        }
-        self.reservations
-            .as_ref()?
-            .held_at(idx, start)
-            .map(BucketRef::Reserved)
-    }
-
-    /// The window's buckets at `now`, oldest first, with their starts.
-    pub(crate) fn buckets(
-        &self,
-        now: u64,
-    ) -> impl Iterator<Item = (u64, BucketRef<'_>)> + Clone + '_ {
-        self.main
-            .window_slots(now)
-            .filter_map(move |(idx, start)| self.bucket_at(idx, start).map(|b| (start, b)))
-    }
-
-    /// The window's buckets at `now` as `(start, passes)`, oldest first: what
-    /// a retry estimate needs. No allocation.
-    pub(crate) fn pass_buckets(&self, now: u64) -> impl Iterator<Item = (u64, u64)> + Clone + '_ {
-        self.buckets(now).map(|(start, b)| (start, b.pass()))
-    }
-
-    /// Every count of the window at `now`, summed.
-    pub(crate) fn counts(&self, now: u64) -> Counts {
-        self.buckets(now)
-            .fold(Counts::default(), |mut counts, (_, bucket)| {
-                counts.merge(&bucket.counts());
-                counts
-            })
-    }
-
-    pub(crate) fn sum(&self, now: u64, f: impl Fn(BucketRef<'_>) -> u64) -> u64 {
-        self.buckets(now)
-            .fold(0u64, |sum, (_, b)| sum.saturating_add(f(b)))
-    }
-
-    pub(crate) fn max_success(&self, now: u64) -> u64 {
-        self.buckets(now)
-            .map(|(_, b)| b.success())
-            .max()
-            .unwrap_or(0)
-    }
-
-    pub(crate) fn min_rt(&self, now: u64) -> Option<Duration> {
-        let min = self
-            .buckets(now)
-            .map(|(_, b)| b.min_rt_micros())
-            .min()
-            .unwrap_or(u64::MAX);
-        super::counts::min_rt(min)
-    }
-
-    /// The bucket one bucket before the one containing `now`.
-    pub(crate) fn previous(&self, now: u64) -> Option<BucketRef<'_>> {
-        let start = self
-            .main
-            .start_of(now)
-            .checked_sub(self.main.window_length_ms())?;
-        if !self.main.in_window(start, now) {
-            return None;
-        }
-        self.bucket(start)
-    }
-
-    /// Passes of the bucket containing `time`, if that bucket is held, or
-    /// reserved and matured by `now`.
-    pub(crate) fn window_pass(&self, time: u64, now: u64) -> u64 {
-        let start = self.main.start_of(time);
-        if let Some(held) = self.main.held(start) {
-            return held.pass();
-        }
-        if start > self.main.start_of(now) {
-            return 0;
-        }
-        self.bucket(start).map_or(0, |b| b.pass())
-    }
-
-    /// Reserved passes in buckets that start after `now`.
-    pub(crate) fn waiting(&self, now: u64) -> u64 {
-        self.reservations
-            .as_ref()
-            .map_or(0, |reservations| reservations.waiting(now))
-    }
-
-    pub(crate) fn details(&self, now: u64) -> Vec<MetricNode> {
-        self.buckets(now)
-            .map(|(start, b)| MetricNode::from_counts(start, &b.counts()))
-            .collect()
-    }
-
-    /// A snapshot of the held bucket starting at `start`, if held.
-    fn snapshot(&self, idx: usize, start: u64) -> Option<BucketSnapshot> {
-        self.main
-            .held_at(idx, start)
-            .map(|bucket| BucketSnapshot::new(start, self.main.window_length_ms(), bucket.counts()))
-    }
-
-    /// Snapshots of the buckets the ring holds for the window at `now`,
-    /// oldest first (matured reservations whose bucket was never opened are
-    /// not buckets; [`details`](Self::details) has them).
-    pub(crate) fn list(&self, now: u64) -> Vec<BucketSnapshot> {
-        self.main
-            .window_slots(now)
-            .filter_map(|(idx, start)| self.snapshot(idx, start))
-            .collect()
-    }
-
-    /// A snapshot of the held bucket containing `time`, without opening it.
-    pub(crate) fn window_value(&self, time: u64) -> Option<BucketSnapshot> {
-        let start = self.main.start_of(time);
-        self.snapshot(self.main.index_of(start), start)
-    }
-
-    /// Opens the bucket for `now` and snapshots it.
-    pub(crate) fn current_snapshot(&self, now: u64) -> BucketSnapshot {
-        let (idx, start) = self.open(now);
-        let bucket = self.main.value_at(idx);
-        BucketSnapshot::new(start, self.main.window_length_ms(), bucket.counts())
-    }
-
-    // --- roll-up (minute window) reads -----------------------------------------
-
-    /// Folds `f` over the rollup's window at `now`: every bucket already
-    /// rolled up, and every admission-ring bucket not rolled up yet, each
-    /// with the start of the rollup bucket it belongs to. A rollup bucket may
-    /// be visited more than once (once rolled up, then once per bucket still
-    /// to come). Starts from `init` again whenever a roll-up interfered.
-    /// `init` without a rollup. No allocation.
-    pub(crate) fn rollup_fold<T: Clone>(
-        &self,
-        now: u64,
-        init: T,
-        mut f: impl FnMut(&mut T, u64, Counts),
-    ) -> T {
-        let Some(rollup) = &self.rollup else {
-            return init;
-        };
-        rollup.read(|| {
-            let mut acc = init.clone();
-            rollup.for_each_rolled(now, |start, counts| f(&mut acc, start, counts));
-            let newest_main = self.main.start_of(now);
-            for (slot, start, bucket) in self.main.held_slots() {
-                let second = rollup.start_of(start);
-                if start <= newest_main && rollup.in_window(second, now) {
-                    let mut counts = bucket.counts();
-                    // Matured reservations (prefilled passes) are left out:
-                    // see `Rollup::prefilled`.
-                    counts.pass = counts.pass.saturating_sub(rollup.prefilled(slot));
-                    f(&mut acc, second, counts);
-                }
-            }
-            acc
-        })
-    }
-
-    /// The rollup's window at `now`, one entry per rollup bucket (a second,
-    /// for a `StatisticNode`), oldest first, empty ones left out.
-    pub(crate) fn rollup_buckets(&self, now: u64) -> Vec<(u64, Counts)> {
-        let mut out = self.rollup_fold(now, Vec::new(), |out, start, counts| {
-            out.push((start, counts));
-        });
-        out.sort_unstable_by_key(|&(start, _)| start);
-        out.dedup_by(|later, earlier| {
-            let same = later.0 == earlier.0;
-            if same {
-                earlier.1.merge(&later.1);
-            }
-            same
-        });
-        out.retain(|(_, counts)| !counts.is_empty());
-        out
-    }
-
-    /// Every count recorded since the ring was made: what has moved into
-    /// the rollup plus every admission-ring bucket not moved yet, whatever
-    /// window it holds (see `rollup`, "Lifetime totals"). Only rings with a
-    /// rollup keep them; without one this is the held buckets alone.
-    pub(crate) fn lifetime_counts(&self) -> Counts {
-        let held = || {
-            let mut total = Counts::default();
-            for (_, _, bucket) in self.main.held_slots() {
-                total.merge(&bucket.counts());
-            }
-            total
-        };
-        match &self.rollup {
-            Some(rollup) => rollup.read(|| {
-                let mut total = rollup.moved_total();
-                total.merge(&held());
-                total
-            }),
-            None => held(),
-        }
-    }
-
-    /// Records `n` occupied passes, and as many passes, straight into the
-    /// rollup at `now` (see `Rollup::add_occupied_pass`).
-    pub(crate) fn add_rollup_occupied_pass(&self, now: u64, n: u64) {
-        if let Some(rollup) = &self.rollup {
-            rollup.add_occupied_pass(now, n);
-        }
-    }
-
-    /// The rollup's shape, if there is one: (sample count, interval).
-    pub(crate) fn rollup_shape(&self) -> Option<(usize, u64)> {
-        self.rollup.as_ref().map(Rollup::shape)
-    }
-
-    /// Length of one rollup bucket, if there is a rollup.
-    pub(crate) fn rollup_window_length_ms(&self) -> Option<u64> {
-        self.rollup.as_ref().map(Rollup::window_length_ms)
-    }
 }
 
 /// Step 3 of exact admission: decides against the bucket's word, first
@@ -869,6 +848,34 @@ fn add_if_open(
 mod tests {
     use super::*;
 
+    #[test]
+    fn fits_in_56_bytes() {
+        assert_eq!(std::mem::size_of::<AdmissionBucket>(), 56);
+    }
+
+    #[test]
+    fn pass_saturates_instead_of_corrupting_the_tag() {
+        let b = AdmissionBucket::default();
+        b.start_round(0xABCD, 0);
+        b.add_pass_returning(u64::MAX);
+        b.add_pass_returning(5);
+        assert_eq!(b.pass(), pass_word::COUNT_MAX);
+        assert_eq!(pass_word::tag(b.pass_word()), 0xABCD);
+        assert!(!pass_word::is_sealed(b.pass_word()));
+    }
+
+    #[test]
+    fn seal_keeps_count_and_tag() {
+        let b = AdmissionBucket::default();
+        b.start_round(7, 3);
+        b.seal();
+        b.add_pass_returning(2);
+        let w = b.pass_word();
+        assert!(pass_word::is_sealed(w));
+        assert_eq!(pass_word::tag(w), 7);
+        assert_eq!(b.pass(), 5);
+    }
+
     /// The fast path compares a pass word's tag with a cache entry in one
     /// comparison and relies on the empty entry matching no word: no round
     /// may have the tag `0xFFFF`, the empty entry's tag field.
@@ -918,5 +925,97 @@ mod tests {
             before_word::unpack(entry, pass_word::open_tag(open), generation + 1),
             None
         );
+    }
+
+    /// The straggler generation is part of the cache key: an entry packed
+    /// at one generation matches that generation only (compared modulo
+    /// 2^20, the field's width), and a sum too large for its field is not
+    /// cached at all.
+    #[test]
+    fn a_cache_entry_is_only_good_for_its_straggler_generation() {
+        let tag = round_tag(3_000, 1_000);
+        let entry = before_word::pack(tag, 41, 9).expect("fits");
+        assert_eq!(before_word::unpack(entry, tag, 41), Some(9));
+        for other in [0, 40, 42, 0xF_FFFF] {
+            assert_eq!(
+                before_word::unpack(entry, tag, other),
+                None,
+                "generation {other}"
+            );
+        }
+        // The field keeps the low 20 bits: a whole turn later matches.
+        assert_eq!(before_word::unpack(entry, tag, 41 + (1 << 20)), Some(9));
+        let top = (1 << 28) - 1;
+        assert_eq!(
+            before_word::pack(tag, 0, top).map(|w| before_word::unpack(w, tag, 0)),
+            Some(Some(top))
+        );
+        assert_eq!(before_word::pack(tag, 0, top + 1), None, "too large");
+    }
+
+    /// A pass recorded behind the newest bucket (into a sealed bucket, by a
+    /// caller whose clock lags) bumps the straggler generation, so the next
+    /// admission into the newest bucket does not trust the sum of older
+    /// buckets its opener cached, and decides against the late pass too.
+    #[test]
+    fn a_late_pass_invalidates_the_cached_sum_of_older_buckets() {
+        // Two buckets of 500 ms.
+        let ring = MetricArray::new(2, 1_000, false).unwrap();
+        assert_eq!(ring.try_add_pass(0, 1, |_| true), Ok(0));
+        // Opening the bucket at 500 seals the one at 0 and caches its 1 pass.
+        assert_eq!(ring.try_add_pass(500, 1, |_| true), Ok(1));
+        // A caller whose clock still reads 0 records 5 passes there.
+        ring.add_pass(0, 5);
+        assert!(pass_word::is_sealed(ring.main.value_at(0).pass_word()));
+        // The window holds 1 + 5 + 1 passes; the stale cache would say 1 + 1.
+        assert_eq!(ring.try_add_pass(500, 1, |_| false), Err(7));
+        assert_eq!(ring.try_add_pass(500, 1, |window| window < 8), Ok(7));
+        assert_eq!(ring.try_add_pass(500, 1, |_| false), Err(8));
+    }
+
+    /// A strict ring decides against the bucket that has just left the
+    /// window as well: its opener keeps that bucket's passes beside the
+    /// slot it reuses (0 when the slot held an older window), and
+    /// `departed_bucket` reports the same figure before and after the
+    /// opening.
+    #[test]
+    fn a_strict_ring_counts_the_bucket_that_just_left_the_window() {
+        // Two buckets of 500 ms; admission counts one bucket more.
+        let ring = MetricArray::build(2, 1_000, false, None, true).unwrap();
+        assert!(ring.is_strict());
+        ring.add_pass(0, 3);
+        assert_eq!(ring.try_add_pass(500, 1, |_| true), Ok(3));
+        // At 1 000 the bucket at 0 leaves the window, through the slot the
+        // bucket at 1 000 reuses.
+        assert_eq!(ring.departed_bucket(1_000), Some((0, 3)), "still held");
+        assert_eq!(ring.try_add_pass(1_000, 1, |_| false), Err(1 + 3));
+        assert_eq!(ring.departed_bucket(1_000), Some((0, 3)), "kept aside");
+        // Reads still report the two-bucket window.
+        assert_eq!(ring.sum(1_000, |b| b.pass()), 1);
+        // At 1 500 the bucket at 500 (1 pass) departs.
+        assert_eq!(ring.try_add_pass(1_500, 1, |_| false), Err(1));
+        // After a gap the slot held an older window: nothing departs.
+        assert_eq!(ring.try_add_pass(5_000, 1, |_| false), Err(0));
+        assert_eq!(ring.departed_bucket(5_000), Some((4_000, 0)));
+
+        // A ring that is not strict counts the window alone.
+        let plain = MetricArray::new(2, 1_000, false).unwrap();
+        plain.add_pass(0, 3);
+        assert_eq!(plain.try_add_pass(500, 1, |_| true), Ok(3));
+        assert_eq!(plain.try_add_pass(1_000, 1, |_| false), Err(1));
+        assert_eq!(plain.departed_bucket(1_000), None);
+    }
+
+    /// A departing bucket that was never opened can still hold passes:
+    /// quota reserved for it, which reads count once it has matured.
+    #[test]
+    fn a_strict_ring_counts_quota_reserved_for_the_departing_bucket() {
+        let ring = MetricArray::build(2, 1_000, true, None, true).unwrap();
+        ring.add_waiting(Some(0), 4_500, 2);
+        // At 5 500 the bucket at 4 500 departs; only its reservation held
+        // passes, and the bucket at 5 000 was never opened.
+        assert_eq!(ring.departed_bucket(5_500), Some((4_500, 2)));
+        assert_eq!(ring.try_add_pass(5_500, 1, |_| false), Err(2));
+        assert_eq!(ring.departed_bucket(5_500), Some((4_500, 2)));
     }
 }
