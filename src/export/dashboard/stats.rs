@@ -335,7 +335,144 @@ fn percent_decoded(text: &str) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::{percent_decoded, prefix, view};
+    use std::time::Duration;
+
+    use axum::body::Body;
+    use axum::routing::get;
+    use axum::Router;
+    use http::StatusCode;
+    use tower::ServiceExt;
+
+    use super::{build, json, percent_decoded, prefix, view, View};
+    use crate::breaker::Breaker;
+    use crate::clock::ManualClock;
+    use crate::SlidingWindowLayer;
+
+    /// Labels that need escaping or are long: control characters (each
+    /// with its short escape or `\u00XX`), quotes and backslashes, what a
+    /// lossy read of invalid bytes leaves, characters JSON may carry as
+    /// they are, and a label longer than any buffer estimate.
+    fn labels() -> Vec<String> {
+        let mut controls: String = (0u8..0x20).map(char::from).collect();
+        controls.push('\u{7f}');
+        vec![
+            "/plain".to_owned(),
+            controls,
+            "q\"uo\\te\"".to_owned(),
+            "t\u{fffd}\u{fffd}\"\\".to_owned(),
+            "é 😀 \u{2028}\u{2029} </script>".to_owned(),
+            format!("/long/{}\n{}", "x".repeat(3000), "\u{1}".repeat(40)),
+            "Case/Search".to_owned(),
+        ]
+    }
+
+    /// Every view [`json`] is asked for in [`the_json_is_the_recorded_json`]:
+    /// (editable, top, query).
+    const VIEWS: [(bool, usize, &str); 6] = [
+        (false, 100, ""),
+        (true, 3, ""),
+        (false, 100, "history=2"),
+        (false, 100, "search=case"),
+        (false, 2, "search=%22&history=1"),
+        (false, 100, "search=%09%01%5C%22no+match"),
+    ];
+
+    /// The JSON of every view in [`VIEWS`], one document a line, for a
+    /// layer on a manual clock: the labels of [`labels`] (one of them
+    /// failing until its breaker opens), the missing key, the overflow
+    /// entry, response times, five seconds of history and traffic in the
+    /// current window.
+    async fn documents() -> String {
+        let clock = ManualClock::new(1_732_345_670_000);
+        let labels = labels();
+        let layer = SlidingWindowLayer::qps(3)
+            .max_keys(labels.len() + 1)
+            .key(|parts: &http::request::Parts| {
+                let i: usize = parts.headers.get("x-k")?.to_str().ok()?.parse().ok()?;
+                Some(
+                    self::labels()
+                        .get(i)
+                        .cloned()
+                        .unwrap_or_else(|| format!("/extra/{i}")),
+                )
+            })
+            .breaker(Breaker::error_count(2).min_requests(2))
+            .clock(clock.clone());
+        let stats = layer.handle();
+        let slow = clock.clone();
+        let app = Router::new()
+            .route(
+                "/fail",
+                get(|| async { (StatusCode::INTERNAL_SERVER_ERROR, "no") }),
+            )
+            .route(
+                "/slow",
+                get(move || {
+                    slow.advance(Duration::from_millis(7));
+                    async { "ok" }
+                }),
+            )
+            .route("/", get(|| async { "ok" }))
+            .layer(layer);
+        let send = |path: &str, key: Option<usize>| {
+            let mut request = http::Request::get(path);
+            if let Some(i) = key {
+                request = request.header("x-k", i.to_string());
+            }
+            app.clone().oneshot(request.body(Body::empty()).unwrap())
+        };
+        for second in 0..6usize {
+            if second > 0 {
+                clock.advance(Duration::from_millis(1000 - 7 * 4 * (second as u64 % 2)));
+            }
+            for (i, _) in labels.iter().enumerate() {
+                // Different traffic per key, some over the limit.
+                for _ in 0..=(i + second) % 5 {
+                    let path = match i {
+                        1 => "/slow",
+                        3 if second < 2 => "/fail",
+                        _ => "/",
+                    };
+                    send(path, Some(i)).await.unwrap();
+                }
+            }
+            // The missing key, and keys past `max_keys` in the overflow
+            // entry, each with traffic of its own.
+            for _ in 0..second % 3 + 1 {
+                send("/", None).await.unwrap();
+            }
+            for extra in 0..second + 5 {
+                send("/", Some(100 + extra)).await.unwrap();
+            }
+        }
+        let table = build(&stats);
+        let mut out = String::new();
+        for (editable, top, query) in VIEWS {
+            let view: View = view(Some(query)).unwrap();
+            let text = String::from_utf8(json(&table, editable, top, &view)).unwrap();
+            out.push_str(&text);
+            out.push('\n');
+        }
+        out
+    }
+
+    /// The JSON is the one recorded from the dashboard's hand-written JSON
+    /// writer before `serde_json` replaced it: byte for byte, and as
+    /// values.
+    #[tokio::test]
+    async fn the_json_is_the_recorded_json() {
+        let got = documents().await;
+        let want = include_str!("stats.recorded.jsonl");
+        for (got, want) in got.lines().zip(want.lines()) {
+            let value = |text: &str| -> serde_json::Value {
+                serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}"))
+            };
+            assert_eq!(value(got), value(want));
+            assert_eq!(got, want);
+        }
+        assert_eq!(got.lines().count(), VIEWS.len());
+        assert_eq!(want.lines().count(), VIEWS.len());
+    }
 
     #[test]
     fn search_and_history_are_read_from_the_query() {
