@@ -182,7 +182,6 @@
 //! # let _: axum::Router = admin;
 //! ```
 
-mod json;
 mod limit;
 mod stats;
 
@@ -513,10 +512,10 @@ where
                 let (editable, top) = (self.editable, self.top);
                 let cut = view.clone();
                 let written = tokio::task::spawn_blocking(move || {
-                    Bytes::from(stats::json(&table, editable, top, &cut))
+                    stats::json(&table, editable, top, &cut).map(Bytes::from)
                 })
                 .await;
-                let Ok(bytes) = written else {
+                let Ok(Ok(bytes)) = written else {
                     return plain(
                         StatusCode::INTERNAL_SERVER_ERROR,
                         "the dashboard could not write its JSON\n".to_owned(),
@@ -556,7 +555,8 @@ where
         // one, which finishes and is kept for the next readers.
         let built = tokio::task::spawn_blocking(move || {
             let table = stats::build(&board.handle);
-            let page = stats::json(&table, board.editable, board.top, &stats::View::default());
+            let page = stats::json(&table, board.editable, board.top, &stats::View::default())
+                .map_err(|_| "the dashboard could not write its JSON\n".to_owned())?;
             let read = Read {
                 at: Instant::now(),
                 table: Arc::new(table),
@@ -567,10 +567,13 @@ where
                 served: Arc::new(AtomicUsize::new(0)),
             };
             *slot = Some(read.clone());
-            read
+            Ok(read)
         })
         .await;
-        built.map_err(|_| "the dashboard could not read the keys\n".to_owned())
+        match built {
+            Ok(read) => read,
+            Err(_) => Err("the dashboard could not read the keys\n".to_owned()),
+        }
     }
 }
 

@@ -4,7 +4,9 @@ use std::hash::Hash;
 use std::ops::Range;
 use std::time::Duration;
 
-use super::json::Json;
+use serde::ser::SerializeStruct;
+use serde::{Serialize, Serializer};
+
 use crate::export::KeyLabel;
 use crate::handle::KeyRow;
 use crate::handle::{Snapshot, StatsHandle};
@@ -28,8 +30,8 @@ pub(super) struct Table {
     lowered: String,
     /// The rows, the busiest first (see [`order`]).
     rows: Vec<KeyRow<Label>>,
-    /// The layer's Redis store status as a JSON object, if it has a store.
-    store: Option<String>,
+    /// The layer's Redis store status, if it has a store.
+    store: Option<Store>,
 }
 
 /// What one reader asks of the table: `?search=` and `?history=`.
@@ -82,24 +84,29 @@ where
 }
 
 #[cfg(feature = "redis")]
-fn store_status<K>(handle: &StatsHandle<K>) -> Option<String>
+fn store_status<K>(handle: &StatsHandle<K>) -> Option<Store>
 where
     K: Clone + Eq + Hash + Send + Sync + 'static,
 {
-    handle
-        .store_status()
-        .and_then(|status| serde_json::to_string(&status).ok())
+    handle.store_status()
 }
 
 #[cfg(not(feature = "redis"))]
-fn store_status<K>(_: &StatsHandle<K>) -> Option<String> {
+fn store_status<K>(_: &StatsHandle<K>) -> Option<Store> {
     None
 }
 
 /// The first `top` keys of `table` that `view` selects, the busiest first,
-/// in the layout the module docs describe.
-pub(super) fn json(table: &Table, editable: bool, top: usize, view: &View) -> Vec<u8> {
-    let now = table.now;
+/// in the layout the module docs describe, serialized straight into one
+/// buffer sized for it. The error is `serde_json`'s; nothing written here
+/// makes one (numbers, strings, `null`, arrays and objects with string
+/// keys), but the caller answers it rather than assume so.
+pub(super) fn json(
+    table: &Table,
+    editable: bool,
+    top: usize,
+    view: &View,
+) -> Result<Vec<u8>, serde_json::Error> {
     let needle = view.search.as_deref().map(str::to_ascii_lowercase);
     let selected = |row: &KeyRow<Label>| match (&needle, &row.key) {
         (None, _) => true,
@@ -116,70 +123,134 @@ pub(super) fn json(table: &Table, editable: bool, top: usize, view: &View) -> Ve
         }
     }
     let with_history = view.history.unwrap_or(usize::MAX).min(listed.len());
-    let label_of = |row: &KeyRow<Label>| label(row, &table.labels);
     let label_bytes: usize = listed
         .iter()
-        .map(|row| label_of(row).map_or(4, str::len))
+        .map(|row| label(row, &table.labels).map_or(4, str::len))
         .sum();
-
-    let mut out = Json::with_capacity(
+    let document = Document {
+        now_ms: table.now,
+        window_ms: table.window_ms,
+        limits_editable: editable,
+        keys_total: table.rows.len(),
+        matched,
+        top,
+        search: view.search.as_deref(),
+        store: table.store.as_ref(),
+        total: &table.total,
+        keys: Keys {
+            now: table.now,
+            labels: &table.labels,
+            listed: &listed,
+            with_history,
+        },
+    };
+    let mut out = Vec::with_capacity(
         1024 + label_bytes + listed.len() * (4 + 10 * 4) + with_history * HISTORY_BYTES,
     );
-    out.raw("{\"now_ms\":");
-    out.u64(now);
-    out.raw(",\"window_ms\":");
-    out.u64(table.window_ms);
-    out.raw(",\"limits_editable\":");
-    out.bool(editable);
-    out.raw(",\"keys_total\":");
-    out.u64(table.rows.len() as u64);
-    out.raw(",\"matched\":");
-    out.u64(matched as u64);
-    out.raw(",\"top\":");
-    out.u64(top as u64);
-    out.raw(",\"search\":");
-    match &view.search {
-        Some(search) => out.str(search),
-        None => out.raw("null"),
-    }
-    out.raw(",\"store\":");
-    out.raw(table.store.as_deref().unwrap_or("null"));
-    out.raw(",\"total\":");
-    snapshot(&mut out, &table.total);
+    serde_json::to_writer(&mut out, &document)?;
+    Ok(out)
+}
 
-    out.raw(",\"keys\":{\"key\":");
-    out.array(&listed, |out, row| match label_of(row) {
-        Some(label) => out.str(label),
-        None => out.raw("null"),
-    });
-    let missing = listed.iter().position(|row| matches!(row.key, Some(None)));
-    let overflow = listed.iter().position(|row| row.key.is_none());
-    out.raw(",\"missing\":");
-    out.opt_u64(missing.map(|i| i as u64));
-    out.raw(",\"overflow\":");
-    out.opt_u64(overflow.map(|i| i as u64));
-    // One column per figure.
-    for (name, figure) in FIGURES {
-        out.raw(",\"");
-        out.raw(name);
-        out.raw("\":");
-        out.array(&listed, |out, row| out.opt_u64(figure(&row.snapshot)));
-    }
-    out.raw(",\"breaker\":");
-    out.array(&listed, |out, row| match row.breaker(now) {
-        Some(state) => {
-            out.raw("\"");
-            out.raw(state);
-            out.raw("\"");
+/// The JSON of `GET /stats`, field by field in the order it is written.
+#[derive(Serialize)]
+struct Document<'a> {
+    now_ms: u64,
+    window_ms: u64,
+    limits_editable: bool,
+    keys_total: usize,
+    matched: usize,
+    top: usize,
+    search: Option<&'a str>,
+    store: Option<&'a Store>,
+    /// `Snapshot`'s own serde form: every figure named, in the order of
+    /// [`FIGURES`].
+    total: &'a Snapshot,
+    keys: Keys<'a>,
+}
+
+/// The layer's store status: `StoreStatus` with a Redis store.
+#[cfg(feature = "redis")]
+type Store = crate::store::StoreStatus;
+
+/// No store without feature `redis`: `store` is always `null`.
+#[cfg(not(feature = "redis"))]
+type Store = ();
+
+/// The listed keys as columns (see the module docs): written column by
+/// column straight from the rows, no column is collected first.
+struct Keys<'a> {
+    now: u64,
+    labels: &'a str,
+    listed: &'a [&'a KeyRow<Label>],
+    /// How many of the listed keys carry their history.
+    with_history: usize,
+}
+
+impl Serialize for Keys<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let rows = self.listed;
+        let index = |of: fn(&KeyRow<Label>) -> bool| rows.iter().position(|row| of(row));
+        let mut keys = serializer.serialize_struct("Keys", 5 + FIGURES.len())?;
+        keys.serialize_field(
+            "key",
+            &Column(|| rows.iter().map(|row| label(row, self.labels))),
+        )?;
+        keys.serialize_field("missing", &index(|row| matches!(row.key, Some(None))))?;
+        keys.serialize_field("overflow", &index(|row| row.key.is_none()))?;
+        // One column per figure.
+        for (name, figure) in FIGURES {
+            keys.serialize_field(
+                name,
+                &Column(|| rows.iter().map(|row| figure(&row.snapshot))),
+            )?;
         }
-        None => out.raw("null"),
-    });
-    out.raw(",\"history\":");
-    out.array(&listed[..with_history], |out, row| {
-        history(&mut *out, &row.history(now));
-    });
-    out.raw("}}");
-    out.into_bytes()
+        keys.serialize_field(
+            "breaker",
+            &Column(|| rows.iter().map(|row| row.breaker(self.now))),
+        )?;
+        keys.serialize_field(
+            "history",
+            &Column(|| {
+                rows[..self.with_history]
+                    .iter()
+                    .map(|row| History(row.history(self.now)))
+            }),
+        )?;
+        keys.end()
+    }
+}
+
+/// A JSON array of what the iterator `F` makes yields, written as it is
+/// read.
+struct Column<F>(F);
+
+impl<F, I> Serialize for Column<F>
+where
+    F: Fn() -> I,
+    I: IntoIterator,
+    I::Item: Serialize,
+{
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq((self.0)())
+    }
+}
+
+/// A key's history, one column per figure.
+struct History(Vec<MetricNode>);
+
+impl Serialize for History {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let nodes = &self.0;
+        let column = |figure: fn(&MetricNode) -> u64| Column(move || nodes.iter().map(figure));
+        let mut history = serializer.serialize_struct("History", 6)?;
+        history.serialize_field("t", &column(|n| n.timestamp_ms))?;
+        history.serialize_field("pass", &column(|n| n.pass))?;
+        history.serialize_field("block", &column(|n| n.block))?;
+        history.serialize_field("success", &column(|n| n.success))?;
+        history.serialize_field("exception", &column(|n| n.exception))?;
+        history.serialize_field("rt_us", &Column(|| nodes.iter().map(|n| n.rt.map(micros))))?;
+        history.end()
+    }
 }
 
 /// A row's key: its label's place in the label buffer, `None` for the
@@ -240,8 +311,9 @@ fn prefix(label: &str) -> u128 {
 /// One figure read from a `Snapshot`.
 type Figure = fn(&Snapshot) -> Option<u64>;
 
-/// The figures of a `Snapshot` the JSON carries, by name, in their order:
-/// the total as one object, the keys as one column each. `None` is `null`.
+/// The figures of a `Snapshot` the JSON carries, by name, in their order
+/// (the order of `Snapshot`'s serde form, which writes the total): the
+/// keys as one column each. `None` is `null`.
 const FIGURES: [(&str, Figure); 9] = [
     ("pass", |s| Some(s.pass)),
     ("block", |s| Some(s.block)),
@@ -253,34 +325,6 @@ const FIGURES: [(&str, Figure); 9] = [
     ("avg_rt_us", |s| s.avg_rt.map(micros)),
     ("min_rt_us", |s| s.min_rt.map(micros)),
 ];
-
-/// A snapshot as one object, every figure named.
-fn snapshot(out: &mut Json, s: &Snapshot) {
-    for (i, (name, figure)) in FIGURES.into_iter().enumerate() {
-        out.raw(if i == 0 { "{\"" } else { ",\"" });
-        out.raw(name);
-        out.raw("\":");
-        out.opt_u64(figure(s));
-    }
-    out.raw("}");
-}
-
-/// A key's history, one column per figure.
-fn history(out: &mut Json, nodes: &[MetricNode]) {
-    out.raw("{\"t\":");
-    out.array(nodes, |out, n| out.u64(n.timestamp_ms));
-    out.raw(",\"pass\":");
-    out.array(nodes, |out, n| out.u64(n.pass));
-    out.raw(",\"block\":");
-    out.array(nodes, |out, n| out.u64(n.block));
-    out.raw(",\"success\":");
-    out.array(nodes, |out, n| out.u64(n.success));
-    out.raw(",\"exception\":");
-    out.array(nodes, |out, n| out.u64(n.exception));
-    out.raw(",\"rt_us\":");
-    out.array(nodes, |out, n| out.opt_u64(n.rt.map(micros)));
-    out.raw("}");
-}
 
 /// Whole microseconds, as `Snapshot`'s serde form writes them.
 fn micros(d: Duration) -> u64 {
@@ -335,7 +379,144 @@ fn percent_decoded(text: &str) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::{percent_decoded, prefix, view};
+    use std::time::Duration;
+
+    use axum::body::Body;
+    use axum::routing::get;
+    use axum::Router;
+    use http::StatusCode;
+    use tower::ServiceExt;
+
+    use super::{build, json, percent_decoded, prefix, view, View};
+    use crate::breaker::Breaker;
+    use crate::clock::ManualClock;
+    use crate::SlidingWindowLayer;
+
+    /// Labels that need escaping or are long: control characters (each
+    /// with its short escape or `\u00XX`), quotes and backslashes, what a
+    /// lossy read of invalid bytes leaves, characters JSON may carry as
+    /// they are, and a label longer than any buffer estimate.
+    fn labels() -> Vec<String> {
+        let mut controls: String = (0u8..0x20).map(char::from).collect();
+        controls.push('\u{7f}');
+        vec![
+            "/plain".to_owned(),
+            controls,
+            "q\"uo\\te\"".to_owned(),
+            "t\u{fffd}\u{fffd}\"\\".to_owned(),
+            "é 😀 \u{2028}\u{2029} </script>".to_owned(),
+            format!("/long/{}\n{}", "x".repeat(3000), "\u{1}".repeat(40)),
+            "Case/Search".to_owned(),
+        ]
+    }
+
+    /// Every view [`json`] is asked for in [`the_json_is_the_recorded_json`]:
+    /// (editable, top, query).
+    const VIEWS: [(bool, usize, &str); 6] = [
+        (false, 100, ""),
+        (true, 3, ""),
+        (false, 100, "history=2"),
+        (false, 100, "search=case"),
+        (false, 2, "search=%22&history=1"),
+        (false, 100, "search=%09%01%5C%22no+match"),
+    ];
+
+    /// The JSON of every view in [`VIEWS`], one document a line, for a
+    /// layer on a manual clock: the labels of [`labels`] (one of them
+    /// failing until its breaker opens), the missing key, the overflow
+    /// entry, response times, five seconds of history and traffic in the
+    /// current window.
+    async fn documents() -> String {
+        let clock = ManualClock::new(1_732_345_670_000);
+        let labels = labels();
+        let layer = SlidingWindowLayer::qps(3)
+            .max_keys(labels.len() + 1)
+            .key(|parts: &http::request::Parts| {
+                let i: usize = parts.headers.get("x-k")?.to_str().ok()?.parse().ok()?;
+                Some(
+                    self::labels()
+                        .get(i)
+                        .cloned()
+                        .unwrap_or_else(|| format!("/extra/{i}")),
+                )
+            })
+            .breaker(Breaker::error_count(2).min_requests(2))
+            .clock(clock.clone());
+        let stats = layer.handle();
+        let slow = clock.clone();
+        let app = Router::new()
+            .route(
+                "/fail",
+                get(|| async { (StatusCode::INTERNAL_SERVER_ERROR, "no") }),
+            )
+            .route(
+                "/slow",
+                get(move || {
+                    slow.advance(Duration::from_millis(7));
+                    async { "ok" }
+                }),
+            )
+            .route("/", get(|| async { "ok" }))
+            .layer(layer);
+        let send = |path: &str, key: Option<usize>| {
+            let mut request = http::Request::get(path);
+            if let Some(i) = key {
+                request = request.header("x-k", i.to_string());
+            }
+            app.clone().oneshot(request.body(Body::empty()).unwrap())
+        };
+        for second in 0..6usize {
+            if second > 0 {
+                clock.advance(Duration::from_millis(1000 - 7 * 4 * (second as u64 % 2)));
+            }
+            for (i, _) in labels.iter().enumerate() {
+                // Different traffic per key, some over the limit.
+                for _ in 0..=(i + second) % 5 {
+                    let path = match i {
+                        1 => "/slow",
+                        3 if second < 2 => "/fail",
+                        _ => "/",
+                    };
+                    send(path, Some(i)).await.unwrap();
+                }
+            }
+            // The missing key, and keys past `max_keys` in the overflow
+            // entry, each with traffic of its own.
+            for _ in 0..second % 3 + 1 {
+                send("/", None).await.unwrap();
+            }
+            for extra in 0..second + 5 {
+                send("/", Some(100 + extra)).await.unwrap();
+            }
+        }
+        let table = build(&stats);
+        let mut out = String::new();
+        for (editable, top, query) in VIEWS {
+            let view: View = view(Some(query)).unwrap();
+            let text = String::from_utf8(json(&table, editable, top, &view).unwrap()).unwrap();
+            out.push_str(&text);
+            out.push('\n');
+        }
+        out
+    }
+
+    /// The JSON is the one recorded from the dashboard's hand-written JSON
+    /// writer before `serde_json` replaced it: byte for byte, and as
+    /// values.
+    #[tokio::test]
+    async fn the_json_is_the_recorded_json() {
+        let got = documents().await;
+        let want = include_str!("stats.recorded.jsonl");
+        for (got, want) in got.lines().zip(want.lines()) {
+            let value = |text: &str| -> serde_json::Value {
+                serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}"))
+            };
+            assert_eq!(value(got), value(want));
+            assert_eq!(got, want);
+        }
+        assert_eq!(got.lines().count(), VIEWS.len());
+        assert_eq!(want.lines().count(), VIEWS.len());
+    }
 
     #[test]
     fn search_and_history_are_read_from_the_query() {
