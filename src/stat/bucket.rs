@@ -1,5 +1,5 @@
-//! One bucket's counters: the events a bucket counts ([`MetricEvent`]), the
-//! counters every bucket has besides its pass count (`Tallies`), and the
+//! One bucket's counters: the counters every bucket has besides its pass
+//! count (`Tallies`), and the
 //! plain counter bucket of a ring a user owns ([`MetricBucket`]). The
 //! admission ring's bucket keeps the same tallies beside an admission word
 //! (see `admission`).
@@ -18,42 +18,8 @@
 use std::fmt;
 use std::time::Duration;
 
-use super::counts::{micros, Counts};
+use super::counts::{micros, Counts, MetricEvent};
 use crate::sync::{AtomicU64, Ordering};
-
-/// The events a [`MetricBucket`] counts.
-///
-/// These are Sentinel's `MetricEvent`s. "Success" means *completed*: a
-/// request that failed still counts as a success, and as an exception on top.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize))]
-pub enum MetricEvent {
-    /// A request was admitted.
-    Pass,
-    /// A request was rejected by a limit.
-    Block,
-    /// A completed request was classified as a failure.
-    Exception,
-    /// A request completed (whatever its outcome).
-    Success,
-    /// Response time, in microseconds. Adding `n` adds `n` µs to the sum and
-    /// offers `n` as a new minimum.
-    Rt,
-    /// A request passed by borrowing quota from a future bucket.
-    OccupiedPass,
-}
-
-impl MetricEvent {
-    /// All events, in declaration order.
-    pub const ALL: [MetricEvent; 6] = [
-        MetricEvent::Pass,
-        MetricEvent::Block,
-        MetricEvent::Exception,
-        MetricEvent::Success,
-        MetricEvent::Rt,
-        MetricEvent::OccupiedPass,
-    ];
-}
 
 /// Adds below this go through a plain `fetch_add` (about 12.7 days in
 /// microseconds).

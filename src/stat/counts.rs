@@ -1,4 +1,5 @@
-//! A bucket's counts as plain numbers: `Counts` inside the crate, and the
+//! The events a bucket counts ([`MetricEvent`]) and a bucket's counts as
+//! plain numbers: `Counts` inside the crate, and the
 //! two forms readers outside it get, [`BucketSnapshot`] (one bucket of a
 //! managed ring, with its window) and [`MetricNode`] (one bucket or one
 //! second, as data); and the response-time arithmetic every read path
@@ -12,7 +13,39 @@
 
 use std::time::Duration;
 
-use super::bucket::MetricEvent;
+/// The events a [`MetricBucket`](super::MetricBucket) counts.
+///
+/// These are Sentinel's `MetricEvent`s. "Success" means *completed*: a
+/// request that failed still counts as a success, and as an exception on top.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub enum MetricEvent {
+    /// A request was admitted.
+    Pass,
+    /// A request was rejected by a limit.
+    Block,
+    /// A completed request was classified as a failure.
+    Exception,
+    /// A request completed (whatever its outcome).
+    Success,
+    /// Response time, in microseconds. Adding `n` adds `n` µs to the sum and
+    /// offers `n` as a new minimum.
+    Rt,
+    /// A request passed by borrowing quota from a future bucket.
+    OccupiedPass,
+}
+
+impl MetricEvent {
+    /// All events, in declaration order.
+    pub const ALL: [MetricEvent; 6] = [
+        MetricEvent::Pass,
+        MetricEvent::Block,
+        MetricEvent::Exception,
+        MetricEvent::Success,
+        MetricEvent::Rt,
+        MetricEvent::OccupiedPass,
+    ];
+}
 
 /// A bucket's (or a window's) counters as plain numbers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -38,33 +38,30 @@
 //!
 //! One file per concept; each protocol is described next to its code:
 //!
-//! - `bucket.rs`: a bucket's counters ([`MetricEvent`], [`MetricBucket`] and
-//!   the tallies every bucket shares), and saturating response times;
-//! - `counts.rs`: a bucket's counts as values (the crate's `Counts`,
-//!   [`BucketSnapshot`], [`MetricNode`]) and the response-time arithmetic
-//!   reads share;
+//! - `counts.rs`: the events ([`MetricEvent`]) and a bucket's counts as
+//!   values (the crate's `Counts`, [`BucketSnapshot`], [`MetricNode`]), and
+//!   the response-time arithmetic reads share;
+//! - `bucket.rs`: a bucket's counters ([`MetricBucket`] and the tallies
+//!   every bucket shares), and saturating response times;
 //! - `leap_array.rs`: the ring ([`LeapArray`], [`WindowWrap`]) and bucket
 //!   rotation (stamps, the rotation lock and its guard);
+//! - `occupy.rs`: borrowed quota ([`FutureBucketLeapArray`], and the
+//!   reservation ring inside an occupiable admission ring);
+//! - `minute.rs`: the roll-up that feeds the minute window, its sequence
+//!   lock, lifetime totals;
 //! - `admission.rs`: exact admission (the managed bucket and its admission
 //!   word, sealing, the cached sum of older buckets and its straggler
-//!   generation, strict rings);
-//! - `view.rs`: the admission ring's reads;
-//! - `occupy.rs`: borrowed quota ([`OccupiableBucketLeapArray`],
-//!   [`FutureBucketLeapArray`], the reservation ring inside an occupiable
-//!   ring);
-//! - `minute.rs`: the minute window ([`MinuteWindow`]), the roll-up that
-//!   feeds it and its sequence lock, lifetime totals;
-//! - `array_metric.rs`, `node.rs`: [`ArrayMetric`] and [`StatisticNode`],
-//!   the admission ring behind a clock;
+//!   generation, strict rings), over a ring that holds a reservation ring
+//!   and a roll-up;
+//! - `view.rs`: the admission ring's reads, and the minute window's
+//!   ([`MinuteWindow`]);
+//! - `array_metric.rs`: the admission ring behind a clock ([`ArrayMetric`])
+//!   or lending at explicit times ([`OccupiableBucketLeapArray`]);
+//! - `node.rs`: [`StatisticNode`];
 //! - `histogram.rs`: a layer's response-time histogram, for exporters.
 //!
-//! The files form layers, each using only its own layer and the ones
-//! listed before it: `counts.rs` and `bucket.rs`; `leap_array.rs`; the admission ring
-//! (`admission.rs`, `view.rs`, `occupy.rs`, `minute.rs`, which use one
-//! another: the ring holds a reservation ring and a roll-up, whose public
-//! faces read the ring); `array_metric.rs`; `node.rs`. `histogram.rs`
-//! stands alone.
-//!
+//! Each file uses only files listed before it (no two import each other).
+
 //! These properties are model-checked with loom (`tests/loom.rs`) and
 //! stress-tested on real threads (`tests/stat/stress.rs`).
 
@@ -82,12 +79,14 @@ mod view;
 
 pub use crate::error::ConfigError;
 pub use array_metric::ArrayMetric;
-pub use bucket::{MetricBucket, MetricEvent};
+pub use array_metric::OccupiableBucketLeapArray;
+pub use bucket::MetricBucket;
+pub use counts::MetricEvent;
 pub use counts::{BucketSnapshot, MetricNode};
 pub use leap_array::{BucketLeapArray, BucketValue, LeapArray, WindowWrap};
-pub use minute::MinuteWindow;
 pub use node::StatisticNode;
-pub use occupy::{FutureBucketLeapArray, OccupiableBucketLeapArray};
+pub use occupy::FutureBucketLeapArray;
+pub use view::MinuteWindow;
 
 pub(crate) use counts::Counts;
 #[cfg(feature = "prometheus")]

@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::admission::MetricArray;
 use super::array_metric::ArrayMetric;
 use super::counts::{micros, Counts, MetricNode};
-use super::minute::MinuteWindow;
+use super::view::MinuteWindow;
 use crate::clock::{Clock, SharedClock};
 use crate::error::ConfigError;
 use crate::sync::{AtomicU64, Ordering};

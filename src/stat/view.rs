@@ -2,12 +2,17 @@
 //! (held, or only reserved), and the window reads `ArrayMetric`,
 //! `StatisticNode` and `OccupiableBucketLeapArray` build on: sums,
 //! per-bucket details, snapshots. Reads take no lock: each bucket counts
-//! only while its stamp is in the window (see `leap_array`).
+//! only while its stamp is in the window (see `leap_array`). Also the
+//! minute window's read side, [`MinuteWindow`], over the admission ring and
+//! the `Rollup` it feeds (see `minute`).
 
+use std::fmt;
 use std::time::Duration;
 
 use super::admission::{AdmissionBucket, MetricArray};
 use super::counts::{BucketSnapshot, Counts, MetricNode};
+use super::minute::Rollup;
+use crate::clock::{Clock, SharedClock};
 
 /// A bucket of the window as reads see it.
 #[derive(Clone, Copy)]
@@ -207,5 +212,240 @@ impl MetricArray {
         let (idx, start) = self.open(now);
         let bucket = self.main.value_at(idx);
         BucketSnapshot::new(start, self.main.window_length_ms(), bucket.counts())
+    }
+}
+
+/// A [`StatisticNode`](super::StatisticNode)'s minute window: 60 buckets of
+/// one second, read at the node's clock. Obtained from
+/// [`StatisticNode::minute_window`](super::StatisticNode::minute_window).
+///
+/// Recording never writes it directly: a second-window bucket rolls up into
+/// its second here when the second window reuses its slot, and reads add the
+/// buckets not rolled up yet. Each event is counted once either way (a
+/// sequence lock keeps a bucket from being seen in both places at once).
+pub struct MinuteWindow<'a> {
+    /// The node's second window, which rolls up into the minute window.
+    array: &'a MetricArray,
+    clock: &'a SharedClock,
+}
+
+/// The minute window's shape when the ring has no roll-up (never, for a
+/// `StatisticNode`).
+const DEFAULT_SHAPE: (usize, u64) = (60, 60_000);
+
+impl<'a> MinuteWindow<'a> {
+    pub(crate) fn new(array: &'a MetricArray, clock: &'a SharedClock) -> Self {
+        MinuteWindow { array, clock }
+    }
+
+    fn now(&self) -> u64 {
+        self.clock.now_millis()
+    }
+
+    fn fold<T: Clone>(&self, init: T, f: impl FnMut(&mut T, u64, Counts)) -> T {
+        self.array.rollup_fold(self.now(), init, f)
+    }
+
+    fn shape(&self) -> (usize, u64) {
+        self.array.rollup_shape().unwrap_or(DEFAULT_SHAPE)
+    }
+
+    fn sum(&self, f: impl Fn(&Counts) -> u64) -> u64 {
+        self.fold(0u64, |sum, _, counts| {
+            *sum = sum.saturating_add(f(&counts));
+        })
+    }
+
+    /// Number of buckets: 60.
+    pub fn sample_count(&self) -> usize {
+        self.shape().0
+    }
+
+    /// Length of the window: 60 000 ms.
+    pub fn interval_ms(&self) -> u64 {
+        self.shape().1
+    }
+
+    /// Passes plus blocks in the last minute.
+    pub(crate) fn total(&self) -> u64 {
+        self.sum(|c| c.pass.saturating_add(c.block))
+    }
+
+    /// Admitted requests in the last minute (plus passes on borrowed quota,
+    /// counted when granted, as Sentinel does).
+    pub fn pass(&self) -> u64 {
+        self.sum(|c| c.pass)
+    }
+
+    /// Rejected requests in the last minute.
+    pub fn block(&self) -> u64 {
+        self.sum(|c| c.block)
+    }
+
+    /// Completions in the last minute.
+    pub fn success(&self) -> u64 {
+        self.sum(|c| c.success)
+    }
+
+    /// Failed completions in the last minute.
+    pub fn exception(&self) -> u64 {
+        self.sum(|c| c.exception)
+    }
+
+    /// Passes on borrowed quota in the last minute.
+    pub fn occupied_pass(&self) -> u64 {
+        self.sum(|c| c.occupied_pass)
+    }
+
+    /// Sum of the response times of the last minute.
+    pub fn rt(&self) -> Duration {
+        Duration::from_micros(self.sum(|c| c.rt_micros))
+    }
+
+    /// Smallest response time of the last minute.
+    pub fn min_rt(&self) -> Option<Duration> {
+        let min = self.fold(u64::MAX, |min, _, counts| {
+            *min = (*min).min(counts.min_rt_micros);
+        });
+        super::counts::min_rt(min)
+    }
+
+    /// The counts of the second before the current one.
+    fn previous(&self) -> Counts {
+        let now = self.now();
+        let (sample_count, interval) = self.shape();
+        let length = interval / sample_count as u64;
+        let current = now - now % length;
+        let Some(previous) = current.checked_sub(length) else {
+            return Counts::default();
+        };
+        self.fold(Counts::default(), |total, start, counts| {
+            if start == previous {
+                total.merge(&counts);
+            }
+        })
+    }
+
+    /// Passes of the previous whole second.
+    pub fn previous_window_pass(&self) -> u64 {
+        self.previous().pass
+    }
+
+    /// Blocks of the previous whole second.
+    pub fn previous_window_block(&self) -> u64 {
+        self.previous().block
+    }
+
+    /// One [`MetricNode`] per second with events in the window, oldest first.
+    pub fn details(&self) -> Vec<MetricNode> {
+        self.array
+            .rollup_buckets(self.now())
+            .iter()
+            .map(|(start, counts)| MetricNode::from_counts(*start, counts))
+            .collect()
+    }
+}
+
+impl fmt::Debug for MinuteWindow<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MinuteWindow")
+            .field("pass", &self.pass())
+            .field("block", &self.block())
+            .field("success", &self.success())
+            .field("exception", &self.exception())
+            .finish_non_exhaustive()
+    }
+}
+
+impl MetricArray {
+    /// Folds `f` over the rollup's window at `now`: every bucket already
+    /// rolled up, and every admission-ring bucket not rolled up yet, each
+    /// with the start of the rollup bucket it belongs to. A rollup bucket may
+    /// be visited more than once (once rolled up, then once per bucket still
+    /// to come). Starts from `init` again whenever a roll-up interfered.
+    /// `init` without a rollup. No allocation.
+    pub(crate) fn rollup_fold<T: Clone>(
+        &self,
+        now: u64,
+        init: T,
+        mut f: impl FnMut(&mut T, u64, Counts),
+    ) -> T {
+        let Some(rollup) = &self.rollup else {
+            return init;
+        };
+        rollup.read(|| {
+            let mut acc = init.clone();
+            rollup.for_each_rolled(now, |start, counts| f(&mut acc, start, counts));
+            let newest_main = self.main.start_of(now);
+            for (slot, start, bucket) in self.main.held_slots() {
+                let second = rollup.start_of(start);
+                if start <= newest_main && rollup.in_window(second, now) {
+                    let mut counts = bucket.counts();
+                    // Matured reservations (prefilled passes) are left out:
+                    // see `Rollup::prefilled`.
+                    counts.pass = counts.pass.saturating_sub(rollup.prefilled(slot));
+                    f(&mut acc, second, counts);
+                }
+            }
+            acc
+        })
+    }
+
+    /// The rollup's window at `now`, one entry per rollup bucket (a second,
+    /// for a `StatisticNode`), oldest first, empty ones left out.
+    pub(crate) fn rollup_buckets(&self, now: u64) -> Vec<(u64, Counts)> {
+        let mut out = self.rollup_fold(now, Vec::new(), |out, start, counts| {
+            out.push((start, counts));
+        });
+        out.sort_unstable_by_key(|&(start, _)| start);
+        out.dedup_by(|later, earlier| {
+            let same = later.0 == earlier.0;
+            if same {
+                earlier.1.merge(&later.1);
+            }
+            same
+        });
+        out.retain(|(_, counts)| !counts.is_empty());
+        out
+    }
+
+    /// Every count recorded since the ring was made: what has moved into
+    /// the rollup plus every admission-ring bucket not moved yet, whatever
+    /// window it holds (module docs, "Lifetime totals"). Only rings with a
+    /// rollup keep them; without one this is the held buckets alone.
+    pub(crate) fn lifetime_counts(&self) -> Counts {
+        let held = || {
+            let mut total = Counts::default();
+            for (_, _, bucket) in self.main.held_slots() {
+                total.merge(&bucket.counts());
+            }
+            total
+        };
+        match &self.rollup {
+            Some(rollup) => rollup.read(|| {
+                let mut total = rollup.moved_total();
+                total.merge(&held());
+                total
+            }),
+            None => held(),
+        }
+    }
+
+    /// Records `n` occupied passes, and as many passes, straight into the
+    /// rollup at `now` (see `Rollup::add_occupied_pass`).
+    pub(crate) fn add_rollup_occupied_pass(&self, now: u64, n: u64) {
+        if let Some(rollup) = &self.rollup {
+            rollup.add_occupied_pass(now, n);
+        }
+    }
+
+    /// The rollup's shape, if there is one: (sample count, interval).
+    pub(crate) fn rollup_shape(&self) -> Option<(usize, u64)> {
+        self.rollup.as_ref().map(Rollup::shape)
+    }
+
+    /// Length of one rollup bucket, if there is a rollup.
+    pub(crate) fn rollup_window_length_ms(&self) -> Option<u64> {
+        self.rollup.as_ref().map(Rollup::window_length_ms)
     }
 }
