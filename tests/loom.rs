@@ -491,21 +491,33 @@ fn concurrency_reservation_two_places_two_winners() {
     });
 }
 
+/// What the pacer models share: a pacer's turns `COST` ns apart, asked for
+/// at `NOW`, with room for every caller of a model.
+mod pacing {
+    use std::time::Duration;
+
+    pub(crate) use tower_sliding_window::flow::Pacer;
+    use tower_sliding_window::flow::Turn;
+
+    pub(crate) const COST: u64 = 10;
+    const NOW: u64 = 1_000;
+
+    /// The next turn of `pacer`.
+    pub(crate) fn turn(pacer: &Pacer) -> u64 {
+        match pacer.reserve(NOW, COST, Duration::from_nanos(100)) {
+            Turn::Wait { at_ns, .. } => at_ns,
+            Turn::Refuse { .. } => panic!("room for every caller"),
+        }
+    }
+}
+
 /// The pacer's turn reservation: two callers at the same time, with room
 /// for both, get two distinct turns one `cost` apart (never a shared turn,
 /// never a skipped one); a third caller that gives its turn back while it is
 /// still the latest hands that very turn to the next caller.
 #[test]
 fn pacer_turns_are_distinct_and_consecutive() {
-    use std::time::Duration;
-    use tower_sliding_window::flow::{Pacer, Turn};
-
-    fn turn(pacer: &Pacer) -> u64 {
-        match pacer.reserve(1_000, 10, Duration::from_nanos(100)) {
-            Turn::Wait { at_ns, .. } => at_ns,
-            Turn::Refuse { .. } => panic!("room for every caller"),
-        }
-    }
+    use pacing::{turn, Pacer, COST};
 
     loom::model(|| {
         let pacer = Arc::new(Pacer::new());
@@ -520,7 +532,7 @@ fn pacer_turns_are_distinct_and_consecutive() {
         assert_eq!(turns, [1_000, 1_010]);
         let third = turn(&pacer);
         assert_eq!(third, 1_020);
-        assert!(pacer.give_back(third, 10));
+        assert!(pacer.give_back(third, COST));
         assert_eq!(turn(&pacer), 1_020);
     });
 }
@@ -531,17 +543,7 @@ fn pacer_turns_are_distinct_and_consecutive() {
 /// either handed on or left unused, never handed to two callers).
 #[test]
 fn pacer_give_back_racing_a_reservation() {
-    use std::time::Duration;
-    use tower_sliding_window::flow::{Pacer, Turn};
-
-    const COST: u64 = 10;
-
-    fn turn(pacer: &Pacer) -> u64 {
-        match pacer.reserve(1_000, COST, Duration::from_nanos(100)) {
-            Turn::Wait { at_ns, .. } => at_ns,
-            Turn::Refuse { .. } => panic!("room for every caller"),
-        }
-    }
+    use pacing::{turn, Pacer, COST};
 
     loom::model(|| {
         let pacer = Arc::new(Pacer::new());
@@ -577,18 +579,7 @@ fn pacer_give_back_racing_a_reservation() {
 /// only, as if nobody had queued.
 #[test]
 fn pacer_last_waiter_leaving_races_an_arrival() {
-    use std::time::Duration;
-    use tower_sliding_window::flow::{Pacer, Turn};
-
-    const COST: u64 = 10;
-    const NOW: u64 = 1_000;
-
-    fn turn(pacer: &Pacer) -> u64 {
-        match pacer.reserve(NOW, COST, Duration::from_nanos(100)) {
-            Turn::Wait { at_ns, .. } => at_ns,
-            Turn::Refuse { .. } => panic!("room for every caller"),
-        }
-    }
+    use pacing::{turn, Pacer, COST};
 
     loom::model(|| {
         let pacer = Arc::new(Pacer::new());
@@ -630,18 +621,7 @@ fn pacer_last_waiter_leaving_races_an_arrival() {
 /// given back).
 #[test]
 fn pacer_reclaiming_holes_never_overwrites_a_promised_turn() {
-    use std::time::Duration;
-    use tower_sliding_window::flow::{Pacer, Turn};
-
-    const COST: u64 = 10;
-    const NOW: u64 = 1_000;
-
-    fn turn(pacer: &Pacer) -> u64 {
-        match pacer.reserve(NOW, COST, Duration::from_nanos(100)) {
-            Turn::Wait { at_ns, .. } => at_ns,
-            Turn::Refuse { .. } => panic!("room for every caller"),
-        }
-    }
+    use pacing::{turn, Pacer, COST};
 
     loom::model(|| {
         let pacer = Arc::new(Pacer::new());
@@ -682,18 +662,7 @@ fn pacer_reclaiming_holes_never_overwrites_a_promised_turn() {
 /// the later one.
 #[test]
 fn pacer_two_arrivals_at_an_empty_pacer_get_distinct_turns() {
-    use std::time::Duration;
-    use tower_sliding_window::flow::{Pacer, Turn};
-
-    const COST: u64 = 10;
-    const NOW: u64 = 1_000;
-
-    fn turn(pacer: &Pacer) -> u64 {
-        match pacer.reserve(NOW, COST, Duration::from_nanos(100)) {
-            Turn::Wait { at_ns, .. } => at_ns,
-            Turn::Refuse { .. } => panic!("room for every caller"),
-        }
-    }
+    use pacing::{turn, Pacer, COST};
 
     loom::model(|| {
         let pacer = Arc::new(Pacer::new());
