@@ -37,4 +37,10 @@ pub use prometheus::PrometheusCollector;
 /// ```
 #[cfg(feature = "prometheus")]
 #[cfg_attr(docsrs, doc(cfg(feature = "prometheus")))]
-pub use prometheus_client;
+pub mod prometheus_client {
+    //! The `prometheus-client` crate the collector is built against, every
+    //! public module of it (see [`export`](super)). The modules are
+    //! re-exported one by one, rather than the crate, so that the public-API
+    //! check names each.
+    pub use ::prometheus_client::{collector, encoding, metrics, registry};
+}
