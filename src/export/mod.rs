@@ -38,9 +38,7 @@ pub use prometheus::PrometheusCollector;
 #[cfg(feature = "prometheus")]
 #[cfg_attr(docsrs, doc(cfg(feature = "prometheus")))]
 pub mod prometheus_client {
-    //! The `prometheus-client` crate the collector is built against, every
-    //! public module of it (see [`export`](super)). The modules are
-    //! re-exported one by one, rather than the crate, so that the public-API
-    //! check names each.
+    // Every public module of the crate, one by one rather than the crate
+    // itself, so that the public-API check names each.
     pub use ::prometheus_client::{collector, encoding, metrics, registry};
 }
