@@ -56,6 +56,21 @@ pub async fn connect(addr: SocketAddr) -> Result<Conn, String> {
 
 /// Sends `GET path` on `conn` and reads the whole answer.
 pub async fn get(conn: &mut Conn, path: &str) -> Result<Answer, String> {
+    exchange(conn, path).await.map(|(answer, _)| answer)
+}
+
+/// Sends `GET path` on `conn`, expects a 200 and returns the body's length.
+pub async fn get_len(conn: &mut Conn, path: &str) -> Result<u64, String> {
+    let (answer, len) = exchange(conn, path).await?;
+    if answer.status != 200 {
+        return Err(format!("GET {path}: {}", answer.status));
+    }
+    Ok(len)
+}
+
+/// Sends `GET path` on `conn` and reads the whole answer: its status,
+/// `Retry-After`, and the body's length.
+async fn exchange(conn: &mut Conn, path: &str) -> Result<(Answer, u64), String> {
     conn.ready()
         .await
         .map_err(|e| format!("connection closed: {e}"))?;
@@ -73,41 +88,17 @@ pub async fn get(conn: &mut Conn, path: &str) -> Result<Answer, String> {
         .get(hyper::header::RETRY_AFTER)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok());
-    response
-        .into_body()
-        .collect()
-        .await
-        .map_err(|e| format!("reading the body of GET {path} failed: {e}"))?;
-    Ok(Answer {
-        status,
-        retry_after,
-    })
-}
-
-/// Sends `GET path` on `conn`, expects a 200 and returns the body's length.
-pub async fn get_len(conn: &mut Conn, path: &str) -> Result<u64, String> {
-    conn.ready()
-        .await
-        .map_err(|e| format!("connection closed: {e}"))?;
-    let request = Request::get(path)
-        .header(hyper::header::HOST, "127.0.0.1")
-        .body(Empty::new())
-        .map_err(|e| format!("cannot build a request for {path}: {e}"))?;
-    let response = conn
-        .send_request(request)
-        .await
-        .map_err(|e| format!("GET {path} failed: {e}"))?;
-    let status = response.status().as_u16();
     let body = response
         .into_body()
         .collect()
         .await
         .map_err(|e| format!("reading the body of GET {path} failed: {e}"))?
         .to_bytes();
-    if status != 200 {
-        return Err(format!("GET {path}: {status}"));
-    }
-    Ok(body.len() as u64)
+    let answer = Answer {
+        status,
+        retry_after,
+    };
+    Ok((answer, body.len() as u64))
 }
 
 /// A latency histogram in microseconds, 1 µs to 100 s at 3 significant digits.
