@@ -35,6 +35,16 @@ pub struct Answer {
     pub retry_after: Option<u64>,
 }
 
+/// The client's runtime: `threads` worker threads, timers and I/O.
+pub fn runtime(threads: usize) -> Result<tokio::runtime::Runtime, String> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .thread_name("load-client")
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the client runtime: {e}"))
+}
+
 /// Opens a connection to `addr` and drives it on the current runtime.
 pub async fn connect(addr: SocketAddr) -> Result<Conn, String> {
     let stream = TcpStream::connect(addr)

@@ -67,12 +67,7 @@ pub fn run(config: &Config) -> Result<Vec<(Run, Run)>, String> {
         })
     })?;
     let addr = server.addr;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(config.client_threads)
-        .thread_name("load-client")
-        .enable_all()
-        .build()
-        .map_err(|e| format!("cannot start the client runtime: {e}"))?;
+    let runtime = client::runtime(config.client_threads)?;
     let paths: Arc<Vec<String>> = Arc::new((0..KEYS).map(|i| format!("/items/{i}")).collect());
     runtime.block_on(async {
         // Every key gets its entry before anything is measured.

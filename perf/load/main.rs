@@ -91,12 +91,7 @@ fn run(config: &Config) -> Result<bool, String> {
         let rows = overhead::run(config)?;
         report.overhead(&rows, config.overhead_rounds, config.overhead_requests);
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(config.client_threads)
-        .thread_name("load-client")
-        .enable_all()
-        .build()
-        .map_err(|e| format!("cannot start the client runtime: {e}"))?;
+    let runtime = client::runtime(config.client_threads)?;
     let passed = runtime.block_on(async {
         let mut passed = true;
         if matches!(mode, Mode::Bench | Mode::All) {
@@ -200,11 +195,7 @@ fn run(config: &Config) -> Result<bool, String> {
 /// `load redis`: its own runtime and report file (`report-redis.md`).
 #[cfg(feature = "redis")]
 fn run_redis(config: &Config) -> Result<bool, String> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(config.client_threads.max(2))
-        .enable_all()
-        .build()
-        .map_err(|e| format!("cannot start the runtime: {e}"))?;
+    let runtime = client::runtime(config.client_threads.max(2))?;
     let text = runtime.block_on(redis_store::run(config))?;
     let path = config.out.join("report-redis.md");
     std::fs::write(&path, &text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;

@@ -244,11 +244,7 @@ mod tests {
     #[test]
     fn the_short_checks_pass() {
         let config = crate::cli::parse(["short".to_owned()]).expect("short mode parses");
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(config.client_threads)
-            .enable_all()
-            .build()
-            .expect("a client runtime");
+        let runtime = client::runtime(config.client_threads).expect("a client runtime");
         let failures = runtime
             .block_on(async { tokio::time::timeout(TIME_LIMIT, run(&config)).await })
             .expect("short mode finishes within its time limit")
