@@ -111,6 +111,24 @@ async fn exchange(conn: &mut Conn, path: &str) -> Result<(Answer, u64), String> 
     Ok((answer, body.len() as u64))
 }
 
+/// Waits for closed-loop connection tasks and merges what each measured.
+pub async fn join_closed(
+    tasks: Vec<tokio::task::JoinHandle<(Histogram<u64>, Tally)>>,
+) -> Result<(Histogram<u64>, Tally), String> {
+    let mut latency = latency_histogram();
+    let mut tally = Tally::default();
+    for task in tasks {
+        let (histogram, part) = task
+            .await
+            .map_err(|e| format!("a client connection task failed: {e}"))?;
+        latency
+            .add(&histogram)
+            .map_err(|e| format!("cannot merge histograms: {e}"))?;
+        tally.merge(part);
+    }
+    Ok((latency, tally))
+}
+
 /// A latency histogram in microseconds, 1 µs to 100 s at 3 significant digits.
 pub fn latency_histogram() -> Histogram<u64> {
     // The bounds are constants that hdrhistogram accepts.
@@ -212,17 +230,7 @@ pub async fn closed_loop(
             (histogram, tally)
         }));
     }
-    let mut latency = latency_histogram();
-    let mut tally = Tally::default();
-    for task in tasks {
-        let (histogram, part) = task
-            .await
-            .map_err(|e| format!("a client connection task failed: {e}"))?;
-        latency
-            .add(&histogram)
-            .map_err(|e| format!("cannot merge histograms: {e}"))?;
-        tally.merge(part);
-    }
+    let (latency, tally) = join_closed(tasks).await?;
     Ok(ClosedResult {
         requests: tally.answered(),
         elapsed: time,

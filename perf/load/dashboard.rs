@@ -160,17 +160,7 @@ async fn measure(
             (histogram, tally)
         }));
     }
-    let mut latency = client::latency_histogram();
-    let mut tally = Tally::default();
-    for task in tasks {
-        let (histogram, part) = task
-            .await
-            .map_err(|e| format!("a client connection task failed: {e}"))?;
-        latency
-            .add(&histogram)
-            .map_err(|e| format!("cannot merge histograms: {e}"))?;
-        tally.merge(part);
-    }
+    let (latency, tally) = client::join_closed(tasks).await?;
     stop.store(true, Ordering::Relaxed);
     if let Some(thread) = reader_thread {
         thread
