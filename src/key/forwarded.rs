@@ -6,7 +6,7 @@ use std::sync::Arc;
 use http::header::{HeaderName, FORWARDED};
 use http::request::Parts;
 
-use super::{KeyExtractor, PeerIpKey};
+use super::{checked_ipv6_prefix, ip_key, peer_ip, KeyExtractor, DEFAULT_IPV6_PREFIX};
 
 /// Most entries of a forwarding chain that [`ForwardedIpKey`] examines per
 /// request, the peer address included. A longer chain costs no more: the
@@ -60,11 +60,11 @@ enum Trust {
 /// The client's IP address for a service behind reverse proxies, read from
 /// `X-Forwarded-For`, `Forwarded` or `X-Real-IP` (one of them, see
 /// [`header`](Self::header)); key type `Option<IpAddr>`, like
-/// [`PeerIpKey`].
+/// [`PeerIpKey`](super::PeerIpKey).
 ///
 /// Every proxy appends the address it received the request from, so the
 /// chain reads `client, proxy1, proxy2`, then the peer address of the
-/// connection itself (read as [`PeerIpKey`] reads it). A client can put
+/// connection itself (read as [`PeerIpKey`](super::PeerIpKey) reads it). A client can put
 /// anything at the left of the chain; only what trusted proxies appended is
 /// true. So the chain is walked **from the right**, starting with the peer
 /// address, skipping trusted proxies, and the key is the first address that
@@ -90,6 +90,19 @@ enum Trust {
 /// `None` without one: such requests share their proxy's key, which is
 /// limited like any other.
 ///
+/// # IPv6 clients
+///
+/// The address the walk picks is keyed as [`PeerIpKey`](super::PeerIpKey)
+/// keys a peer: an IPv6 client by its /64 network (its first
+/// [`DEFAULT_IPV6_PREFIX`] bits, the others zero; so
+/// `2001:db8:1:2:aaaa:bbbb:cccc:dddd` is keyed as `2001:db8:1:2::`), an
+/// IPv4 or IPv4-mapped client by its IPv4 address.
+/// [`ipv6_prefix`](Self::ipv6_prefix) sets another length. Only the key
+/// is cut to the prefix: the walk compares the chain's full addresses with
+/// the trusted proxies, so a host in a proxy's network is not the proxy,
+/// and its header is not believed. A fallback to the peer address keys
+/// the peer by its prefix too.
+///
 /// ```
 /// use std::net::Ipv4Addr;
 /// use tower_sliding_window::key::{ForwardedHeader, ForwardedIpKey};
@@ -103,13 +116,18 @@ enum Trust {
 ///     ForwardedIpKey::trusted_proxies([Ipv4Addr::new(10, 0, 0, 2), Ipv4Addr::new(10, 0, 0, 3)])
 ///         .header(ForwardedHeader::Forwarded),
 /// );
-/// # let _ = (behind_one, behind_known);
+///
+/// // IPv6 clients by their /56 rather than their /64.
+/// let by_site = SlidingWindowLayer::qps(20).key(ForwardedIpKey::trusted_hops(1).ipv6_prefix(56));
+/// # let _ = (behind_one, behind_known, by_site);
 /// ```
 #[derive(Debug, Clone)]
 pub struct ForwardedIpKey {
     header: ForwardedHeader,
     name: HeaderName,
     trust: Trust,
+    /// In `1..=128`, checked at construction.
+    ipv6_prefix: u8,
 }
 
 impl ForwardedIpKey {
@@ -118,7 +136,7 @@ impl ForwardedIpKey {
     ///
     /// # Panics
     ///
-    /// When `n` is 0 (that trusts no proxy: use [`PeerIpKey`]) or not below
+    /// When `n` is 0 (that trusts no proxy: use [`PeerIpKey`](super::PeerIpKey)) or not below
     /// [`MAX_FORWARDED_ENTRIES`].
     pub fn trusted_hops(n: usize) -> Self {
         assert!(
@@ -139,7 +157,7 @@ impl ForwardedIpKey {
     ///
     /// # Panics
     ///
-    /// When `proxies` is empty (that trusts no proxy: use [`PeerIpKey`]).
+    /// When `proxies` is empty (that trusts no proxy: use [`PeerIpKey`](super::PeerIpKey)).
     pub fn trusted_proxies<I>(proxies: I) -> Self
     where
         I: IntoIterator,
@@ -165,6 +183,7 @@ impl ForwardedIpKey {
             header,
             name: header.name(),
             trust,
+            ipv6_prefix: DEFAULT_IPV6_PREFIX,
         }
     }
 
@@ -175,8 +194,47 @@ impl ForwardedIpKey {
         ForwardedIpKey {
             header,
             name: header.name(),
-            trust: self.trust,
+            ..self
         }
+    }
+
+    /// Keys IPv6 clients by their first `len` bits (default
+    /// [`DEFAULT_IPV6_PREFIX`], 64), the others set to zero; `128` keys
+    /// them by their full address. IPv4 and IPv4-mapped clients are keyed
+    /// by their IPv4 address whatever the length. Which address is the
+    /// client's does not change: see [IPv6 clients](Self#ipv6-clients).
+    ///
+    /// ```
+    /// use std::net::IpAddr;
+    /// use http::Request;
+    /// use tower_sliding_window::key::ForwardedIpKey;
+    /// use tower_sliding_window::KeyExtractor;
+    ///
+    /// let key = ForwardedIpKey::trusted_hops(1).ipv6_prefix(48);
+    /// let request = Request::get("/")
+    ///     .header("x-forwarded-for", "2001:db8:7:12ab::1")
+    ///     .body(())
+    ///     .unwrap();
+    /// let ip = key.extract(&request.into_parts().0);
+    /// assert_eq!(ip, Some("2001:db8:7::".parse::<IpAddr>().unwrap()));
+    /// ```
+    ///
+    /// # Panics
+    ///
+    /// When `len` is not in `1..=128`.
+    #[track_caller]
+    pub fn ipv6_prefix(self, len: u8) -> Self {
+        ForwardedIpKey {
+            ipv6_prefix: checked_ipv6_prefix("ForwardedIpKey::ipv6_prefix", len),
+            ..self
+        }
+    }
+
+    /// The key of a client found at `ip`: `ip` itself for IPv4, the IPv4
+    /// address of an IPv4-mapped one, the network address of the prefix
+    /// for any other IPv6 address. What a rule for that client names.
+    pub fn key_of(&self, ip: impl Into<IpAddr>) -> IpAddr {
+        ip_key(ip.into(), self.ipv6_prefix)
     }
 
     /// The chain's header entries, right to left, each parsed (`None`: no
@@ -222,7 +280,9 @@ impl KeyExtractor for ForwardedIpKey {
     type Key = Option<IpAddr>;
 
     fn extract(&self, parts: &Parts) -> Option<IpAddr> {
-        let peer = PeerIpKey.extract(parts);
+        // The peer's full address: trust is decided on exact addresses,
+        // only the key is cut to the prefix.
+        let peer = peer_ip(parts);
         // The whole chain from the right: the peer, then the header's
         // entries; at most MAX_FORWARDED_ENTRIES of it, empty ones included,
         // so that no header makes the walk longer.
@@ -245,10 +305,11 @@ impl KeyExtractor for ForwardedIpKey {
                 chain.find(|entry| !matches!(entry, Entry::Addr(ip) if is_proxy(ip)))
             }
         };
-        match found {
+        let ip = match found {
             Some(Entry::Addr(ip)) => Some(ip),
             _ => peer,
-        }
+        };
+        ip.map(|ip| ip_key(ip, self.ipv6_prefix))
     }
 }
 

@@ -92,7 +92,7 @@ pub use into::IntoKey;
 pub use visit::{KeyVisitor, ToOwnedKey};
 
 use std::hash::Hash;
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 
 use http::request::Parts;
 use http::{HeaderName, Method};
@@ -295,7 +295,8 @@ impl KeyExtractor for HeaderKey {
     }
 }
 
-/// The IP address of the connection's peer.
+/// The IP address of the connection's peer; an IPv6 peer by its /64
+/// network.
 ///
 /// Read from axum's `ConnectInfo<SocketAddr>` extension (with the `axum`
 /// feature; serve the app with
@@ -304,32 +305,213 @@ impl KeyExtractor for HeaderKey {
 /// either, the key is `None`: all such requests share one limited key, and
 /// nothing fails.
 ///
-/// An IPv4-mapped IPv6 address (`::ffff:10.0.0.1`, how a dual-stack
-/// listener sees IPv4 peers) is keyed as the IPv4 address (`10.0.0.1`).
+/// # IPv6 clients
+///
+/// An IPv6 client is given a whole network, at least a /64, and can send
+/// from any of its 2^64 addresses: keyed by its full address, one host
+/// would be as many clients as it likes (and fill the key table). So an
+/// IPv6 peer is keyed by its first [`DEFAULT_IPV6_PREFIX`] (64) bits, with
+/// the rest set to zero: `2001:db8:1:2:aaaa:bbbb:cccc:dddd` is keyed as
+/// `2001:db8:1:2::`, the key of every address of `2001:db8:1:2::/64`. The
+/// key is still an `Option<IpAddr>`. [`ipv6_prefix`](Self::ipv6_prefix)
+/// keys by another prefix length: shorter to group a site's /56 or /48,
+/// 128 to key by the full address.
+///
+/// An IPv4 address is keyed as it is, and so is an IPv4-mapped IPv6
+/// address (`::ffff:10.0.0.1`, how a dual-stack listener sees IPv4 peers),
+/// which is keyed as the IPv4 address (`10.0.0.1`): the prefix length
+/// applies to IPv6 clients only.
+///
+/// A rule for an IPv6 client names its key, the network address:
+/// [`key_of`](Self::key_of) gives it.
+///
+/// ```
+/// use std::net::Ipv6Addr;
+/// use tower_sliding_window::{PeerIpKey, SlidingWindowLayer};
+///
+/// // Each IPv6 client by its /64 (the default), IPv4 clients by address.
+/// let by_client = SlidingWindowLayer::qps(10).key(PeerIpKey);
+///
+/// // A site's whole /56 shares one limit, and one network has its own.
+/// let partner: Ipv6Addr = "2001:db8:7:1200::".parse().unwrap();
+/// let by_site = SlidingWindowLayer::qps(100)
+///     .key(PeerIpKey.ipv6_prefix(56))
+///     .rule(PeerIpKey.ipv6_prefix(56).key_of(partner), 1_000);
+/// # let _ = (by_client, by_site);
+/// ```
 ///
 /// This is the TCP peer. Behind a reverse proxy that is the proxy; use
 /// [`ForwardedIpKey`] there.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct PeerIpKey;
 
+impl PeerIpKey {
+    /// Keys IPv6 peers by their first `len` bits (default
+    /// [`DEFAULT_IPV6_PREFIX`], 64): a [`PeerIpPrefixKey`], which keys as
+    /// `PeerIpKey` does with that length. IPv4 peers are keyed as before.
+    ///
+    /// ```
+    /// use tower_sliding_window::{PeerIpKey, SlidingWindowLayer};
+    ///
+    /// // Every address of a /48 is one client.
+    /// let layer = SlidingWindowLayer::qps(50).key(PeerIpKey.ipv6_prefix(48));
+    /// # let _ = layer;
+    /// ```
+    ///
+    /// # Panics
+    ///
+    /// When `len` is not in `1..=128`.
+    #[track_caller]
+    pub fn ipv6_prefix(self, len: u8) -> PeerIpPrefixKey {
+        PeerIpPrefixKey {
+            ipv6_prefix: checked_ipv6_prefix("PeerIpKey::ipv6_prefix", len),
+        }
+    }
+
+    /// The key of a peer at `ip`: `ip` itself for IPv4, the IPv4 address
+    /// of an IPv4-mapped one, and the /64 network address of any other
+    /// IPv6 address (`2001:db8::7` → `2001:db8::`). What a rule for that
+    /// client names.
+    pub fn key_of(&self, ip: impl Into<IpAddr>) -> IpAddr {
+        ip_key(ip.into(), DEFAULT_IPV6_PREFIX)
+    }
+}
+
 impl KeyExtractor for PeerIpKey {
     type Key = Option<IpAddr>;
 
+    #[inline]
     fn extract(&self, parts: &Parts) -> Option<IpAddr> {
-        #[cfg(feature = "axum")]
-        if let Some(info) = parts
-            .extensions
-            .get::<axum::extract::ConnectInfo<SocketAddr>>()
-        {
-            return Some(info.0.ip().to_canonical());
+        peer_ip(parts).map(|ip| ip_key(ip, DEFAULT_IPV6_PREFIX))
+    }
+}
+
+/// [`PeerIpKey`] with an IPv6 prefix length of your choice: made by
+/// [`PeerIpKey::ipv6_prefix`]; key type `Option<IpAddr>`.
+///
+/// An IPv6 peer is keyed by its first `len` bits, the others set to zero;
+/// an IPv4 (or IPv4-mapped) peer by its IPv4 address; no peer address
+/// known, `None`. With a length of 64 it keys as `PeerIpKey` does.
+///
+/// ```
+/// use std::net::IpAddr;
+/// use http::Request;
+/// use tower_sliding_window::{KeyExtractor, PeerIpKey};
+///
+/// let by_site = PeerIpKey.ipv6_prefix(56);
+/// let mut request = Request::new(());
+/// request
+///     .extensions_mut()
+///     .insert("[2001:db8:7:12ab::1]:443".parse::<std::net::SocketAddr>().unwrap());
+/// let key = by_site.extract(&request.into_parts().0);
+/// assert_eq!(key, Some("2001:db8:7:1200::".parse::<IpAddr>().unwrap()));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerIpPrefixKey {
+    /// In `1..=128`, checked at construction.
+    ipv6_prefix: u8,
+}
+
+impl PeerIpPrefixKey {
+    /// Keys IPv6 peers by their first `len` bits instead.
+    ///
+    /// # Panics
+    ///
+    /// When `len` is not in `1..=128`.
+    #[track_caller]
+    pub fn ipv6_prefix(self, len: u8) -> Self {
+        PeerIpPrefixKey {
+            ipv6_prefix: checked_ipv6_prefix("PeerIpPrefixKey::ipv6_prefix", len),
         }
-        // `to_canonical`: a dual-stack listener sees IPv4 peers as
-        // `::ffff:a.b.c.d`; key them by their IPv4 address, so one client
-        // has one key and rules written for IPv4 addresses apply.
-        parts
-            .extensions
-            .get::<SocketAddr>()
-            .map(|addr| addr.ip().to_canonical())
+    }
+
+    /// The IPv6 prefix length peers are keyed by.
+    pub fn ipv6_prefix_len(&self) -> u8 {
+        self.ipv6_prefix
+    }
+
+    /// The key of a peer at `ip`: `ip` itself for IPv4, the IPv4 address
+    /// of an IPv4-mapped one, and the network address of the prefix for
+    /// any other IPv6 address. What a rule for that client names.
+    pub fn key_of(&self, ip: impl Into<IpAddr>) -> IpAddr {
+        ip_key(ip.into(), self.ipv6_prefix)
+    }
+}
+
+impl Default for PeerIpPrefixKey {
+    /// A /64, as [`PeerIpKey`].
+    fn default() -> Self {
+        PeerIpPrefixKey {
+            ipv6_prefix: DEFAULT_IPV6_PREFIX,
+        }
+    }
+}
+
+impl From<PeerIpKey> for PeerIpPrefixKey {
+    fn from(_: PeerIpKey) -> Self {
+        PeerIpPrefixKey::default()
+    }
+}
+
+impl KeyExtractor for PeerIpPrefixKey {
+    type Key = Option<IpAddr>;
+
+    #[inline]
+    fn extract(&self, parts: &Parts) -> Option<IpAddr> {
+        peer_ip(parts).map(|ip| ip_key(ip, self.ipv6_prefix))
+    }
+}
+
+/// The IPv6 prefix length that [`PeerIpKey`] and [`ForwardedIpKey`] key
+/// IPv6 clients by unless told otherwise: 64, the smallest network a
+/// client is normally given (a single LAN), so that a client cannot
+/// become many keys by changing the host bits of its address.
+pub const DEFAULT_IPV6_PREFIX: u8 = 64;
+
+/// The peer's full address, IPv4-mapped IPv6 as IPv4; `None` without one.
+#[inline]
+fn peer_ip(parts: &Parts) -> Option<IpAddr> {
+    // `to_canonical`: a dual-stack listener sees IPv4 peers as
+    // `::ffff:a.b.c.d`; key them by their IPv4 address, so one client
+    // has one key and rules written for IPv4 addresses apply.
+    #[cfg(feature = "axum")]
+    if let Some(info) = parts
+        .extensions
+        .get::<axum::extract::ConnectInfo<SocketAddr>>()
+    {
+        return Some(info.0.ip().to_canonical());
+    }
+    parts
+        .extensions
+        .get::<SocketAddr>()
+        .map(|addr| addr.ip().to_canonical())
+}
+
+/// `len` if it is a valid IPv6 prefix length; else a panic naming
+/// `setting` and the rule.
+#[track_caller]
+fn checked_ipv6_prefix(setting: &str, len: u8) -> u8 {
+    assert!(
+        (1..=128).contains(&len),
+        "{setting}: invalid `len`: must be 1..=128 (got {len})"
+    );
+    len
+}
+
+/// The key of a client at `ip`: an IPv4 (or IPv4-mapped) address as IPv4,
+/// an IPv6 address with every bit after the first `ipv6_prefix` cleared.
+///
+/// `ipv6_prefix` is in `1..=128` (checked at construction), so the shift
+/// is in `0..=127`: one shift and one AND on a `u128`, no branch on the
+/// length.
+#[inline]
+fn ip_key(ip: IpAddr, ipv6_prefix: u8) -> IpAddr {
+    match ip.to_canonical() {
+        IpAddr::V6(v6) => {
+            let mask = u128::MAX << (128 - u32::from(ipv6_prefix));
+            IpAddr::V6(Ipv6Addr::from(u128::from(v6) & mask))
+        }
+        v4 => v4,
     }
 }
 
@@ -453,11 +635,88 @@ mod tests {
     #[cfg(feature = "axum")]
     #[test]
     fn peer_ip_from_connect_info() {
-        let addr: SocketAddr = "[::1]:80".parse().unwrap();
+        let addr: SocketAddr = "[2001:db8::1]:80".parse().unwrap();
         let mut req = Request::get("/").body(()).unwrap();
         req.extensions_mut()
             .insert(axum::extract::ConnectInfo(addr));
-        assert_eq!(PeerIpKey.extract(&parts(req)), Some(addr.ip()));
+        let req = parts(req);
+        assert_eq!(PeerIpKey.extract(&req), Some(ip("2001:db8::")));
+        assert_eq!(PeerIpKey.ipv6_prefix(128).extract(&req), Some(addr.ip()));
+    }
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    /// Bit `i` of `bits`, counting from the most significant.
+    fn bit(bits: u128, i: u32) -> bool {
+        bits & (1 << (127 - i)) != 0
+    }
+
+    #[test]
+    fn ipv6_keys_keep_exactly_the_prefix_bits() {
+        // Against a bit-by-bit oracle, for every length and for addresses
+        // with all bits set, one bit set, and mixed bits.
+        let samples = [
+            u128::MAX,
+            1,
+            1 << 127,
+            0x2001_0db8_85a3_08d3_1319_8a2e_0370_7344,
+            0xfedc_ba98_7654_3210_0123_4567_89ab_cdef,
+        ];
+        for len in 1..=128u8 {
+            for &bits in &samples {
+                let key = match ip_key(IpAddr::V6(Ipv6Addr::from(bits)), len) {
+                    IpAddr::V6(v6) => u128::from(v6),
+                    v4 => panic!("{v4} from an IPv6 address"),
+                };
+                for i in 0..128 {
+                    let want = i < u32::from(len) && bit(bits, i);
+                    assert_eq!(bit(key, i), want, "/{len} of {bits:#x}, bit {i}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn ipv4_and_mapped_keys_ignore_the_prefix() {
+        for len in [1, 8, 32, 64, 96, 127, 128] {
+            assert_eq!(ip_key(ip("192.0.2.255"), len), ip("192.0.2.255"));
+            assert_eq!(ip_key(ip("::ffff:192.0.2.255"), len), ip("192.0.2.255"));
+        }
+    }
+
+    #[test]
+    fn prefix_lengths_outside_1_to_128_are_refused() {
+        for len in [0, 129, 255] {
+            let refused = std::panic::catch_unwind(|| PeerIpKey.ipv6_prefix(len));
+            assert!(refused.is_err(), "/{len} accepted");
+        }
+        assert_eq!(PeerIpKey.ipv6_prefix(1).ipv6_prefix_len(), 1);
+        assert_eq!(PeerIpKey.ipv6_prefix(128).ipv6_prefix_len(), 128);
+        assert_eq!(PeerIpPrefixKey::default().ipv6_prefix_len(), 64);
+    }
+
+    #[test]
+    fn peer_keys_and_key_of_agree() {
+        let prefixed = PeerIpKey.ipv6_prefix(56);
+        for peer in [
+            "[2001:db8:7:12ab::1]:1",
+            "[::ffff:10.0.0.1]:1",
+            "10.0.0.1:1",
+        ] {
+            let addr: SocketAddr = peer.parse().unwrap();
+            let mut req = Request::get("/").body(()).unwrap();
+            req.extensions_mut().insert(addr);
+            let req = parts(req);
+            assert_eq!(PeerIpKey.extract(&req), Some(PeerIpKey.key_of(addr.ip())));
+            assert_eq!(
+                PeerIpPrefixKey::from(PeerIpKey).extract(&req),
+                PeerIpKey.extract(&req)
+            );
+            assert_eq!(prefixed.extract(&req), Some(prefixed.key_of(addr.ip())));
+            assert_eq!(PeerIpKey.visit(&req, ToOwnedKey), PeerIpKey.extract(&req));
+        }
     }
 
     #[test]

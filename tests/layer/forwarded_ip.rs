@@ -129,17 +129,25 @@ fn entries_that_are_no_address_fall_back_to_the_peer() {
 
 #[test]
 fn ports_brackets_and_mapped_addresses() {
+    // Full IPv6 addresses (a /128), to see that every bit is parsed; then
+    // the default /64.
+    let full = ForwardedIpKey::trusted_hops(1).ipv6_prefix(128);
     let one = ForwardedIpKey::trusted_hops(1);
-    let cases: [(&[u8], &str); 4] = [
-        (b"[2001:db8::7]:4711", "2001:db8::7"),
-        (b"[2001:db8::7]", "2001:db8::7"),
-        (b"203.0.113.7:80", "203.0.113.7"),
-        (b"::ffff:203.0.113.7", "203.0.113.7"),
+    let cases: [(&[u8], &str, &str); 4] = [
+        (b"[2001:db8::7]:4711", "2001:db8::7", "2001:db8::"),
+        (b"[2001:db8::7]", "2001:db8::7", "2001:db8::"),
+        (b"203.0.113.7:80", "203.0.113.7", "203.0.113.7"),
+        (b"::ffff:203.0.113.7", "203.0.113.7", "203.0.113.7"),
     ];
-    for (value, expected) in cases {
+    for (value, address, network) in cases {
+        assert_eq!(
+            key(&full, Some(PROXY), &[("x-forwarded-for", value)]),
+            Some(ip(address)),
+            "{value:?}"
+        );
         assert_eq!(
             key(&one, Some(PROXY), &[("x-forwarded-for", value)]),
-            Some(ip(expected)),
+            Some(ip(network)),
             "{value:?}"
         );
     }
@@ -149,14 +157,13 @@ fn ports_brackets_and_mapped_addresses() {
 fn rfc_7239_forwarded() {
     let one = ForwardedIpKey::trusted_hops(1).header(ForwardedHeader::Forwarded);
     let forwarded = |v: &'static [u8]| [("forwarded", v)];
+    let ipv6 = forwarded(b"for=6.6.6.6, for=\"[2001:db8:cafe::17]:4711\";proto=https");
     assert_eq!(
-        key(
-            &one,
-            Some(PROXY),
-            &forwarded(b"for=6.6.6.6, for=\"[2001:db8:cafe::17]:4711\";proto=https")
-        ),
+        key(&one.clone().ipv6_prefix(128), Some(PROXY), &ipv6),
         Some(ip("2001:db8:cafe::17"))
     );
+    // Keyed by its /64 by default.
+    assert_eq!(key(&one, Some(PROXY), &ipv6), Some(ip("2001:db8:cafe::")));
     assert_eq!(
         key(
             &one,

@@ -8,6 +8,7 @@ mod support;
 mod contract;
 mod forwarded_ip;
 mod hostile_keys;
+mod ipv6_prefix;
 mod key_table;
 mod layer_axum;
 mod layer_concurrency;
