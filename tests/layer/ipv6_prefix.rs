@@ -17,7 +17,7 @@ use axum::routing::get;
 use axum::Router;
 use http::request::Parts;
 use http::{HeaderValue, Request, StatusCode};
-use tower_sliding_window::key::ForwardedIpKey;
+use tower_sliding_window::key::{ForwardedHeader, ForwardedIpKey};
 use tower_sliding_window::{KeyExtractor, PeerIpKey, SlidingWindowLayer};
 
 use support::{at, clock, ok_then_429, send};
@@ -288,4 +288,197 @@ fn key_with_xff(extractor: &ForwardedIpKey, peer: IpAddr, value: &str) -> Option
         Some(peer),
         &[("x-forwarded-for", value.as_bytes())],
     )))
+}
+
+/// Keys of `peer` by `PeerIpKey.ipv6_prefix(len)` and by a one-hop
+/// `ForwardedIpKey` with that length reading it from `X-Forwarded-For`;
+/// both must agree.
+fn keys_at(len: u8, client: &str) -> Option<IpAddr> {
+    let peer = peer_key(&PeerIpKey.ipv6_prefix(len), ip(client));
+    let forwarded = key_with_xff(
+        &ForwardedIpKey::trusted_hops(1).ipv6_prefix(len),
+        ip(PROXY),
+        client,
+    );
+    assert_eq!(peer, forwarded, "/{len} of {client}");
+    peer
+}
+
+#[test]
+fn prefix_lengths_mask_bit_exactly() {
+    let all = "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff";
+    let host = "2001:db8:abcd:12ff:89ab:cdef:123:4567";
+    let cases = [
+        (1, all, "8000::"),
+        (1, "7fff:ffff::1", "::"),
+        (48, all, "ffff:ffff:ffff::"),
+        (48, host, "2001:db8:abcd::"),
+        (56, all, "ffff:ffff:ffff:ff00::"),
+        (56, host, "2001:db8:abcd:1200::"),
+        (64, all, "ffff:ffff:ffff:ffff::"),
+        (64, host, "2001:db8:abcd:12ff::"),
+        (127, all, "ffff:ffff:ffff:ffff:ffff:ffff:ffff:fffe"),
+        (127, host, "2001:db8:abcd:12ff:89ab:cdef:123:4566"),
+        (128, all, all),
+        (128, host, host),
+        // Lengths that are not a multiple of 8 or 16.
+        (61, all, "ffff:ffff:ffff:fff8::"),
+        (13, host, "2000::"),
+    ];
+    for (len, client, key) in cases {
+        assert_eq!(keys_at(len, client), Some(ip(key)), "/{len} of {client}");
+    }
+}
+
+#[test]
+fn a_prefix_keeps_its_last_bit_and_drops_the_first_host_bit() {
+    // For each length: two addresses that differ only in the last bit of
+    // the prefix are two keys; two that differ only in the first bit after
+    // it are one.
+    let mut rng = SplitMix(6);
+    for len in [1u8, 48, 56, 64, 127, 128] {
+        for _ in 0..100 {
+            let bits = rng.next_u128();
+            let last = 1u128 << (128 - u32::from(len));
+            let a = v6(bits).to_string();
+            let b = v6(bits ^ last).to_string();
+            assert_ne!(keys_at(len, &a), keys_at(len, &b), "/{len}: {a} and {b}");
+            if len < 128 {
+                let c = v6(bits ^ (last >> 1)).to_string();
+                assert_eq!(keys_at(len, &a), keys_at(len, &c), "/{len}: {a} and {c}");
+            }
+        }
+    }
+}
+
+#[test]
+fn ipv4_and_mapped_clients_ignore_the_prefix_length() {
+    for len in [1, 48, 56, 64, 127, 128] {
+        for (client, key) in [
+            ("203.0.113.7", "203.0.113.7"),
+            ("::ffff:203.0.113.7", "203.0.113.7"),
+            ("::ffff:255.255.255.255", "255.255.255.255"),
+        ] {
+            assert_eq!(keys_at(len, client), Some(ip(key)), "/{len} of {client}");
+        }
+    }
+}
+
+#[test]
+#[should_panic(expected = "PeerIpKey::ipv6_prefix: invalid `len`: must be 1..=128 (got 0)")]
+fn peer_ip_key_refuses_a_zero_prefix() {
+    let _ = PeerIpKey.ipv6_prefix(0);
+}
+
+#[test]
+#[should_panic(expected = "PeerIpKey::ipv6_prefix: invalid `len`: must be 1..=128 (got 129)")]
+fn peer_ip_key_refuses_a_prefix_of_129() {
+    let _ = PeerIpKey.ipv6_prefix(129);
+}
+
+#[test]
+#[should_panic(expected = "PeerIpPrefixKey::ipv6_prefix: invalid `len`: must be 1..=128 (got 0)")]
+fn a_configured_peer_ip_key_refuses_a_zero_prefix() {
+    let _ = PeerIpKey.ipv6_prefix(64).ipv6_prefix(0);
+}
+
+#[test]
+#[should_panic(expected = "ForwardedIpKey::ipv6_prefix: invalid `len`: must be 1..=128 (got 0)")]
+fn forwarded_ip_key_refuses_a_zero_prefix() {
+    let _ = ForwardedIpKey::trusted_hops(1).ipv6_prefix(0);
+}
+
+#[test]
+#[should_panic(expected = "ForwardedIpKey::ipv6_prefix: invalid `len`: must be 1..=128 (got 129)")]
+fn forwarded_ip_key_refuses_a_prefix_of_129() {
+    let _ = ForwardedIpKey::trusted_proxies([ip(PROXY)]).ipv6_prefix(129);
+}
+
+#[test]
+fn forwarded_ip_key_keeps_its_protections_under_a_prefix() {
+    // Hostile chains give the same answers as before, cut to the prefix.
+    let hops = ForwardedIpKey::trusted_hops(1).ipv6_prefix(48);
+    // Garbage, obfuscated or non-UTF-8 entries: the proxy's key.
+    for value in [
+        &b"2001:db8:1:2::9, garbage"[..],
+        b"2001:db8:1:2::9, _hidden",
+        b"2001:db8:1:2::9\xff",
+        b"2001:db8:1:2::9, fe80::1%eth0",
+    ] {
+        assert_eq!(
+            hops.extract(&parts(request(
+                Some(ip(PROXY)),
+                &[("x-forwarded-for", value)]
+            ))),
+            Some(ip("2001:db8:ffff::")),
+            "{value:?}"
+        );
+    }
+    // A chain far past MAX_FORWARDED_ENTRIES of trusted proxies: the peer.
+    let trusted = ForwardedIpKey::trusted_proxies([ip(PROXY), ip("2001:db8:fffe::3")]);
+    let mut value = String::from("2001:db8:1:2::9");
+    for _ in 0..10_000 {
+        value.push_str(", 2001:db8:fffe::3");
+    }
+    assert_eq!(
+        key_with_xff(&trusted, ip(PROXY), &value),
+        Some(ip("2001:db8:ffff::"))
+    );
+    // The other headers: the prefix applies to what they name.
+    let forwarded = ForwardedIpKey::trusted_hops(1)
+        .ipv6_prefix(56)
+        .header(ForwardedHeader::Forwarded);
+    assert_eq!(
+        forwarded.extract(&parts(request(
+            Some(ip(PROXY)),
+            &[(
+                "forwarded",
+                b"for=\"[2001:db8:6:6::6]\", for=\"[2001:db8:7:12ab::1]:4711\""
+            )]
+        ))),
+        Some(ip("2001:db8:7:1200::"))
+    );
+    let real_ip = ForwardedIpKey::trusted_hops(1)
+        .header(ForwardedHeader::XRealIp)
+        .ipv6_prefix(56);
+    assert_eq!(
+        real_ip.extract(&parts(request(
+            Some(ip(PROXY)),
+            &[("x-real-ip", b"2001:db8:7:12ab::1")]
+        ))),
+        Some(ip("2001:db8:7:1200::"))
+    );
+    // No peer address known: the peer still counts as the first hop.
+    assert_eq!(
+        hops.extract(&parts(request(
+            None,
+            &[("x-forwarded-for", b"2001:db8:6::6, 2001:db8:7:12ab::1")]
+        ))),
+        Some(ip("2001:db8:7::"))
+    );
+    assert_eq!(hops.extract(&parts(request(None, &[]))), None);
+}
+
+#[tokio::test]
+async fn rules_name_the_network_address() {
+    let clock = clock();
+    let partner = ip("2001:db8:7:12ab::1");
+    let key = PeerIpKey.ipv6_prefix(56);
+    let layer = SlidingWindowLayer::qps(1)
+        .key(key)
+        .rule(key.key_of(partner), 3)
+        .clock(clock.clone());
+    let app = app(layer);
+    let mut answers = Vec::new();
+    for host in [
+        "2001:db8:7:12ab::1",
+        "2001:db8:7:1200::2",
+        "2001:db8:7:12ff::3",
+        "2001:db8:7:1234::4",
+    ] {
+        answers.push(send(&app, request(Some(ip(host)), &[])).await.status);
+    }
+    assert_eq!(answers, ok_then_429(3, 1), "{}", at(&clock));
+    assert_eq!(key.key_of(partner), ip("2001:db8:7:1200::"));
+    assert_eq!(PeerIpKey.key_of(partner), ip("2001:db8:7:12ab::"));
 }

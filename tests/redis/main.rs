@@ -5,5 +5,6 @@
 #[path = "../support/redis_server.rs"]
 mod redis_server;
 
+mod ipv6_prefix;
 mod redis;
 mod redis_layer;
