@@ -367,3 +367,44 @@ fn matched_path_key_allocates_nothing_for_a_key_it_has_seen() {
         "{owned_key:?} vs {baseline:?}"
     );
 }
+
+#[test]
+fn ip_keys_of_ipv6_clients_allocate_nothing() {
+    use std::net::SocketAddr;
+    use tower_sliding_window::key::{ForwardedIpKey, KeyExtractor, ToOwnedKey};
+    use tower_sliding_window::PeerIpKey;
+
+    let peer: SocketAddr = "[2001:db8:ffff::1]:443".parse().expect("address");
+    let mut request = http::Request::get("/")
+        .header(
+            "x-forwarded-for",
+            "2001:db8:6::6, [2001:db8:1:2:3:4:5:6]:80",
+        )
+        .body(())
+        .expect("valid request");
+    request.extensions_mut().insert(peer);
+    let (parts, ()) = request.into_parts();
+    let by_site = PeerIpKey.ipv6_prefix(56);
+    let hops = ForwardedIpKey::trusted_hops(1).ipv6_prefix(48);
+    let proxies = ForwardedIpKey::trusted_proxies([peer.ip()]);
+
+    let (keys, allocated) = allocated_by(|| {
+        (
+            PeerIpKey.visit(&parts, ToOwnedKey),
+            by_site.visit(&parts, ToOwnedKey),
+            hops.visit(&parts, ToOwnedKey),
+            proxies.visit(&parts, ToOwnedKey),
+        )
+    });
+    assert_eq!(allocated, NOTHING);
+    let ip = |s: &str| Some(s.parse().expect("address"));
+    assert_eq!(
+        keys,
+        (
+            ip("2001:db8:ffff::"),
+            ip("2001:db8:ffff::"),
+            ip("2001:db8:1::"),
+            ip("2001:db8:1:2::")
+        )
+    );
+}
