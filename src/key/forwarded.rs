@@ -64,9 +64,9 @@ enum Trust {
 ///
 /// Every proxy appends the address it received the request from, so the
 /// chain reads `client, proxy1, proxy2`, then the peer address of the
-/// connection itself (read as [`PeerIpKey`](super::PeerIpKey) reads it). A client can put
-/// anything at the left of the chain; only what trusted proxies appended is
-/// true. So the chain is walked **from the right**, starting with the peer
+/// connection itself (read from where [`PeerIpKey`](super::PeerIpKey)
+/// reads it, in full). A client can put anything at the left of the chain;
+/// only what trusted proxies appended is true. So the chain is walked **from the right**, starting with the peer
 /// address, skipping trusted proxies, and the key is the first address that
 /// is not one:
 ///
@@ -136,7 +136,8 @@ impl ForwardedIpKey {
     ///
     /// # Panics
     ///
-    /// When `n` is 0 (that trusts no proxy: use [`PeerIpKey`](super::PeerIpKey)) or not below
+    /// When `n` is 0 (that trusts no proxy: use
+    /// [`PeerIpKey`](super::PeerIpKey)) or not below
     /// [`MAX_FORWARDED_ENTRIES`].
     pub fn trusted_hops(n: usize) -> Self {
         assert!(
@@ -157,7 +158,8 @@ impl ForwardedIpKey {
     ///
     /// # Panics
     ///
-    /// When `proxies` is empty (that trusts no proxy: use [`PeerIpKey`](super::PeerIpKey)).
+    /// When `proxies` is empty (that trusts no proxy: use
+    /// [`PeerIpKey`](super::PeerIpKey)).
     pub fn trusted_proxies<I>(proxies: I) -> Self
     where
         I: IntoIterator,

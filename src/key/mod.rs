@@ -12,8 +12,8 @@
 //! | [`PathKey`]          | `String`          | the path, without the query                  | —                             |
 //! | [`MethodPathKey`]    | `String`          | `"GET /users"`; `HEAD` is keyed as `GET`     | —                             |
 //! | [`HeaderKey`]        | `Option<String>`  | the header's value; not UTF-8: escaped (below) | `None` (absent header)      |
-//! | [`PeerIpKey`]        | `Option<IpAddr>`  | the peer's IP address                        | `None` (no peer address)      |
-//! | [`ForwardedIpKey`]   | `Option<IpAddr>`  | the first address, from the right of the forwarding chain, that is not a trusted proxy | the peer's address, then `None` |
+//! | [`PeerIpKey`]        | `Option<IpAddr>`  | the peer's IP address; IPv6: its /64 ([below](self#ipv6-clients)) | `None` (no peer address)      |
+//! | [`ForwardedIpKey`]   | `Option<IpAddr>`  | the first address, from the right of the forwarding chain, that is not a trusted proxy; IPv6: its /64 | the peer's address (IPv6: its /64), then `None` |
 //! | `MatchedPathKey`     | `String`          | `"GET /users/{id}"` (axum route template); `HEAD` is keyed as `GET` | `"<unmatched>"` |
 //!
 //! axum answers `HEAD` with the `GET` handler, so the method keys name a
@@ -43,6 +43,32 @@
 //! lets a client create a key per request. [`PathKey`] is fine for a known
 //! set of paths behind `route_layer`; `MatchedPathKey` is bounded by
 //! construction.
+//!
+//! # IPv6 clients
+//!
+//! An IPv6 client is given a whole network (a /64 at least, often a /56 or
+//! a /48) and may send from any address in it, so the address keys
+//! ([`PeerIpKey`], [`ForwardedIpKey`]) key an IPv6 client by its first 64
+//! bits, the rest set to zero: every host of `2001:db8:1:2::/64` is the key
+//! `2001:db8:1:2::`. `.ipv6_prefix(len)` (1 to 128) chooses another length;
+//! IPv4 and IPv4-mapped (`::ffff:a.b.c.d`) clients are keyed by their IPv4
+//! address whatever it is. A rule for an IPv6 client names its network
+//! address; `key_of(ip)` gives it.
+//!
+//! ```
+//! use std::net::Ipv6Addr;
+//! use tower_sliding_window::key::ForwardedIpKey;
+//! use tower_sliding_window::{PeerIpKey, SlidingWindowLayer};
+//!
+//! let client: Ipv6Addr = "2001:db8:1:2:aaaa:bbbb:cccc:dddd".parse().unwrap();
+//! assert_eq!(PeerIpKey.key_of(client).to_string(), "2001:db8:1:2::");
+//!
+//! // Group each IPv6 site by its /48 behind one load balancer.
+//! let by_site = ForwardedIpKey::trusted_hops(1).ipv6_prefix(48);
+//! assert_eq!(by_site.key_of(client).to_string(), "2001:db8:1::");
+//! let layer = SlidingWindowLayer::qps(100).key(by_site);
+//! # let _ = layer;
+//! ```
 //!
 //! # Header values that are not UTF-8
 //!
