@@ -66,9 +66,9 @@ enum Trust {
 /// chain reads `client, proxy1, proxy2`, then the peer address of the
 /// connection itself (read from where [`PeerIpKey`](super::PeerIpKey)
 /// reads it, in full). A client can put anything at the left of the chain;
-/// only what trusted proxies appended is true. So the chain is walked **from the right**, starting with the peer
-/// address, skipping trusted proxies, and the key is the first address that
-/// is not one:
+/// only what trusted proxies appended is true. So the chain is walked
+/// **from the right**, starting with the peer address, skipping trusted
+/// proxies, and the key is the first address that is not one:
 ///
 /// - [`trusted_hops(n)`](Self::trusted_hops): `n` proxies stand in front of
 ///   the service, the peer being the first: the key is the `n + 1`-th

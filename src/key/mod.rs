@@ -368,6 +368,11 @@ impl KeyExtractor for HeaderKey {
 ///
 /// This is the TCP peer. Behind a reverse proxy that is the proxy; use
 /// [`ForwardedIpKey`] there.
+// A unit struct, so that `.key(PeerIpKey)` keeps compiling: a struct with
+// a private field cannot be written as a value, and a `const PeerIpKey`
+// beside it would make every doc link to `PeerIpKey` ambiguous (struct or
+// constant). The configurable form is `PeerIpPrefixKey`, which keys as
+// this does at /64.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct PeerIpKey;
 
@@ -420,15 +425,14 @@ impl KeyExtractor for PeerIpKey {
 /// known, `None`. With a length of 64 it keys as `PeerIpKey` does.
 ///
 /// ```
-/// use std::net::IpAddr;
+/// use std::net::{IpAddr, SocketAddr};
 /// use http::Request;
 /// use tower_sliding_window::{KeyExtractor, PeerIpKey};
 ///
 /// let by_site = PeerIpKey.ipv6_prefix(56);
+/// let peer: SocketAddr = "[2001:db8:7:12ab::1]:443".parse().unwrap();
 /// let mut request = Request::new(());
-/// request
-///     .extensions_mut()
-///     .insert("[2001:db8:7:12ab::1]:443".parse::<std::net::SocketAddr>().unwrap());
+/// request.extensions_mut().insert(peer);
 /// let key = by_site.extract(&request.into_parts().0);
 /// assert_eq!(key, Some("2001:db8:7:1200::".parse::<IpAddr>().unwrap()));
 /// ```
