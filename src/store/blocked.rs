@@ -49,8 +49,9 @@
 //!   allocates nothing, a new key is made owned once (and replaces the
 //!   key it evicts, which is dropped after the lock is released). Clearing
 //!   an old period drops its keys, once per period and shard. A timestamp
-//!   behind the shard's newest period (a clock stepped back, a slow
-//!   thread) is counted in that newest period: never lost, never a panic.
+//!   behind the newest period recorded (a clock stepped back, a slow
+//!   thread) is counted in that newest period: never lost, never a panic;
+//!   a read timed behind it reads the minute up to it.
 //! - **Memory.** Nothing until the first block; then, per shard and period
 //!   recorded, `c` counters (the key, a hash, a count, an error and a heap
 //!   place: the key's size plus 32 bytes), `c` heap places (4 bytes) and
@@ -67,7 +68,7 @@ use hashbrown::HashTable;
 
 use super::registry::{Borrowed, Owned, PendingKey};
 use crate::key::KeyVisitor;
-use crate::sync::{read, write, RwLock};
+use crate::sync::{read, write, AtomicU64, Ordering, RwLock};
 
 /// Counters over all shards, per period: the keys a period tells apart
 /// exactly, at most (see the module notes for how shards share them).
@@ -89,6 +90,13 @@ pub(crate) struct TopBlocked<K> {
     hasher: RandomState,
     /// Counters per shard and period.
     per_shard: usize,
+    /// The newest period any shard has recorded in, so that every shard is
+    /// read at the same period. Relaxed: it only moves the period a block
+    /// or a read is timed at forward (each shard also keeps its own, under
+    /// its lock, which orders the counts); raised with `fetch_max` only
+    /// when a block's period is past it, so the block path reads the line
+    /// and writes it once per period.
+    newest: AtomicU64,
 }
 
 /// One shard: its ring of periods.
@@ -139,6 +147,7 @@ impl<K> TopBlocked<K> {
             shards: OnceLock::new(),
             hasher: RandomState::new(),
             per_shard: capacity.div_ceil(SHARDS).clamp(1, u32::MAX as usize),
+            newest: AtomicU64::new(0),
         }
     }
 }
@@ -184,9 +193,10 @@ impl<K: Eq + Hash> TopBlocked<K> {
     {
         // `K: Borrow<Q>` promises that `Q` hashes as `K` does.
         let hash = self.hasher.hash_one(key.key());
+        let period = self.period(now);
         let evicted = {
             let mut shard = write(self.shard(hash));
-            let period = (now / PERIOD_MS).max(shard.newest);
+            let period = period.max(shard.newest);
             shard.newest = period;
             let summary = &mut shard.ring[slot(period)];
             if summary.period != Some(period) {
@@ -196,6 +206,18 @@ impl<K: Eq + Hash> TopBlocked<K> {
         };
         // The key a new one replaced is dropped outside the lock.
         drop(evicted);
+    }
+
+    /// The period a block at `now` is recorded in: `now`'s, or the newest
+    /// recorded if `now` is behind it.
+    fn period(&self, now: u64) -> u64 {
+        let period = now / PERIOD_MS;
+        let newest = self.newest.load(Ordering::Relaxed);
+        if period > newest {
+            self.newest.fetch_max(period, Ordering::Relaxed);
+            return period;
+        }
+        newest
     }
 
     /// The `n` keys with the most blocks in the periods that cover the last
@@ -208,9 +230,11 @@ impl<K: Eq + Hash> TopBlocked<K> {
         let Some(shards) = self.shards.get().filter(|_| n > 0) else {
             return Vec::new();
         };
+        // Read as the next block would be timed, without moving the period.
+        let period = (now / PERIOD_MS).max(self.newest.load(Ordering::Relaxed));
         let mut top = Vec::new();
         for shard in shards.iter() {
-            read(shard).top(n, now, self.per_shard, &mut top);
+            read(shard).top(n, period, self.per_shard, &mut top);
         }
         top.sort_unstable_by(|a, b| b.1.cmp(&a.1));
         top.truncate(n);
@@ -225,14 +249,14 @@ fn slot(period: u64) -> usize {
 
 impl<K: Eq + Hash> Shard<K> {
     /// Appends this shard's `n` keys with the most blocks over the minute
-    /// at `now` to `out`, with their merged counts.
-    fn top(&self, n: usize, now: u64, capacity: usize, out: &mut Vec<(K, u64)>)
+    /// that ends in `period` to `out`, with their merged counts.
+    fn top(&self, n: usize, period: u64, capacity: usize, out: &mut Vec<(K, u64)>)
     where
         K: Clone,
     {
-        // A reader whose clock is behind this shard's newest block reads at
-        // that block's period, as the block was recorded there.
-        let newest = (now / PERIOD_MS).max(self.newest);
+        // A reader whose clock is behind the newest block reads at that
+        // block's period, as the block was recorded there.
+        let newest = period.max(self.newest);
         let covered = |summary: &&Summary<K>| {
             summary
                 .period
