@@ -206,32 +206,32 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
     /// say who was refused most, not what the limiter decides on.
     ///
     /// ```
-    /// use std::convert::Infallible;
-    /// use http::{Request, Response};
-    /// use tower::{Service, ServiceExt};
+    /// use axum::{body::Body, routing::get, Router};
+    /// use tower::ServiceExt;
+    /// use tower_sliding_window::clock::ManualClock;
     /// use tower_sliding_window::{PathKey, SlidingWindowLayer};
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
-    /// let layer = SlidingWindowLayer::qps(1).key(PathKey);
+    /// // A clock that stands still: all in one window.
+    /// let clock = ManualClock::new(10_000);
+    /// let layer = SlidingWindowLayer::qps(1).key(PathKey).clock(clock);
     /// let stats = layer.handle();
-    /// let mut service = tower::ServiceBuilder::new()
-    ///     .layer(layer)
-    ///     .service_fn(|_: Request<String>| async {
-    ///         Ok::<_, Infallible>(Response::new(String::new()))
-    ///     });
+    /// let app = Router::new()
+    ///     .route("/{*path}", get(|| async { "hi" }))
+    ///     .layer(layer);
     /// // Each path passes once in its second, then is refused.
     /// for (path, sent) in [("/search", 4), ("/login", 2), ("/about", 1)] {
     ///     for _ in 0..sent {
-    ///         let request = Request::get(path).body(String::new()).unwrap();
-    ///         service.ready().await.unwrap().call(request).await.unwrap();
+    ///         let request = http::Request::get(path).body(Body::empty()).unwrap();
+    ///         app.clone().oneshot(request).await.unwrap();
     ///     }
     /// }
-    /// let top = stats.top_blocked(10);
     /// assert_eq!(
-    ///     top,
+    ///     stats.top_blocked(10),
     ///     [("/search".to_owned(), 3), ("/login".to_owned(), 1)]
     /// );
+    /// assert!(stats.top_blocked(0).is_empty());
     /// # }
     /// ```
     pub fn top_blocked(&self, n: usize) -> Vec<(K, u64)> {
