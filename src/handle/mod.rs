@@ -183,7 +183,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
     /// by key hash into 16 shards of 64 keys, each shard behind its own
     /// lock so that a flood of refusals is not serialized on one. Nothing
     /// is allocated before the first block; at most, with `String` keys,
-    /// about 430 KiB plus the bytes of the (at most 6 144) keys held. A
+    /// about 480 KiB plus the bytes of the (at most 6 144) keys held. A
     /// block allocates nothing for a key that holds a counter, and makes
     /// the key owned once for one that does not.
     ///

@@ -55,10 +55,11 @@
 //! - **Memory.** Nothing until the first block; then, per shard and period
 //!   recorded, `c` counters (the key, a hash, a count, an error and a heap
 //!   place: the key's size plus 32 bytes), `c` heap places (4 bytes) and
-//!   an index of 256 one-byte control words plus 4-byte places (the
-//!   smallest hashbrown table for `2c = 128` entries): with `String` keys,
-//!   about 4.5 KiB per shard and period, 16 x 6 of them, about 430 KiB at
-//!   most, plus the keys' own bytes (at most 6 144 keys held).
+//!   an index of 256 buckets of a 4-byte place and a one-byte control word
+//!   (the smallest hashbrown table for `2c = 128` entries): with `String`
+//!   keys and `c = 64`, 5 136 bytes per shard and period, 16 x 6 of them,
+//!   about 480 KiB at most, plus the keys' own bytes (at most 6 144 keys
+//!   held).
 
 use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash, RandomState};
@@ -528,6 +529,28 @@ mod tests {
         assert_eq!(got, want);
         assert_eq!(top.top(5, 2_000), want[..5]);
         assert!(top.top(0, 2_000).is_empty());
+    }
+
+    /// The figure of the module notes: what one shard's period takes
+    /// with `String` keys, from the capacities it was given.
+    #[test]
+    fn a_period_of_string_keys_takes_the_documented_bytes() {
+        let top: TopBlocked<String> = TopBlocked::new();
+        top.record("a".to_owned(), 0);
+        let hash = top.hasher.hash_one("a");
+        let shard = read(top.shard(hash));
+        let summary = &shard.ring[0];
+        assert_eq!(std::mem::size_of::<Counter<String>>(), 24 + 32);
+        assert_eq!(summary.counters.capacity(), 64);
+        assert_eq!(summary.heap.capacity(), 64);
+        // hashbrown holds 7/8 of its buckets: 224 of 256.
+        assert_eq!(summary.index.capacity(), 224);
+        let buckets = 256;
+        // Control words: one per bucket, plus one group (16) repeated.
+        let index = buckets * std::mem::size_of::<u32>() + buckets + 16;
+        let bytes = 64 * (24 + 32) + 64 * 4 + index;
+        assert_eq!(bytes, 5_136);
+        assert_eq!(bytes * SHARDS * PERIODS / 1024, 481);
     }
 
     #[test]
