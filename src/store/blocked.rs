@@ -237,7 +237,7 @@ impl<K: Eq + Hash> TopBlocked<K> {
         for shard in shards.iter() {
             read(shard).top(n, period, self.per_shard, &mut top);
         }
-        top.sort_unstable_by(|a, b| b.1.cmp(&a.1));
+        top.sort_unstable_by_key(|&(_, count)| std::cmp::Reverse(count));
         top.truncate(n);
         top
     }
@@ -310,7 +310,7 @@ impl<K: Eq + Hash> Shard<K> {
                 }
             }
         }
-        merged.sort_unstable_by(|a, b| b.count.cmp(&a.count));
+        merged.sort_unstable_by_key(|m| std::cmp::Reverse(m.count));
         out.extend(merged.into_iter().take(n).map(|m| (m.key.clone(), m.count)));
     }
 }
