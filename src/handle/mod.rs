@@ -166,7 +166,8 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
     /// window, `throttle`, a concurrency limit, a breaker, the shared
     /// store), under the request's own key, also when that key shares the
     /// overflow entry or was evicted since. `n = 0` is empty; an `n` past
-    /// the keys held returns every key held.
+    /// the keys held returns every key held. With a Redis store the counts
+    /// are this replica's refusals, as every statistic is.
     ///
     /// # The last minute
     ///

@@ -651,8 +651,8 @@ impl<S, X: KeyExtractor, M: MakeClassifier, R> SlidingWindow<S, X, M, R> {
 /// A waiting request: the ready inner service and the request, with what
 /// names its key should its wait end in a refusal. Only the refusal reads
 /// the key (from the request's head, as `refused` does); the clone of the
-/// extractor it carries is nothing for the built-in ones (unit structs, or
-/// a header name).
+/// extractor it carries allocates nothing for the built-in ones (unit
+/// structs, a header name, a shared list of proxies).
 #[cfg(feature = "tokio")]
 struct Resumed<S, X: KeyExtractor, B> {
     ready: S,
