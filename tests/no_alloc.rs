@@ -408,3 +408,56 @@ fn ip_keys_of_ipv6_clients_allocate_nothing() {
         )
     );
 }
+
+/// Allocations of one request through `app` that the layer refuses.
+#[cfg(feature = "axum")]
+fn refusal_allocations(app: &axum::Router, rt: &tokio::runtime::Runtime, uri: &str) -> Allocated {
+    use tower::ServiceExt;
+    let request = http::Request::get(uri)
+        .body(axum::body::Body::empty())
+        .expect("valid request");
+    let app = app.clone();
+    let (response, allocated) = allocated_by(|| rt.block_on(app.oneshot(request)));
+    let response = response.expect("infallible");
+    assert_eq!(response.status(), http::StatusCode::TOO_MANY_REQUESTS);
+    allocated
+}
+
+/// A refusal records its key for `StatsHandle::top_blocked`: for a key
+/// that already holds a counter, looked up by its borrowed form, that
+/// allocates nothing beyond what the refusal of the one global key (which
+/// needs no key at all) does; a key built as a `String` shows up.
+#[cfg(feature = "axum")]
+#[test]
+fn recording_a_refused_known_key_allocates_nothing() {
+    use axum::routing::get;
+    use tower_sliding_window::{MatchedPathKey, SlidingWindowLayer};
+
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime");
+    let clock = ManualClock::new(1_000_000);
+    let router = || axum::Router::new().route("/users/{id}", get(|| async { "hi" }));
+    let layer = || SlidingWindowLayer::qps(0).clock(clock.clone());
+    let global = router().route_layer(layer());
+    let matched = router().route_layer(layer().key(MatchedPathKey));
+    let by_closure =
+        router().route_layer(layer().key(|p: &http::request::Parts| p.uri.path().to_owned()));
+    // Warm up: the first refusal of a key creates its entry and its
+    // counter (and the summary's storage).
+    for app in [&global, &matched, &by_closure] {
+        refusal_allocations(app, &rt, "/users/1");
+    }
+    let baseline = refusal_allocations(&global, &rt, "/users/2");
+    let keyed = refusal_allocations(&matched, &rt, "/users/3");
+    let owned_key = refusal_allocations(&by_closure, &rt, "/users/1");
+    println!("allocations per refusal: global key {baseline:?}, MatchedPathKey {keyed:?}, closure {owned_key:?}");
+    assert_eq!(
+        keyed.count, baseline.count,
+        "recording a known MatchedPathKey allocates beyond the global key's refusal"
+    );
+    assert!(
+        owned_key.count > baseline.count,
+        "{owned_key:?} vs {baseline:?}"
+    );
+}

@@ -77,6 +77,30 @@ use crate::stat::{Counts, RtCounts, RtHistogram, DEFAULT_RT_BUCKETS};
 /// are no labels: one series per metric, every entry summed (the limit
 /// gauge is then the sum of the limits, as in [`StatsHandle::total`]).
 ///
+/// # Who is being limited
+///
+/// The collector adds no series per blocked client: the clients a limiter
+/// refuses are exactly the ones that vary (addresses, tokens), and a
+/// series each would grow Prometheus's memory with every new client. The
+/// blocks of keys without a series of their own are in `entry="other"`.
+/// To name the clients refused most, read
+/// [`StatsHandle::top_blocked`] where the application answers operators
+/// (an admin route, a log line, the dashboard's "Top blocked clients"
+/// table): the keys with the most blocks over the last minute, from a
+/// summary of bounded size.
+///
+/// ```
+/// use tower_sliding_window::{PeerIpKey, SlidingWindowLayer};
+///
+/// let layer = SlidingWindowLayer::qps(10).key(PeerIpKey);
+/// let stats = layer.handle();
+/// // In an admin handler, next to the scrape endpoint:
+/// for (client, blocks) in stats.top_blocked(10) {
+///     let client = client.map_or_else(|| "no address".to_owned(), |ip| ip.to_string());
+///     println!("{client}: {blocks} refused in the last minute");
+/// }
+/// ```
+///
 /// # Several layers in one scrape
 ///
 /// A registry must not hold two collectors of this crate: each would write

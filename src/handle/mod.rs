@@ -160,6 +160,85 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
         }
     }
 
+    /// Who is being limited: the `n` keys with the most blocks over the
+    /// last minute, most first, with their counts (ties in no particular
+    /// order). Every refusal of the layer counts, whatever refused it (the
+    /// window, `throttle`, a concurrency limit, a breaker, the shared
+    /// store), under the request's own key, also when that key shares the
+    /// overflow entry or was evicted since. `n = 0` is empty; an `n` past
+    /// the keys held returns every key held. With a Redis store the counts
+    /// are this replica's refusals, as every statistic is.
+    ///
+    /// # The last minute
+    ///
+    /// The layer's clock is cut into 10-second periods; the counts cover
+    /// the current period so far and the five before it: the blocks from
+    /// the start of the current period minus 50 s up to now, so between
+    /// the last 50 and the last 60 seconds (the layer's windows count the
+    /// same way). A block older than that is not counted.
+    ///
+    /// # Bounded memory, and how exact
+    ///
+    /// Memory does not grow with the number of keys: each period is a
+    /// Space-Saving summary (Metwally et al.) of at most 1 024 keys, split
+    /// by key hash into 16 shards of 64 keys, each shard behind its own
+    /// lock so that a flood of refusals is not serialized on one. Nothing
+    /// is allocated before the first block; at most, with `String` keys,
+    /// about 480 KiB plus the bytes of the (at most 6 144) keys held. A
+    /// block allocates nothing for a key that holds a counter, and makes
+    /// the key owned once for one that does not.
+    ///
+    /// - Counts are **exact** while no shard has seen more distinct keys
+    ///   blocked in one period than its 64 counters: always with fewer
+    ///   than 64 distinct blocked keys, and typically up to a few hundred
+    ///   (keys are spread over the shards by a randomly seeded hash).
+    /// - Otherwise a count is **never under** the key's true number of
+    ///   blocks, and over it by at most `N / 64`, where `N` is the number of
+    ///   blocks the covered periods saw among the keys of the key's shard
+    ///   (at most the layer's blocks in the minute): more precisely, by at
+    ///   most the sum of the smallest counts of the shard's full periods.
+    /// - Any key with more blocks than that bound is listed. So a few
+    ///   heavy clients stand out among any number of light ones, while
+    ///   keys with a handful of blocks each may be missing or over-counted
+    ///   among thousands.
+    ///
+    /// The counts are not a [`Snapshot`]'s `block` (which covers the
+    /// key's current window, and only while the key has an entry); they
+    /// say who was refused most, not what the limiter decides on.
+    ///
+    /// ```
+    /// use axum::{body::Body, routing::get, Router};
+    /// use tower::ServiceExt;
+    /// use tower_sliding_window::clock::ManualClock;
+    /// use tower_sliding_window::{PathKey, SlidingWindowLayer};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// // A clock that stands still: all in one window.
+    /// let clock = ManualClock::new(10_000);
+    /// let layer = SlidingWindowLayer::qps(1).key(PathKey).clock(clock);
+    /// let stats = layer.handle();
+    /// let app = Router::new()
+    ///     .route("/{*path}", get(|| async { "hi" }))
+    ///     .layer(layer);
+    /// // Each path passes once in its second, then is refused.
+    /// for (path, sent) in [("/search", 4), ("/login", 2), ("/about", 1)] {
+    ///     for _ in 0..sent {
+    ///         let request = http::Request::get(path).body(Body::empty()).unwrap();
+    ///         app.clone().oneshot(request).await.unwrap();
+    ///     }
+    /// }
+    /// assert_eq!(
+    ///     stats.top_blocked(10),
+    ///     [("/search".to_owned(), 3), ("/login".to_owned(), 1)]
+    /// );
+    /// assert!(stats.top_blocked(0).is_empty());
+    /// # }
+    /// ```
+    pub fn top_blocked(&self, n: usize) -> Vec<(K, u64)> {
+        self.registry().blocked().top(n, self.now())
+    }
+
     /// The state of `key`'s circuit breakers, one per
     /// [`breaker`](crate::SlidingWindowLayer::breaker) of the layer, in the
     /// order they were given. Empty when the layer has none, or when the key

@@ -66,12 +66,25 @@ pin_project! {
     }
 }
 
+/// A waiting request's way on, once its gate has decided: to the inner
+/// service, or, refused, into the layer's top-blocked summary under its
+/// key.
+pub(crate) trait Resume<F>: Send {
+    /// Calls the inner service (a ready clone of it, taken at `call`) with
+    /// the request.
+    fn call(self: Box<Self>) -> F;
+
+    /// Records the request, refused at `at`, as a block of its key in the
+    /// top-blocked summary: the key is read from the request's head here,
+    /// so a wait that passes pays nothing for it.
+    fn refused(self: Box<Self>, at: u64);
+}
+
 /// A waiting request: how to call the inner service once its gate passes,
 /// and what its completion or rejection needs.
 pub(crate) struct Deferred<F, C> {
-    /// Calls the inner service (a ready clone of it, taken at `call`) with
-    /// the request.
-    pub(crate) call: Box<dyn FnOnce() -> F + Send>,
+    /// The inner service and the request (see [`Resume`]).
+    pub(crate) call: Box<dyn Resume<F>>,
     pub(crate) entry: Arc<Entry>,
     /// A concurrency place taken before the wait, held through it.
     pub(crate) reserved: Option<InFlight>,
@@ -108,7 +121,7 @@ impl<F, C> Deferred<F, C> {
             Box::new(quota(entry, &response, limit, window_pass, reset))
         });
         in_flight.enter_user_code();
-        let future = call();
+        let future = call.call();
         in_flight.leave_user_code();
         (
             future,
@@ -125,6 +138,7 @@ impl<F, C> Deferred<F, C> {
     /// now, with the answer (see `quota::refuse`).
     fn refuse(self, refusal: Refusal) -> Response<Bytes> {
         let at = effective_now(&self.entry, self.entry.node.clock().now_millis());
+        self.call.refused(at);
         refuse(&self.entry, at, refusal, &self.response)
     }
 }

@@ -38,7 +38,9 @@ pub(crate) fn quota(
 /// it was decided in `call` or after a wait, goes through here: its block
 /// is recorded once, and its response is built from its reason (see
 /// [`response`](crate::response)). The debug event names the policy and
-/// the reason, never the key.
+/// the reason, never the key. The caller, which still has the request,
+/// records its key in the layer's top-blocked summary
+/// (`Registry::blocked`), as both callers here do.
 #[inline(never)]
 pub(crate) fn refuse(
     entry: &Entry,

@@ -29,9 +29,9 @@ use tower_http::classify::{
 use tower_service::Service;
 
 use super::body::{BodyKind, InnerBody};
-#[cfg(feature = "tokio")]
-use super::future::Deferred;
 use super::future::{Completion, ResponseFuture};
+#[cfg(feature = "tokio")]
+use super::future::{Deferred, Resume};
 use super::in_flight::InFlight;
 use super::priority::Priority;
 use super::quota::{quota, refuse};
@@ -52,7 +52,9 @@ use crate::response::{Quota, ResponseConfig};
 use crate::store::redis::RemoteWindow;
 #[cfg(feature = "redis")]
 use crate::store::RemoteLookup;
-use crate::store::{effective_now, Entry, Lookup, Registry, RemoteSlot, Store, Window};
+use crate::store::{
+    effective_now, Entry, Lookup, RecordBlocked, Registry, RemoteSlot, Store, Window,
+};
 /// Limits requests per key with a sliding window; made by
 /// [`SlidingWindowLayer`](crate::SlidingWindowLayer).
 ///
@@ -572,11 +574,16 @@ impl<S, X: KeyExtractor, M: MakeClassifier, R> SlidingWindow<S, X, M, R> {
     {
         let classifier = self.make_classifier.make_classifier(&request);
         let clone = self.inner.clone();
-        let mut ready = std::mem::replace(&mut self.inner, clone);
+        let ready = std::mem::replace(&mut self.inner, clone);
         ResponseFuture::waiting(
             gate,
             Deferred {
-                call: Box::new(move || ready.call(request)),
+                call: Box::new(Resumed {
+                    ready,
+                    request,
+                    extractor: self.extractor.clone(),
+                    registry: Arc::clone(&self.registry),
+                }),
                 entry,
                 reserved,
                 classifier,
@@ -629,10 +636,50 @@ impl<S, X: KeyExtractor, M: MakeClassifier, R> SlidingWindow<S, X, M, R> {
             }
             _ => request,
         };
-        drop(request);
+        // Who was refused: the key is read again from the request's head,
+        // here only, so that a pass pays nothing for it.
+        let (parts, _) = request.into_parts();
+        let blocked = self.registry.blocked();
+        self.extractor
+            .visit(&parts, RecordBlocked { blocked, now: at });
         // Gives the concurrency place and the probe slot back first.
         drop(held);
         ResponseFuture::blocked(refuse(&entry, at, refusal, &self.response))
+    }
+}
+
+/// A waiting request: the ready inner service and the request, with what
+/// names its key should its wait end in a refusal. Only the refusal reads
+/// the key (from the request's head, as `refused` does); the clone of the
+/// extractor it carries allocates nothing for the built-in ones (unit
+/// structs, a header name, a shared list of proxies).
+#[cfg(feature = "tokio")]
+struct Resumed<S, X: KeyExtractor, B> {
+    ready: S,
+    request: Request<B>,
+    extractor: X,
+    registry: Arc<Registry<X::Key>>,
+}
+
+#[cfg(feature = "tokio")]
+impl<S, X, B> Resume<S::Future> for Resumed<S, X, B>
+where
+    S: Service<Request<B>> + Send,
+    X: KeyExtractor,
+    B: Send,
+{
+    fn call(self: Box<Self>) -> S::Future {
+        let Resumed {
+            mut ready, request, ..
+        } = *self;
+        ready.call(request)
+    }
+
+    fn refused(self: Box<Self>, at: u64) {
+        let (parts, _) = self.request.into_parts();
+        let blocked = self.registry.blocked();
+        self.extractor
+            .visit(&parts, RecordBlocked { blocked, now: at });
     }
 }
 

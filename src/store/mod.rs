@@ -15,7 +15,10 @@
 // - `Registry`: the table itself: sharded, bounded by `max_keys`, evicting
 //   idle keys, with one overflow entry when every slot is busy.
 // - `Entry`: one key's statistics, limit and circuit breakers.
+// - `TopBlocked`: the keys refused most over the last minute, in bounded
+//   memory, fed by every refusal of the layer.
 
+mod blocked;
 mod cell;
 mod entry;
 #[cfg(feature = "redis")]
@@ -30,6 +33,7 @@ pub use self::redis::{
     StoreStatus, Verdict,
 };
 
+pub(crate) use blocked::{Record as RecordBlocked, TopBlocked};
 pub(crate) use cell::{Settings, Store, Window};
 pub(crate) use entry::{Entry, Probe};
 pub(crate) use registry::{effective_now, Lookup, Registry};

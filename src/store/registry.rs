@@ -45,7 +45,7 @@ use std::sync::{Arc, OnceLock};
 
 use hashbrown::HashTable;
 
-use super::{Entry, Settings, Window};
+use super::{Entry, Settings, TopBlocked, Window};
 use crate::clock::SharedClock;
 use crate::flow::breaker::Breaker;
 use crate::key::KeyVisitor;
@@ -165,6 +165,9 @@ pub(crate) struct Registry<K> {
     /// The layer's response-time histogram, once an exporter installs it;
     /// every entry holds the slot.
     rt_histogram: RtSlot,
+    /// The keys refused most over the last minute (every refusal path
+    /// records into it, see [`blocked`](Self::blocked)).
+    blocked: TopBlocked<K>,
 }
 
 impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
@@ -210,7 +213,15 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
             breakers,
             evicted: MetricBucket::new(),
             rt_histogram,
+            blocked: TopBlocked::new(),
         }
+    }
+
+    /// The layer's top-blocked summary: a refusal path records the refused
+    /// request's key with `blocked().record(key, at)`, or hands the
+    /// extractor a `RecordBlocked` visitor, at the refusal's time.
+    pub(crate) fn blocked(&self) -> &TopBlocked<K> {
+        &self.blocked
     }
 
     /// The layer's response-time histogram slot.

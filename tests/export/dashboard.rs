@@ -1099,3 +1099,71 @@ async fn the_store_status_is_the_stores() {
     assert_eq!(s["store"]["mode"], "Fallback", "{}", s["store"]);
     assert!(s["store"]["failures"].as_u64() >= Some(1), "{}", s["store"]);
 }
+
+/// Hostile header values as keys, refused: markup, quotes and
+/// backslashes, bytes that are not UTF-8, a value far past the key bound,
+/// and no header at all. `top_blocked` in the JSON lists them as the
+/// handle does, most blocks first, each label as the key is held (escaped
+/// bytes, the long key's bounded digest form), the missing key as `null`;
+/// at most 20 keys, whatever the search.
+#[tokio::test]
+async fn top_blocked_lists_hostile_keys_as_the_handle_does() {
+    let layer = SlidingWindowLayer::qps(1)
+        .key(HeaderKey::new(HeaderName::from_static("x-client")))
+        .clock(clock());
+    let stats = layer.handle();
+    let app = Router::new()
+        .route("/", get(|| async { "ok" }))
+        .layer(layer);
+    let long = "L".repeat(20_000);
+    let hostile: Vec<Option<&[u8]>> = vec![
+        Some(b"<img src=x onerror=\"document.title='pwned'\">"),
+        Some(b"q\"uo\\te</script>"),
+        Some(b"t\xff\xfe\"\\"),
+        Some(long.as_bytes()),
+        None,
+    ];
+    // Value `i` is sent `i + 3` times: `i + 2` blocks.
+    for (i, value) in hostile.iter().enumerate() {
+        for _ in 0..i + 3 {
+            let mut request = Request::get("/");
+            if let Some(value) = value {
+                request = request.header("x-client", http::HeaderValue::from_bytes(value).unwrap());
+            }
+            send(&app, request.body(Body::empty()).unwrap()).await;
+        }
+    }
+    // Twenty-five more keys, one block each.
+    for i in 0..25 {
+        for _ in 0..2 {
+            send(&app, req_with("/", "x-client", &format!("light-{i}"))).await;
+        }
+    }
+    let board = dashboard::router(stats.clone());
+    for query in ["/stats", "/stats?search=nothing-matches"] {
+        let s = json(&board, query).await;
+        let top = &s["top_blocked"];
+        let keys = top["key"].as_array().expect("a key column");
+        let blocks = top["block"].as_array().expect("a block column");
+        assert_eq!((keys.len(), blocks.len()), (20, 20), "{top}");
+        let want = stats.top_blocked(20);
+        // The five hostile keys first (6 to 2 blocks), then light ones.
+        for (i, (key, count)) in want.iter().take(5).enumerate() {
+            assert_eq!(blocks[i], *count, "{top}");
+            assert_eq!(keys[i].as_str(), key.as_deref(), "{top}");
+            assert_eq!(*count, 6 - i as u64, "{want:?}");
+        }
+        assert_eq!(keys[0], Value::Null, "the missing key blocked most");
+        let labels: Vec<&str> = keys[1..5].iter().map(|k| k.as_str().unwrap()).collect();
+        assert!(labels[0].len() <= tower_sliding_window::key::MAX_DIGEST_KEY_BYTES);
+        assert!(
+            labels[0].starts_with("LLLL") && labels[0].contains("…#"),
+            "{}",
+            labels[0]
+        );
+        assert_eq!(labels[1], "\u{7f}t\\xff\\xfe\"\\\\");
+        assert_eq!(labels[2], "q\"uo\\te</script>");
+        assert_eq!(labels[3], "<img src=x onerror=\"document.title='pwned'\">");
+        assert!(blocks[5..].iter().all(|b| *b == 1), "{top}");
+    }
+}

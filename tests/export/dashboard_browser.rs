@@ -1,8 +1,9 @@
 //! The dashboard in a real browser: headless Chromium loads the page from a
 //! running server while load is applied, and the test reads the DOM the
-//! page's script built (`--dump-dom`). Also takes a screenshot, and loads
-//! the page with 1000 keys: it draws the 100 busiest, and a search in its
-//! address finds the others.
+//! page's script built (`--dump-dom`), the table of the clients blocked
+//! most included. Also takes a screenshot, and loads the page with 1000
+//! keys: it draws the 100 busiest, and a search in its address finds the
+//! others. A second page shows hostile keys in the blocked table: as text.
 //!
 //! The screenshot goes to the test's temporary directory under `target/`;
 //! with `DASHBOARD_SCREENSHOT=docs` it replaces the README's
@@ -96,13 +97,20 @@ async fn dom(browser: &Path, url: &str) -> String {
         .0
 }
 
-/// The rows the page drew: (class, data-key, the row's cells as text).
+/// The rows the page drew in the keys table: (class, data-key, the row's
+/// cells as text).
 fn rows(dom: &str) -> Vec<(String, String, String)> {
+    table_rows(dom, "keys")
+}
+
+/// The rows the page drew in the table with id `id`.
+fn table_rows(dom: &str, id: &str) -> Vec<(String, String, String)> {
     let body = dom
-        .split("<tbody>")
+        .split(&format!("<table id=\"{id}\""))
         .nth(1)
+        .and_then(|table| table.split("<tbody>").nth(1))
         .and_then(|rest| rest.split("</tbody>").next())
-        .unwrap_or_else(|| panic!("no table body in the page:\n{dom}"));
+        .unwrap_or_else(|| panic!("no {id} table body in the page:\n{dom}"));
     body.split("<tr ")
         .skip(1)
         .map(|row| {
@@ -197,6 +205,16 @@ async fn the_dashboard_renders_live_in_chromium() {
     }
     // The busiest route first, as the JSON orders it.
     assert_eq!(first_rows[0].1, "/api/search", "{first}");
+    // Over its limit of 20 per second: the client blocked most, with its
+    // blocks over the minute (those of the handle at the read, or fewer).
+    let blocked = table_rows(&first, "blocked");
+    assert_eq!(blocked[0].1, "/api/search", "{first}");
+    let shown: u64 = cell(&blocked[0].2, "blocks").parse().expect("a count");
+    let now = server.stats.top_blocked(1)[0].1;
+    assert!(
+        (1..=now).contains(&shown),
+        "{shown} blocks shown, {now} now"
+    );
     let search = &first_rows[0].2;
     assert!(cell(search, "limit") == "20", "{search}");
     assert!(search.contains("<polyline class=\"pass\""), "{search}");
@@ -294,4 +312,85 @@ async fn the_dashboard_renders_live_in_chromium() {
     .await;
     let png = std::fs::read(&searched).expect("a screenshot of the search");
     assert!(png.starts_with(b"\x89PNG"), "a PNG file");
+}
+
+/// Keys a hostile client chose, blocked: the "Top blocked clients" table
+/// shows each as text (markup is not markup, a script in it does not run),
+/// the missing key marked, the long key in its bounded form and cut short
+/// by the page's style.
+#[ignore = "needs chromium"]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_top_blocked_keys_render_as_text_in_chromium() {
+    let browser = chromium().expect(
+        "this test needs Chromium (Debian: apt-get install chromium); run the ignored tests \
+         with --include-ignored once it is installed",
+    );
+    let layer = SlidingWindowLayer::qps(1).key(tower_sliding_window::HeaderKey::new(
+        http::HeaderName::from_static("x-client"),
+    ));
+    let stats = layer.handle();
+    let app = Router::new()
+        .route("/", get(|| async { "ok" }))
+        .layer(layer);
+    let served = Router::new().nest("/limits", dashboard::router(stats.clone()));
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, served).await });
+
+    let long = "L".repeat(5_000);
+    let hostile: [Option<&[u8]>; 5] = [
+        Some(b"<img src=x onerror=\"document.title='pwned'\">"),
+        Some(b"</td></tr></tbody><script>document.title='pwned'</script>"),
+        Some(b"t\xff\xfe\"\\"),
+        Some(long.as_bytes()),
+        None,
+    ];
+    for (i, value) in hostile.iter().enumerate() {
+        for _ in 0..i + 3 {
+            let mut request = Request::get("/");
+            if let Some(value) = value {
+                request = request.header("x-client", http::HeaderValue::from_bytes(value).unwrap());
+            }
+            app.clone()
+                .oneshot(request.body(Body::empty()).unwrap())
+                .await
+                .unwrap();
+        }
+    }
+    let page = dom(&browser, &format!("http://{addr}/limits")).await;
+    assert!(
+        page.contains("<title>Rate limits</title>"),
+        "a script ran:\n{page}"
+    );
+    let blocked = table_rows(&page, "blocked");
+    assert_eq!(blocked.len(), 5, "{page}");
+    // Most blocks first: the missing key (6), then the long key, the
+    // bytes that are not UTF-8, the markup.
+    assert_eq!(blocked[0].0, "missing");
+    assert!(cell(&blocked[0].2, "blocks") == "6");
+    let want = stats.top_blocked(5);
+    for (row, (key, count)) in blocked.iter().zip(&want) {
+        assert_eq!(cell(&row.2, "blocks"), count.to_string());
+        if let Some(key) = key {
+            // The key as text: escaped in the attribute and the cell.
+            let escaped = key
+                .replace('&', "&amp;")
+                .replace('<', "&lt;")
+                .replace('>', "&gt;");
+            assert!(row.2.contains(&escaped), "{key:?} in {}", row.2);
+        }
+    }
+    let body = page
+        .split("<table id=\"blocked\"")
+        .nth(1)
+        .and_then(|table| table.split("</table>").next())
+        .expect("the blocked table");
+    assert!(!body.contains("<img"), "markup drawn as markup:\n{body}");
+    assert!(!body.contains("<script"), "markup drawn as markup:\n{body}");
+    let long_row = &blocked[1].2;
+    assert!(
+        long_row.contains("LLLL") && long_row.contains("…#"),
+        "{long_row}"
+    );
+    assert!(!long_row.contains(&"L".repeat(65)), "{long_row}");
 }

@@ -19,4 +19,5 @@ mod layer_socket;
 mod layer_streaming;
 mod layer_tower;
 mod snapshot_serde;
+mod top_blocked;
 mod value;

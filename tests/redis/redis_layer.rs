@@ -664,3 +664,38 @@ async fn key_after_store_keeps_the_store_for_the_same_key_type_and_drops_it_othe
         "a store for `()` keys cannot name `String` keys"
     );
 }
+
+/// A refusal decided in Redis comes after the request waited for the
+/// store's answer: its key is still counted in `top_blocked` of the
+/// replica that refused it, once per refusal.
+#[ignore = "needs redis-server"]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusals_decided_in_redis_count_in_top_blocked() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(2_000_000);
+    let a = replica(
+        &server,
+        &clock,
+        3,
+        StoreFailure::Deny,
+        Duration::from_secs(10),
+    )
+    .await;
+    let b = replica(
+        &server,
+        &clock,
+        3,
+        StoreFailure::Deny,
+        Duration::from_secs(10),
+    )
+    .await;
+    for _ in 0..3 {
+        assert_eq!(send(&a.app, "/api").await, StatusCode::OK);
+    }
+    // `b` has seen no verdict yet: it asks Redis, which refuses.
+    assert_eq!(send(&b.app, "/api").await, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(b.stats.top_blocked(5), [("/api".to_owned(), 1)]);
+    assert_eq!(a.stats.top_blocked(5), []);
+    assert_eq!(send(&b.app, "/api").await, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(b.stats.top_blocked(5), [("/api".to_owned(), 2)]);
+}

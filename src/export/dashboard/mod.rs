@@ -51,7 +51,12 @@
 //! breakers; above the table, the totals over every key and, with a
 //! Redis store, where admissions are decided now. The overflow entry
 //! (keys that found no room, see
-//! [`max_keys`](crate::SlidingWindowLayer::max_keys)) is marked.
+//! [`max_keys`](crate::SlidingWindowLayer::max_keys)) is marked. Below the
+//! keys, a table "Top blocked clients" names the 20 keys refused most over
+//! the last minute with their blocks, whatever the search selects
+//! ([`StatsHandle::top_blocked`]: a bounded summary that counts every
+//! refusal under the request's own key, so a client that shares the
+//! overflow entry is named there too).
 //!
 //! # Access
 //!
@@ -123,14 +128,18 @@
 //!         "success": [...], "exception": [...], "rt_us": [812, null, ...] },
 //!       ...
 //!     ]
-//!   }
+//!   },
+//!   // StatsHandle::top_blocked(20): the keys with the most blocks over
+//!   // the last minute, most first, as columns; a null key is the missing
+//!   // key (a None key). Not cut by the search.
+//!   "top_blocked": { "key": ["/search", null], "block": [1830, 12] }
 //! }
 //! ```
 //!
 //! The overflow entry is listed while it is in use or has history; the
 //! total counts it only while it is in use, as [`StatsHandle::total`]
 //! does. Labels are JSON strings with quotes, backslashes and control
-//! characters escaped. `store` is the layer's `store::StoreStatus` as its serde
+//! characters escaped (`top_blocked`'s too). `store` is the layer's `store::StoreStatus` as its serde
 //! form writes it (feature `redis`).
 //!
 //! # Keys

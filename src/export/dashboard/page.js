@@ -1,12 +1,14 @@
 // The dashboard's script: reads `stats` next to the page once a second and
 // draws the table of the busiest keys (or of those the search box selects),
-// with one SVG chart per key. No other request is made.
+// with one SVG chart per key, and the table of the keys refused most over
+// the last minute. No other request is made.
 "use strict";
 (function () {
   // Works under any prefix, with or without a trailing slash.
   var path = location.pathname;
   var base = path.charAt(path.length - 1) === "/" ? path : path + "/";
   var rows = document.querySelector("#keys tbody");
+  var blockedRows = document.querySelector("#blocked tbody");
   var status = document.getElementById("status");
   var summary = document.getElementById("summary");
   var shown = document.getElementById("shown");
@@ -85,6 +87,21 @@
     return esc(key);
   }
 
+  // The keys refused most over the last minute (`top_blocked`, columns
+  // like `keys`): a null key is the missing key. Labels are escaped as the
+  // keys table's are, and cut short by the same style.
+  function renderBlocked(b) {
+    var html = [];
+    for (var i = 0; i < b.key.length; i++) {
+      var key = b.key[i], what = key === null ? "missing" : "key";
+      html.push('<tr class="' + what + '" data-key="' + esc(key === null ? "" : key) + '">' +
+        '<td class="name">' + name(what, key) + "</td>" +
+        '<td class="blocks">' + b.block[i] + "</td></tr>");
+    }
+    blockedRows.innerHTML = html.length ? html.join("")
+      : '<tr class="none"><td class="name" colspan="2">no client blocked in the last minute</td></tr>';
+  }
+
   function render(s) {
     var k = s.keys, n = k.key.length, html = [];
     for (var i = 0; i < n; i++) {
@@ -100,6 +117,7 @@
         '<td class="breaker">' + breaker(k.breaker[i]) + "</td></tr>");
     }
     rows.innerHTML = html.join("");
+    renderBlocked(s.top_blocked);
     shown.textContent = s.search === null
       ? (n < s.keys_total ? "the " + n + " busiest of " + s.keys_total + " keys" : "")
       : s.matched + " of " + s.keys_total + " keys match \u201c" + s.search + "\u201d" +

@@ -1,5 +1,6 @@
 //! The JSON of `GET /stats`.
 
+use std::borrow::Cow;
 use std::hash::Hash;
 use std::ops::Range;
 use std::time::Duration;
@@ -15,6 +16,10 @@ use crate::stat::MetricNode;
 /// Bytes a key's history takes at most, about: 60 seconds of a 13-digit
 /// timestamp and five small numbers.
 const HISTORY_BYTES: usize = 60 * 40 + 64;
+
+/// Keys in the page's "Top blocked clients" table: `top_blocked` of the
+/// JSON.
+pub(super) const TOP_BLOCKED: usize = 20;
 
 /// Every key's row read once, in listing order: what each reader's JSON is
 /// cut from. Built at most once per refresh period (see `super::Board`),
@@ -32,6 +37,9 @@ pub(super) struct Table {
     rows: Vec<KeyRow<Label>>,
     /// The layer's Redis store status, if it has a store.
     store: Option<Store>,
+    /// `StatsHandle::top_blocked(TOP_BLOCKED)`, each key as its label
+    /// (`None`: the missing key).
+    blocked: Vec<(Option<String>, u64)>,
 }
 
 /// What one reader asks of the table: `?search=` and `?history=`.
@@ -70,6 +78,11 @@ where
     // The total from the rows just read: one window read per entry.
     let total = crate::handle::rows_total(&rows);
     let order = order(&rows, &labels);
+    let blocked = handle
+        .top_blocked(TOP_BLOCKED)
+        .into_iter()
+        .map(|(key, blocks)| (key.label().map(Cow::into_owned), blocks))
+        .collect();
     let mut slots: Vec<Option<KeyRow<Label>>> = rows.into_iter().map(Some).collect();
     let rows = order.into_iter().filter_map(|i| slots[i].take()).collect();
     Table {
@@ -80,6 +93,7 @@ where
         labels,
         rows,
         store: store_status(handle),
+        blocked,
     }
 }
 
@@ -126,6 +140,12 @@ pub(super) fn json(
     let label_bytes: usize = listed
         .iter()
         .map(|row| label(row, &table.labels).map_or(4, str::len))
+        .chain(
+            table
+                .blocked
+                .iter()
+                .map(|(key, _)| key.as_ref().map_or(4, String::len) + 24),
+        )
         .sum();
     let document = Document {
         now_ms: table.now,
@@ -143,6 +163,7 @@ pub(super) fn json(
             listed: &listed,
             with_history,
         },
+        top_blocked: Blocked(&table.blocked),
     };
     let mut out = Vec::with_capacity(
         1024 + label_bytes + listed.len() * (4 + 10 * 4) + with_history * HISTORY_BYTES,
@@ -166,6 +187,7 @@ struct Document<'a> {
     /// [`FIGURES`].
     total: &'a Snapshot,
     keys: Keys<'a>,
+    top_blocked: Blocked<'a>,
 }
 
 /// The layer's store status: `StoreStatus` with a Redis store.
@@ -217,6 +239,20 @@ impl Serialize for Keys<'_> {
             }),
         )?;
         keys.end()
+    }
+}
+
+/// The keys with the most blocks over the last minute, most first, as two
+/// columns: `key` (the label, `null` for the missing key) and `block`.
+struct Blocked<'a>(&'a [(Option<String>, u64)]);
+
+impl Serialize for Blocked<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let rows = self.0;
+        let mut blocked = serializer.serialize_struct("Blocked", 2)?;
+        blocked.serialize_field("key", &Column(|| rows.iter().map(|(key, _)| key)))?;
+        blocked.serialize_field("block", &Column(|| rows.iter().map(|(_, n)| n)))?;
+        blocked.end()
     }
 }
 
@@ -502,16 +538,27 @@ mod tests {
 
     /// The JSON is the one recorded from the dashboard's hand-written JSON
     /// writer before `serde_json` replaced it: byte for byte, and as
-    /// values.
+    /// values, but for `top_blocked`, added since as its last field.
     #[tokio::test]
     async fn the_json_is_the_recorded_json() {
         let got = documents().await;
         let want = include_str!("stats.recorded.jsonl");
         for (got, want) in got.lines().zip(want.lines()) {
+            let (got, top_blocked) = got
+                .rsplit_once(",\"top_blocked\":")
+                .expect("top_blocked, last");
+            let top_blocked: serde_json::Value =
+                serde_json::from_str(top_blocked.strip_suffix('}').unwrap()).unwrap();
+            // The labels of [`labels`] over the limit: most blocks first.
+            let blocks = top_blocked["block"].as_array().unwrap();
+            assert!(!blocks.is_empty(), "{top_blocked}");
+            assert!(blocks.windows(2).all(|w| w[0].as_u64() >= w[1].as_u64()));
+            assert_eq!(top_blocked["key"].as_array().unwrap().len(), blocks.len());
+            let got = format!("{got}}}");
             let value = |text: &str| -> serde_json::Value {
                 serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}"))
             };
-            assert_eq!(value(got), value(want));
+            assert_eq!(value(&got), value(want));
             assert_eq!(got, want);
         }
         assert_eq!(got.lines().count(), VIEWS.len());
