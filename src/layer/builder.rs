@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Response, StatusCode};
-use tower_http::classify::{ServerErrorsAsFailures, SharedClassifier};
+use tower_http::classify::{GrpcErrorsAsFailures, ServerErrorsAsFailures, SharedClassifier};
 use tower_layer::Layer;
 
 use super::body::{InnerBody, TrackBody};
@@ -554,6 +554,61 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
     /// ```
     pub fn track_body(self) -> SlidingWindowLayer<X, M, TrackBody> {
         self.body_kind()
+    }
+}
+
+/// # gRPC
+impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
+    /// Speaks gRPC: refusals become trailers-only gRPC responses, and
+    /// completions are classified by their `grpc-status`.
+    ///
+    /// A gRPC client reads an HTTP 429 or 503 as `UNAVAILABLE`, which many
+    /// retry policies retry at once. Under `grpc` every refusal is instead
+    /// answered `200 OK` with `content-type: application/grpc`, no body,
+    /// and its status in the headers: `grpc-status` 8
+    /// (`RESOURCE_EXHAUSTED`) for every rate-limit refusal (window,
+    /// concurrency, throttle, shared store, overflow entry), 14
+    /// (`UNAVAILABLE`) for an open breaker; a `grpc-message`
+    /// (percent-encoded) such as `rate limit reached: retry in 2 s`; and
+    /// `grpc-status-details-bin`, a `google.rpc.Status` carrying a
+    /// `google.rpc.RetryInfo` whose `retry_delay` is the retry time to the
+    /// millisecond. `Retry-After` and the RateLimit fields are sent too,
+    /// as metadata a client may read (see the
+    /// [response docs](crate::response#grpc)).
+    ///
+    /// [`status`](Self::status) does not apply to these responses (a gRPC
+    /// status must travel in a 200). A [`reject_with`](Self::reject_with)
+    /// builder still makes the whole response: it shapes a gRPC one with
+    /// [`Rejection::grpc_response`] and [`Rejection::grpc_code`].
+    ///
+    /// Completions: the classifier becomes tower-http's
+    /// [`GrpcErrorsAsFailures`], and the body is tracked
+    /// ([`track_body`](Self::track_body)) so that a `grpc-status` sent in
+    /// the trailers is read at the end of the stream. Every code but `OK`
+    /// counts as an exception (for the breakers and the statistics); to
+    /// count some codes as successes, call [`classify`](Self::classify)
+    /// after `grpc`:
+    ///
+    /// ```
+    /// use tower_http::classify::{GrpcCode, GrpcErrorsAsFailures, SharedClassifier};
+    /// use tower_sliding_window::breaker::Breaker;
+    /// use tower_sliding_window::SlidingWindowLayer;
+    ///
+    /// let layer = SlidingWindowLayer::qps(100)
+    ///     .breaker(Breaker::error_ratio(0.5))
+    ///     .grpc()
+    ///     // A missing record is the caller's business, not a failing upstream.
+    ///     .classify(SharedClassifier::new(
+    ///         GrpcErrorsAsFailures::new().with_success(GrpcCode::NotFound),
+    ///     ));
+    /// # let _ = layer;
+    /// ```
+    ///
+    /// `examples/grpc.rs` serves a tonic service behind the layer.
+    pub fn grpc(self) -> SlidingWindowLayer<X, SharedClassifier<GrpcErrorsAsFailures>, TrackBody> {
+        self.respond(|r| r.grpc = true)
+            .classify(GrpcErrorsAsFailures::make_classifier())
+            .track_body()
     }
 }
 

@@ -67,6 +67,7 @@
 //! [RFC 9110]: https://www.rfc-editor.org/rfc/rfc9110#field.retry-after
 //! [draft-ietf-httpapi-ratelimit-headers-11]: https://datatracker.ietf.org/doc/draft-ietf-httpapi-ratelimit-headers/
 
+mod grpc;
 mod headers;
 
 pub(crate) use headers::{validate_policy_name, PolicyName, Quota};
@@ -135,6 +136,9 @@ pub(crate) struct ResponseConfig {
     pub(crate) headers_on_pass: bool,
     pub(crate) legacy_headers: bool,
     pub(crate) policy_name: Arc<str>,
+    /// Refusals are trailers-only gRPC responses
+    /// ([`grpc`](crate::SlidingWindowLayer::grpc)).
+    pub(crate) grpc: bool,
 }
 
 impl Default for ResponseConfig {
@@ -145,6 +149,7 @@ impl Default for ResponseConfig {
             headers_on_pass: false,
             legacy_headers: false,
             policy_name: Arc::from("default"),
+            grpc: false,
         }
     }
 }
@@ -157,6 +162,7 @@ impl fmt::Debug for ResponseConfig {
             .field("headers_on_pass", &self.headers_on_pass)
             .field("legacy_headers", &self.legacy_headers)
             .field("policy_name", &self.policy_name)
+            .field("grpc", &self.grpc)
             .finish()
     }
 }
@@ -178,9 +184,11 @@ fn writes_quota(reason: Reason) -> bool {
 }
 
 /// The response for a request refused for `reason`: the configured
-/// builder's (the [`Rejection`] is made only for it), or a short text body
-/// with the status for `reason`; then `Retry-After` and, but for a
-/// breaker's refusal, the RateLimit fields, unless the builder set them.
+/// builder's (the [`Rejection`] is made only for it), or else, under
+/// `grpc`, a trailers-only gRPC response with the code for `reason`, or a
+/// short text body with the status for `reason`; then `Retry-After` and,
+/// but for a breaker's refusal, the RateLimit fields, unless the builder
+/// set them.
 pub(crate) fn rejection_response(
     config: &ResponseConfig,
     reason: Reason,
@@ -198,6 +206,11 @@ pub(crate) fn rejection_response(
             retry_after: Duration::from_millis(retry_after_ms),
             policy: quota.policy.to_string(),
         }),
+        None if config.grpc => grpc::trailers_only(
+            grpc::code_of(reason),
+            &grpc::message_of(reason, retry_after),
+            retry_after_ms,
+        ),
         None => default_response(status, retry_after),
     };
     let headers = response.headers_mut();
@@ -302,6 +315,53 @@ mod tests {
         let r = rejection_response(&config, Reason::Breaker, &quota(None), 0);
         assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(r.headers()[RETRY_AFTER], "1");
+    }
+
+    #[test]
+    fn under_grpc_every_reason_is_a_trailers_only_answer_whatever_the_status() {
+        let config = ResponseConfig {
+            grpc: true,
+            status: StatusCode::IM_A_TEAPOT,
+            ..ResponseConfig::default()
+        };
+        for (reason, code, quota_fields) in [
+            (Reason::Window, "8", true),
+            (Reason::Concurrency, "8", true),
+            (Reason::Throttle, "8", true),
+            (Reason::Store, "8", true),
+            (Reason::Overflow, "8", true),
+            (Reason::Breaker, "14", false),
+        ] {
+            let r = rejection_response(&config, reason, &quota(None), 1_500);
+            assert_eq!(r.status(), StatusCode::OK, "{reason:?}");
+            assert_eq!(r.headers()[CONTENT_TYPE], "application/grpc");
+            assert_eq!(r.headers()["grpc-status"], code, "{reason:?}");
+            assert!(r.headers()["grpc-message"]
+                .to_str()
+                .expect("ASCII")
+                .ends_with(": retry in 2 s"));
+            assert!(r.headers().contains_key("grpc-status-details-bin"));
+            assert!(r.body().is_empty());
+            assert_eq!(r.headers()[RETRY_AFTER], "2");
+            assert_eq!(r.headers().contains_key("ratelimit"), quota_fields);
+            assert_eq!(r.headers().contains_key("ratelimit-policy"), quota_fields);
+        }
+    }
+
+    #[test]
+    fn under_grpc_a_builder_shapes_the_answer() {
+        let config = ResponseConfig {
+            grpc: true,
+            reject_with: Some(Arc::new(|rejection: &Rejection| {
+                rejection.grpc_response(rejection.grpc_code(), "ralentissez \u{e9}")
+            })),
+            ..ResponseConfig::default()
+        };
+        let r = rejection_response(&config, Reason::Window, &quota(None), 1);
+        assert_eq!(r.headers()["grpc-status"], "8");
+        assert_eq!(r.headers()["grpc-message"], "ralentissez %C3%A9");
+        assert_eq!(r.headers()[RETRY_AFTER], "1");
+        assert!(r.headers().contains_key("ratelimit"));
     }
 
     #[test]
