@@ -229,8 +229,7 @@ fn percent_encode(text: &str) -> String {
 /// `bytes` in base64 (the standard alphabet) without padding, as gRPC
 /// sends `-bin` metadata.
 fn base64_unpadded(bytes: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] =
-        b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let sextet = |n: u32, shift: u32| char::from(ALPHABET[((n >> shift) & 0x3f) as usize]);
     let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
     let mut chunks = bytes.chunks_exact(3);
@@ -338,7 +337,11 @@ mod tests {
 
     #[test]
     fn a_huge_retry_time_is_capped_at_the_largest_duration() {
-        for ms in [u64::MAX, MAX_DURATION_SECS * 1000, MAX_DURATION_SECS * 1000 + 999] {
+        for ms in [
+            u64::MAX,
+            MAX_DURATION_SECS * 1000,
+            MAX_DURATION_SECS * 1000 + 999,
+        ] {
             let r = trailers_only(GrpcCode::ResourceExhausted, "x", ms);
             let delay = retry_delay(&details(&r));
             assert_eq!((delay.seconds, delay.nanos), (315_576_000_000, 0), "{ms}");
@@ -348,10 +351,7 @@ mod tests {
         let just_under = MAX_DURATION_SECS * 1000 - 1;
         let r = trailers_only(GrpcCode::ResourceExhausted, "x", just_under);
         let delay = retry_delay(&details(&r));
-        assert_eq!(
-            (delay.seconds, delay.nanos),
-            (315_575_999_999, 999_000_000)
-        );
+        assert_eq!((delay.seconds, delay.nanos), (315_575_999_999, 999_000_000));
     }
 
     #[test]
@@ -381,11 +381,24 @@ mod tests {
     #[test]
     fn varints_and_negative_codes_decode_as_written() {
         // Every length of varint, through prost's decoder.
-        for value in [0u64, 1, 127, 128, 300, 16_383, 16_384, u64::MAX >> 1, u64::MAX] {
+        for value in [
+            0u64,
+            1,
+            127,
+            128,
+            300,
+            16_383,
+            16_384,
+            u64::MAX >> 1,
+            u64::MAX,
+        ] {
             let mut out = Vec::new();
             put_varint(&mut out, value);
             let mut slice = out.as_slice();
-            assert_eq!(prost::encoding::decode_varint(&mut slice).expect("a varint"), value);
+            assert_eq!(
+                prost::encoding::decode_varint(&mut slice).expect("a varint"),
+                value
+            );
             assert!(slice.is_empty());
         }
         // A negative code (never sent, but an int32 must encode in 10 bytes).
@@ -407,7 +420,10 @@ mod tests {
                 .encode_to_vec(),
             }],
         };
-        assert_eq!(encode_status(8, &"m".repeat(200), 3_007), expected.encode_to_vec());
+        assert_eq!(
+            encode_status(8, &"m".repeat(200), 3_007),
+            expected.encode_to_vec()
+        );
     }
 
     #[test]
