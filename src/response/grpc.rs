@@ -463,6 +463,23 @@ mod tests {
         assert_eq!((delay.seconds, delay.nanos), (2, 500_000_000));
     }
 
+    /// The example in the response docs (`response#grpc`) is what the
+    /// layer sends for a window refusal 460 ms before the window has room.
+    #[test]
+    fn the_documented_example_is_the_encoding() {
+        let r = trailers_only(code_of(Reason::Window), &message_of(Reason::Window, 1), 460);
+        assert_eq!(
+            r.headers()[GRPC_MESSAGE],
+            "rate limit reached: retry in 1 s"
+        );
+        assert_eq!(
+            r.headers()[GRPC_STATUS_DETAILS],
+            "CAgSIHJhdGUgbGltaXQgcmVhY2hlZDogcmV0cnkgaW4gMSBzGjQKKHR5cGUuZ29vZ2xlYXBpcy5jb20vZ29vZ2xlLnJwYy5SZXRyeUluZm8SCAoGEICWrNsB"
+        );
+        let docs = include_str!("mod.rs");
+        assert!(docs.contains(r.headers()[GRPC_STATUS_DETAILS].to_str().expect("ASCII")));
+    }
+
     #[test]
     fn the_default_message_names_the_reason_and_the_retry_time() {
         assert_eq!(

@@ -64,6 +64,47 @@
 //! Too Many Requests: retry in 1 s
 //! ```
 //!
+//! # gRPC
+//!
+//! Under [`grpc`](crate::SlidingWindowLayer::grpc) the default refusal is
+//! a trailers-only gRPC response, whose status a gRPC client reads from the
+//! headers; a plain 429 would read as `UNAVAILABLE` (gRPC's mapping of HTTP
+//! statuses), which many retry policies retry at once.
+//!
+//! | reason | `grpc-status` | RateLimit fields |
+//! |---|---|---|
+//! | `Window`, `Concurrency`, `Throttle`, `Store`, `Overflow` | 8 `RESOURCE_EXHAUSTED`: the client's quota or the layer's capacity | yes |
+//! | `Breaker` | 14 `UNAVAILABLE`: the upstream is failing | no |
+//!
+//! | field | value |
+//! |---|---|
+//! | HTTP status | `200 OK`, whatever [`status`](crate::SlidingWindowLayer::status) says: a gRPC status travels in a 200 |
+//! | `content-type` | `application/grpc` |
+//! | `grpc-status` | the code above |
+//! | `grpc-message` | `<what>: retry in <n> s`, such as `rate limit reached: retry in 2 s` or `circuit breaker open: retry in 10 s`, percent-encoded as gRPC requires (bytes outside space to `~`, and `%`, as `%XX`) |
+//! | `grpc-status-details-bin` | base64 without padding of a `google.rpc.Status` with the same code and message, whose `details` hold one `Any` of type `type.googleapis.com/google.rpc.RetryInfo`: `retry_delay` is the retry time to the millisecond, at most 10 000 years (the largest `google.protobuf.Duration`) |
+//! | `Retry-After`, the RateLimit fields | as for every refusal (above); ASCII metadata that gRPC clients pass on and ignore otherwise |
+//!
+//! There is no body: the response ends with its headers. A
+//! [`reject_with`](crate::SlidingWindowLayer::reject_with) builder makes
+//! the whole response, as without `grpc`: it gets the same [`Rejection`]
+//! (its [`status`](Rejection::status) is still the HTTP status a plain
+//! refusal would have) and builds a gRPC answer with
+//! [`Rejection::grpc_response`] and [`Rejection::grpc_code`]. A builder
+//! that returns anything else is sent as it is, and a gRPC client reads it
+//! by gRPC's HTTP mapping.
+//!
+//! ```text
+//! HTTP/2 200
+//! content-type: application/grpc
+//! grpc-status: 8
+//! grpc-message: rate limit reached: retry in 1 s
+//! grpc-status-details-bin: CAgSIHJhdGUgbGltaXQgcmVhY2hlZDogcmV0cnkgaW4gMSBzGjQKKHR5cGUuZ29vZ2xlYXBpcy5jb20vZ29vZ2xlLnJwYy5SZXRyeUluZm8SCAoGEICWrNsB
+//! retry-after: 1
+//! ratelimit-policy: "default";q=100;w=1
+//! ratelimit: "default";r=0;t=1
+//! ```
+//!
 //! [RFC 9110]: https://www.rfc-editor.org/rfc/rfc9110#field.retry-after
 //! [draft-ietf-httpapi-ratelimit-headers-11]: https://datatracker.ietf.org/doc/draft-ietf-httpapi-ratelimit-headers/
 

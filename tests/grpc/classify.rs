@@ -17,6 +17,9 @@ use tower_sliding_window::SlidingWindowLayer;
 
 type Frames = Vec<Result<Frame<Bytes>, Infallible>>;
 
+/// The test service's body: its frames, one after the other.
+type Framed = StreamBody<tokio_stream::Iter<<Frames as IntoIterator>::IntoIter>>;
+
 /// How the test's service ends its answer.
 #[derive(Clone, Copy, Debug)]
 enum Answer {
@@ -28,10 +31,7 @@ enum Answer {
     NoStatus,
 }
 
-fn respond(
-    answer: Answer,
-) -> Response<StreamBody<tokio_stream::Iter<std::vec::IntoIter<Result<Frame<Bytes>, Infallible>>>>>
-{
+fn respond(answer: Answer) -> Response<Framed> {
     let mut frames: Frames = Vec::new();
     let mut response = Response::builder().header("content-type", "application/grpc");
     match answer {
