@@ -408,7 +408,9 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
     ///
     /// With [`reject_with`](Self::reject_with), the builder makes the whole
     /// response and decides its status; it finds this one (or 503 for a
-    /// breaker) in [`Rejection::status`].
+    /// breaker) in [`Rejection::status`]. Under [`grpc`](Self::grpc) the
+    /// layer's refusals are `200 OK` with a `grpc-status`, whatever this
+    /// status.
     ///
     /// # Panics
     ///
@@ -585,9 +587,11 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
     /// [`GrpcErrorsAsFailures`], and the body is tracked
     /// ([`track_body`](Self::track_body)) so that a `grpc-status` sent in
     /// the trailers is read at the end of the stream. Every code but `OK`
-    /// counts as an exception (for the breakers and the statistics); to
-    /// count some codes as successes, call [`classify`](Self::classify)
-    /// after `grpc`:
+    /// counts as an exception (for the breakers and the statistics), as do
+    /// an inner error and a body that fails mid-stream; a response with no
+    /// `grpc-status` at all, in its head or its trailers, is not gRPC and
+    /// counts as a success. To count some codes as successes, call
+    /// [`classify`](Self::classify) after `grpc`:
     ///
     /// ```
     /// use tower_http::classify::{GrpcCode, GrpcErrorsAsFailures, SharedClassifier};

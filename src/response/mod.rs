@@ -134,7 +134,9 @@ pub struct Rejection {
     /// The status the layer would answer with: the one set with
     /// [`status`](crate::SlidingWindowLayer::status) (429 unless changed)
     /// for a rate-limit refusal, 503 for a breaker's. The builder decides
-    /// whether to use it.
+    /// whether to use it. Under [`grpc`](crate::SlidingWindowLayer::grpc)
+    /// it is still the status a plain refusal would have; the layer's own
+    /// gRPC answer is a `200 OK` (see [`Rejection::grpc_response`]).
     pub status: StatusCode,
     /// Why the request was refused.
     pub reason: Reason,
@@ -403,6 +405,20 @@ mod tests {
         assert_eq!(r.headers()["grpc-message"], "ralentissez %C3%A9");
         assert_eq!(r.headers()[RETRY_AFTER], "1");
         assert!(r.headers().contains_key("ratelimit"));
+        // A builder that answers otherwise is sent as it is.
+        let config = ResponseConfig {
+            grpc: true,
+            reject_with: Some(Arc::new(|rejection: &Rejection| {
+                let mut response = Response::new(Bytes::from_static(b"no"));
+                *response.status_mut() = rejection.status;
+                response
+            })),
+            ..ResponseConfig::default()
+        };
+        let r = rejection_response(&config, Reason::Breaker, &quota(None), 1);
+        assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert!(!r.headers().contains_key("grpc-status"));
+        assert_eq!(r.body(), "no");
     }
 
     #[test]
