@@ -608,7 +608,10 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
     /// # let _ = layer;
     /// ```
     ///
-    /// `examples/grpc.rs` serves a tonic service behind the layer.
+    /// Every refusal of the layer is answered so, whatever the request: put
+    /// a `grpc` layer in front of gRPC services only (under axum, with
+    /// `route_layer` on their routes), and a plain one in front of the
+    /// others. `examples/grpc.rs` serves a tonic service behind the layer.
     pub fn grpc(self) -> SlidingWindowLayer<X, SharedClassifier<GrpcErrorsAsFailures>, TrackBody> {
         self.respond(|r| r.grpc = true)
             .classify(GrpcErrorsAsFailures::make_classifier())
