@@ -17,6 +17,7 @@
 // - `Entry`: one key's statistics, limit and circuit breakers.
 
 mod cell;
+mod compact;
 mod entry;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
@@ -31,6 +32,7 @@ pub use self::redis::{
 };
 
 pub(crate) use cell::{Settings, Store, Window};
+pub(crate) use compact::{CompactKeys, CompactLookup, Place};
 pub(crate) use entry::{Entry, Probe};
 pub(crate) use registry::{effective_now, Lookup, Registry};
 #[cfg(feature = "redis")]

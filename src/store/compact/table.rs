@@ -1,0 +1,669 @@
+//! `CompactTable`: a fixed-capacity table of keys stored inline next to
+//! their admission state, in groups of [`GROUP`] slots with one lock each.
+//!
+//! # Layout
+//!
+//! The table is an array of groups, made when the table is built: a
+//! group is its read-write lock, two lifetime counters (passes and blocks
+//! of every key that has lived in the group, for exporters' counters) and
+//! a pointer to its [`GROUP`] slots, allocated (in one block) when the
+//! group's first key is inserted: a group no key has used costs its
+//! header (about 40 bytes, under 3 bytes a slot), not its slots. A slot is
+//! its key (inline: `Option<K>`, which costs no byte more than `K` for the
+//! key types of the crate's extractors), a tag byte (0: empty; otherwise 7
+//! bits of the key's hash with the high bit set, compared before the key)
+//! and the value `V` (one key's admission state).
+//!
+//! # Placement
+//!
+//! A key may live in either of two groups, chosen by the two 32-bit halves
+//! of a randomly seeded hash of the key (so client-chosen keys cannot be
+//! crafted to fall in the same groups). A lookup read-locks the first group,
+//! then the second, comparing tags then keys; the caller's closure runs
+//! with that group's read lock held, so the slot it is given cannot be
+//! emptied or reused while it runs. A new key write-locks both groups
+//! (lower index first, so two inserts never deadlock), checks again that
+//! nobody inserted it meanwhile, and takes an empty slot of the group with
+//! more empty slots; with none, an idle slot (as the caller's `idle` judges
+//! it) of either group, whose key is dropped and whose value is reset. At
+//! most the `2 * GROUP` slots of the two groups are examined: a new key
+//! never pays for a scan of the table. With neither, the key is counted on
+//! the overflow value, shared by every key that found no room.
+//!
+//! # Keys with their own limit
+//!
+//! Keys given a limit of their own (a rule, `set_limit`) live in a side map
+//! instead, never evicted and never sent to the overflow value, as in the
+//! full key table: a flood of other keys cannot dilute a strict rule. Their
+//! number is bounded by the limits the operator sets. The side map is
+//! consulted only while it is not empty.
+//!
+//! # Lock order
+//!
+//! A group's lock is never taken while another group's lock is held, except
+//! for the two groups of one key, taken in index order; the side map's lock
+//! is taken after the group locks (inserts re-check the side map, limit
+//! changes move a key between the two), never before them. A lookup holds
+//! at most one lock at a time.
+
+use std::borrow::Borrow;
+use std::collections::HashMap;
+use std::fmt;
+use std::hash::{BuildHasher, Hash, RandomState};
+
+use crate::store::registry::PendingKey;
+use crate::sync::{read, write, AtomicU64, AtomicUsize, Ordering, RwLock, RwLockWriteGuard};
+
+/// Slots per group (and per lock).
+pub(crate) const GROUP: usize = 16;
+
+/// The table's state for one key.
+pub(crate) trait SlotValue: Send + Sync {
+    /// The value of a key that has just been inserted.
+    fn empty() -> Self;
+}
+
+/// Lifetime totals of the keys counted in one place (a group, the side map,
+/// the overflow value). Relaxed: counters, each read on its own; they only
+/// grow.
+#[derive(Debug)]
+pub(crate) struct Totals {
+    pass: AtomicU64,
+    block: AtomicU64,
+}
+
+impl Totals {
+    fn new() -> Self {
+        Totals {
+            pass: AtomicU64::new(0),
+            block: AtomicU64::new(0),
+        }
+    }
+
+    #[inline]
+    pub(crate) fn add_pass(&self) {
+        self.pass.fetch_add(1, Ordering::Relaxed);
+    }
+
+    #[inline]
+    pub(crate) fn add_block(&self) {
+        self.block.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// (passes, blocks) so far.
+    pub(crate) fn get(&self) -> (u64, u64) {
+        (
+            self.pass.load(Ordering::Relaxed),
+            self.block.load(Ordering::Relaxed),
+        )
+    }
+}
+
+/// One slot: a key and its value, or nothing (`key` is `None`).
+struct Slot<K, V> {
+    /// 0 when empty; otherwise `0x80 | (hash & 0x7F)` of the key.
+    tag: u8,
+    key: Option<K>,
+    value: V,
+}
+
+type Slots<K, V> = Box<[Slot<K, V>; GROUP]>;
+
+/// A group's slots, write-locked.
+type WriteGuard<'a, K, V> = RwLockWriteGuard<'a, Option<Slots<K, V>>>;
+
+/// A group of slots, allocated on its first key, behind its lock. Tags and
+/// keys are read under the read lock and written under the write lock;
+/// a value's atomics are updated by the caller's closure under the read
+/// lock, so a slot is never emptied or reused while a request uses it.
+struct Group<K, V> {
+    slots: RwLock<Option<Slots<K, V>>>,
+    totals: Totals,
+}
+
+impl<K, V: SlotValue> Group<K, V> {
+    fn new() -> Self {
+        Group {
+            slots: RwLock::new(None),
+            totals: Totals::new(),
+        }
+    }
+}
+
+fn new_slots<K, V: SlotValue>() -> Slots<K, V> {
+    Box::new(std::array::from_fn(|_| Slot {
+        tag: 0,
+        key: None,
+        value: V::empty(),
+    }))
+}
+
+/// A key with a limit of its own, in the side map.
+pub(crate) struct Own<V> {
+    /// The key's limit. Relaxed: read once per request on its own; written
+    /// under the side map's write lock.
+    limit: AtomicU64,
+    /// The key's policy tag, or [`LAPSED`] once its own limit was removed
+    /// while its window still held passes and no slot was free (it then
+    /// runs on the default limit until it is idle; see
+    /// [`CompactTable::remove_limit`]). Relaxed, as `limit`.
+    policy: AtomicU64,
+    value: V,
+}
+
+/// The policy of an [`Own`] entry back on the default limit.
+const LAPSED: u64 = u64::MAX;
+
+impl<V> Own<V> {
+    fn new(limit: u64, tag: u32, value: V) -> Self {
+        Own {
+            limit: AtomicU64::new(limit),
+            policy: AtomicU64::new(u64::from(tag)),
+            value,
+        }
+    }
+
+    fn lapsed(&self) -> bool {
+        self.policy.load(Ordering::Relaxed) == LAPSED
+    }
+}
+
+/// Where a key is counted, handed to the caller's closure: its value, the
+/// lifetime totals it adds to, and the limit and policy it runs on.
+pub(crate) struct Place<'a, V> {
+    pub(crate) value: &'a V,
+    pub(crate) totals: &'a Totals,
+    pub(crate) limit: u64,
+    /// The key's own policy's tag; `None` on the default limit.
+    pub(crate) tag: Option<u32>,
+    /// The key found no room and shares the overflow value.
+    pub(crate) overflow: bool,
+}
+
+/// A fixed-capacity table of keys `K` with a value `V` each; see the module
+/// docs.
+pub(crate) struct CompactTable<K, V> {
+    groups: Box<[Group<K, V>]>,
+    hasher: RandomState,
+    /// Keys in slots. Changed only with the write lock of the key's group
+    /// held; Relaxed: a count, read alone. Two inserts in other groups may
+    /// both see room for one more key: the table then holds one key more
+    /// than `max_keys` per such race at most, never more than its slots.
+    occupied: AtomicUsize,
+    /// At most this many keys in slots (see `occupied`).
+    max_keys: usize,
+    default_limit: u64,
+    overflow_limit: u64,
+    overflow: V,
+    overflow_totals: Totals,
+    /// Keys with their own limit.
+    own: RwLock<HashMap<K, Own<V>>>,
+    /// Entries of `own`, so that a lookup skips the side map while it is
+    /// empty. Written under the side map's write lock, which is taken with
+    /// the key's group locks held (see `set_limit`); read Relaxed before
+    /// taking the side map's read lock. A lookup that reads 0 while
+    /// `set_limit` moves its key into the side map finds the key in its
+    /// group (before the move) or not at all, and then goes to `insert`,
+    /// which looks in the side map again under the group locks, after the
+    /// move.
+    own_count: AtomicUsize,
+    /// Lifetime totals of the keys of the side map.
+    own_totals: Totals,
+    /// Slots examined by inserts and limit changes, for the tests that bound
+    /// the work of one insert.
+    #[cfg(test)]
+    examined: AtomicUsize,
+}
+
+/// The two groups and the tag of a hash, for a table of `n` groups.
+#[inline]
+fn place_of(hash: u64, n: usize) -> (usize, usize, u8) {
+    // Each 32-bit half scaled to [0, n): independent halves of a keyed
+    // hash, so the two groups of a key are independent of each other.
+    let scale = |half: u64| ((half * n as u64) >> 32) as usize;
+    let first = scale(hash & 0xFFFF_FFFF);
+    let second = scale(hash >> 32);
+    // The low bits of the first half barely move its group (its high bits
+    // decide): a filter mostly independent of the placement.
+    let tag = 0x80 | (hash as u8 & 0x7F);
+    (first, second, tag)
+}
+
+/// Groups for `max_keys` keys at a load of at most 7/8.
+pub(crate) fn groups_for(max_keys: usize) -> usize {
+    let slots = max_keys.saturating_mul(8).div_ceil(7).max(1);
+    slots.div_ceil(GROUP)
+}
+
+/// The slot of `key` among `slots`.
+#[inline]
+fn find<'s, K, V, Q>(slots: &'s Slots<K, V>, tag: u8, key: &Q) -> Option<&'s Slot<K, V>>
+where
+    K: Borrow<Q>,
+    Q: Eq + ?Sized,
+{
+    slots
+        .iter()
+        .find(|slot| slot.tag == tag && slot.key.as_ref().is_some_and(|k| k.borrow() == key))
+}
+
+/// The index of `key`'s slot among `slots`.
+fn position<K, V, Q>(slots: &Slots<K, V>, tag: u8, key: &Q) -> Option<usize>
+where
+    K: Borrow<Q>,
+    Q: Eq + ?Sized,
+{
+    slots
+        .iter()
+        .position(|slot| slot.tag == tag && slot.key.as_ref().is_some_and(|k| k.borrow() == key))
+}
+
+impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
+    /// A table for at most `max_keys` keys in slots, plus the keys of
+    /// `rules` with their own limit; keys without a slot are counted on the
+    /// overflow value under `overflow_limit`.
+    pub(crate) fn new(
+        max_keys: usize,
+        default_limit: u64,
+        overflow_limit: u64,
+        rules: &HashMap<K, u64>,
+    ) -> Self {
+        let n = groups_for(max_keys);
+        let hasher = RandomState::new();
+        let own: HashMap<K, Own<V>> = rules
+            .iter()
+            .map(|(key, &limit)| {
+                let tag = hasher.hash_one(key) as u32;
+                (key.clone(), Own::new(limit, tag, V::empty()))
+            })
+            .collect();
+        CompactTable {
+            groups: (0..n).map(|_| Group::new()).collect(),
+            hasher,
+            occupied: AtomicUsize::new(0),
+            max_keys,
+            default_limit,
+            overflow_limit,
+            overflow: V::empty(),
+            overflow_totals: Totals::new(),
+            own_count: AtomicUsize::new(own.len()),
+            own: RwLock::new(own),
+            own_totals: Totals::new(),
+            #[cfg(test)]
+            examined: AtomicUsize::new(0),
+        }
+    }
+
+    /// Number of slots.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) fn capacity(&self) -> usize {
+        self.groups.len() * GROUP
+    }
+
+    /// The overflow value, its totals and limit.
+    pub(crate) fn overflow_place(&self) -> Place<'_, V> {
+        Place {
+            value: &self.overflow,
+            totals: &self.overflow_totals,
+            limit: self.overflow_limit,
+            tag: None,
+            overflow: true,
+        }
+    }
+
+    fn own_place<'a>(&'a self, own: &'a Own<V>) -> Place<'a, V> {
+        let policy = own.policy.load(Ordering::Relaxed);
+        Place {
+            value: &own.value,
+            totals: &self.own_totals,
+            limit: own.limit.load(Ordering::Relaxed),
+            tag: (policy != LAPSED).then_some(policy as u32),
+            overflow: false,
+        }
+    }
+
+    fn slot_place<'a>(&'a self, slot: &'a Slot<K, V>, group: &'a Group<K, V>) -> Place<'a, V> {
+        Place {
+            value: &slot.value,
+            totals: &group.totals,
+            limit: self.default_limit,
+            tag: None,
+            overflow: false,
+        }
+    }
+
+    /// Calls `f` with the place `key` is counted in, inserting the key if
+    /// it is new (the owned key is made only then). `idle` judges whether a
+    /// slot's key may be evicted to make room; it is asked with the slot's
+    /// group write-locked, so no request is using the slot.
+    ///
+    /// `f` runs with the lock of the key's group held (for reading, or for
+    /// writing when the key was just inserted) or the side map's read lock:
+    /// the place stays the key's until `f` returns. It must not call back
+    /// into the table.
+    #[inline]
+    pub(crate) fn with<P: PendingKey<K>, R>(
+        &self,
+        pending: P,
+        idle: impl Fn(&V) -> bool,
+        f: impl FnOnce(Place<'_, V>) -> R,
+    ) -> R
+    where
+        K: Borrow<P::Q>,
+    {
+        let key = pending.key();
+        if self.own_count.load(Ordering::Relaxed) != 0 {
+            let own = read(&self.own);
+            if let Some(own) = own.get(key) {
+                return f(self.own_place(own));
+            }
+        }
+        // `K: Borrow<Q>` promises that `Q` hashes as `K` does.
+        let hash = self.hasher.hash_one(key);
+        let (first, second, tag) = place_of(hash, self.groups.len());
+        for index in [first, second] {
+            let group = &self.groups[index];
+            let slots = read(&group.slots);
+            if let Some(slot) = slots.as_ref().and_then(|slots| find(slots, tag, key)) {
+                return f(self.slot_place(slot, group));
+            }
+            if first == second {
+                break;
+            }
+        }
+        self.insert(pending, hash, idle, f)
+    }
+
+    #[cold]
+    fn insert<P: PendingKey<K>, R>(
+        &self,
+        pending: P,
+        hash: u64,
+        idle: impl Fn(&V) -> bool,
+        f: impl FnOnce(Place<'_, V>) -> R,
+    ) -> R
+    where
+        K: Borrow<P::Q>,
+    {
+        let key = pending.key();
+        let (first, second, tag) = place_of(hash, self.groups.len());
+        let mut locked = self.lock_pair(first, second);
+        // Another request may have inserted the key, or `set_limit` moved
+        // it to the side map, since the lookup.
+        for (index, slots) in locked.iter() {
+            if let Some(slot) = slots.as_ref().and_then(|slots| find(slots, tag, key)) {
+                return f(self.slot_place(slot, &self.groups[*index]));
+            }
+        }
+        if self.own_count.load(Ordering::Relaxed) != 0 {
+            let own = read(&self.own);
+            if let Some(own) = own.get(key) {
+                return f(self.own_place(own));
+            }
+        }
+        let room = self.occupied.load(Ordering::Relaxed) < self.max_keys;
+        let Some((which, at)) = self.free_slot(&mut locked, room, &idle) else {
+            return f(self.overflow_place());
+        };
+        let index = locked[which].0;
+        let slot = &mut locked[which].1.get_or_insert_with(new_slots)[at];
+        if slot.key.is_none() {
+            self.occupied.fetch_add(1, Ordering::Relaxed);
+        } else {
+            // Evicted: its key is dropped here, its value reset.
+            slot.value = V::empty();
+        }
+        slot.key = Some(pending.into_owned());
+        slot.tag = tag;
+        let slots = locked[which].1.as_ref().expect("allocated above");
+        f(self.slot_place(&slots[at], &self.groups[index]))
+    }
+
+    /// Write-locks groups `a` and `b` (once if they are the same), the
+    /// lower index first.
+    fn lock_pair(&self, a: usize, b: usize) -> Vec<(usize, WriteGuard<'_, K, V>)> {
+        let (low, high) = (a.min(b), a.max(b));
+        let mut locked = Vec::with_capacity(2);
+        locked.push((low, write(&self.groups[low].slots)));
+        if high != low {
+            locked.push((high, write(&self.groups[high].slots)));
+        }
+        locked
+    }
+
+    /// A slot for a new key in the `locked` groups: an empty one of the
+    /// group with more empty slots (if `room`: the table holds fewer than
+    /// `max_keys` keys), else an idle one, as (index in `locked`, slot).
+    /// Examines each slot of the two groups once at most.
+    fn free_slot(
+        &self,
+        locked: &mut [(usize, WriteGuard<'_, K, V>)],
+        room: bool,
+        idle: &impl Fn(&V) -> bool,
+    ) -> Option<(usize, usize)> {
+        // (empty slots, index in `locked`, first empty slot)
+        let mut best: Option<(usize, usize, usize)> = None;
+        let mut evictable: Option<(usize, usize)> = None;
+        for (which, (_, slots)) in locked.iter().enumerate() {
+            let Some(slots) = slots.as_ref() else {
+                // A group no key has used: every slot is empty.
+                #[cfg(test)]
+                self.examined.fetch_add(1, Ordering::Relaxed);
+                if best.map_or(true, |(most, _, _)| GROUP > most) {
+                    best = Some((GROUP, which, 0));
+                }
+                continue;
+            };
+            let mut empties = 0;
+            let mut first_empty = None;
+            for (at, slot) in slots.iter().enumerate() {
+                #[cfg(test)]
+                self.examined.fetch_add(1, Ordering::Relaxed);
+                if slot.key.is_none() {
+                    empties += 1;
+                    first_empty.get_or_insert(at);
+                } else if evictable.is_none() && idle(&slot.value) {
+                    evictable = Some((which, at));
+                }
+            }
+            if let Some(at) = first_empty {
+                if best.map_or(true, |(most, _, _)| empties > most) {
+                    best = Some((empties, which, at));
+                }
+            }
+        }
+        match best {
+            Some((_, which, at)) if room => Some((which, at)),
+            _ => evictable,
+        }
+    }
+
+    // --- reads -----------------------------------------------------------
+
+    /// Calls `f` with `key`'s place if the key has one (in a slot or the
+    /// side map; the overflow value is nobody's), under its lock.
+    pub(crate) fn get<Q, R>(&self, key: &Q, f: impl FnOnce(Place<'_, V>) -> R) -> Option<R>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        if self.own_count.load(Ordering::Relaxed) != 0 {
+            let own = read(&self.own);
+            if let Some(own) = own.get(key) {
+                return Some(f(self.own_place(own)));
+            }
+        }
+        let hash = self.hasher.hash_one(key);
+        let (first, second, tag) = place_of(hash, self.groups.len());
+        for index in [first, second] {
+            let group = &self.groups[index];
+            let slots = read(&group.slots);
+            if let Some(slot) = slots.as_ref().and_then(|slots| find(slots, tag, key)) {
+                return Some(f(self.slot_place(slot, group)));
+            }
+        }
+        None
+    }
+
+    /// Calls `read_one` with every key that has a place and its place, and
+    /// `f` with what `read_one` made of it, a group (or the side map) at a
+    /// time: `read_one` runs under the group's read lock (it should copy
+    /// what it needs: a clone of the key, a few counts), `f` with no lock
+    /// held, so a slow `f` delays no request.
+    pub(crate) fn for_each<T>(
+        &self,
+        mut read_one: impl FnMut(&K, Place<'_, V>) -> T,
+        mut f: impl FnMut(T),
+    ) {
+        let mut buffer = Vec::new();
+        {
+            let own = read(&self.own);
+            buffer.extend(own.iter().map(|(k, o)| read_one(k, self.own_place(o))));
+        }
+        buffer.drain(..).for_each(&mut f);
+        for group in self.groups.iter() {
+            {
+                let slots = read(&group.slots);
+                let Some(slots) = slots.as_ref() else {
+                    continue;
+                };
+                for slot in slots.iter() {
+                    if let Some(key) = &slot.key {
+                        buffer.push(read_one(key, self.slot_place(slot, group)));
+                    }
+                }
+            }
+            buffer.drain(..).for_each(&mut f);
+        }
+    }
+
+    /// Keys in slots and in the side map.
+    pub(crate) fn len(&self) -> usize {
+        self.occupied.load(Ordering::Relaxed) + read(&self.own).len()
+    }
+
+    /// Lifetime (passes, blocks) of every key ever counted, the overflow
+    /// value's included: each group's, the side map's and the overflow's.
+    pub(crate) fn lifetime_totals(&self) -> (u64, u64) {
+        let mut sum = (0u64, 0u64);
+        let mut add = |(p, b): (u64, u64)| {
+            sum.0 = sum.0.saturating_add(p);
+            sum.1 = sum.1.saturating_add(b);
+        };
+        self.groups.iter().for_each(|g| add(g.totals.get()));
+        add(self.own_totals.get());
+        add(self.overflow_totals.get());
+        sum
+    }
+
+    // --- limits ----------------------------------------------------------
+
+    /// Gives `key` its own `limit`: the key moves to the side map with its
+    /// value (passes already counted stay counted), or its limit there
+    /// changes. `idle` judges side map entries back on the default limit,
+    /// which are dropped once idle (see [`remove_limit`](Self::remove_limit)).
+    pub(crate) fn set_limit(&self, key: K, limit: u64, idle: impl Fn(&V) -> bool) {
+        let hash = self.hasher.hash_one(&key);
+        let (first, second, tag) = place_of(hash, self.groups.len());
+        let mut locked = self.lock_pair(first, second);
+        let mut own = write(&self.own);
+        if let Some(entry) = own.get(&key) {
+            entry.limit.store(limit, Ordering::Relaxed);
+            entry
+                .policy
+                .store(u64::from(hash as u32), Ordering::Relaxed);
+        } else {
+            let value = self.take(&mut locked, tag, &key).unwrap_or_else(V::empty);
+            own.insert(key, Own::new(limit, hash as u32, value));
+        }
+        own.retain(|_, entry| !(entry.lapsed() && idle(&entry.value)));
+        self.own_count.store(own.len(), Ordering::Relaxed);
+    }
+
+    /// Removes `key`'s own limit: the key runs on the default limit again.
+    /// An idle key's value is dropped. Otherwise it goes back to a slot of
+    /// its groups (an empty one if the table has room, else an idle one),
+    /// so its passes stay counted; if none is free, it stays in the side
+    /// map on the default limit until it is idle (dropped by a later limit
+    /// change). Returns whether the key had its own limit.
+    pub(crate) fn remove_limit<Q>(&self, key: &Q, idle: impl Fn(&V) -> bool) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let hash = self.hasher.hash_one(key);
+        let (first, second, tag) = place_of(hash, self.groups.len());
+        let mut locked = self.lock_pair(first, second);
+        let mut own = write(&self.own);
+        let had = match own.get(key) {
+            Some(entry) if !entry.lapsed() => {
+                if idle(&entry.value) {
+                    own.remove(key);
+                } else {
+                    let room = self.occupied.load(Ordering::Relaxed) < self.max_keys;
+                    match self.free_slot(&mut locked, room, &idle) {
+                        Some((which, at)) => {
+                            let (owned, entry) =
+                                own.remove_entry(key).expect("the entry was found above");
+                            let slot = &mut locked[which].1.get_or_insert_with(new_slots)[at];
+                            if slot.key.is_none() {
+                                self.occupied.fetch_add(1, Ordering::Relaxed);
+                            }
+                            slot.key = Some(owned);
+                            slot.value = entry.value;
+                            slot.tag = tag;
+                        }
+                        None => {
+                            entry.limit.store(self.default_limit, Ordering::Relaxed);
+                            entry.policy.store(LAPSED, Ordering::Relaxed);
+                        }
+                    }
+                }
+                true
+            }
+            _ => false,
+        };
+        own.retain(|_, entry| !(entry.lapsed() && idle(&entry.value)));
+        self.own_count.store(own.len(), Ordering::Relaxed);
+        had
+    }
+
+    /// Moves `key`'s value out of its slot in the `locked` groups, emptying
+    /// the slot; `None` if it has none.
+    fn take<Q>(
+        &self,
+        locked: &mut [(usize, WriteGuard<'_, K, V>)],
+        tag: u8,
+        key: &Q,
+    ) -> Option<V>
+    where
+        K: Borrow<Q>,
+        Q: Eq + ?Sized,
+    {
+        for (_, slots) in locked.iter_mut() {
+            let Some(slots) = slots.as_mut() else {
+                continue;
+            };
+            if let Some(at) = position(slots, tag, key) {
+                let slot = &mut slots[at];
+                slot.key = None;
+                slot.tag = 0;
+                self.occupied.fetch_sub(1, Ordering::Relaxed);
+                return Some(std::mem::replace(&mut slot.value, V::empty()));
+            }
+        }
+        None
+    }
+}
+
+impl<K, V> fmt::Debug for CompactTable<K, V> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CompactTable")
+            .field("max_keys", &self.max_keys)
+            .field("slots", &(self.groups.len() * GROUP))
+            .field("keys", &self.occupied.load(Ordering::Relaxed))
+            .field("default_limit", &self.default_limit)
+            .field("overflow_limit", &self.overflow_limit)
+            .finish_non_exhaustive()
+    }
+}
