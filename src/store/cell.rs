@@ -17,6 +17,9 @@ use crate::sync::{read, write, RwLock};
 /// Default `max_keys`: see `SlidingWindowLayer::max_keys`.
 pub(crate) const DEFAULT_MAX_KEYS: usize = 4096;
 
+/// Default `max_keys` of a compact layer: see `SlidingWindowLayer::compact`.
+pub(crate) const COMPACT_DEFAULT_MAX_KEYS: usize = 1 << 20;
+
 /// Shape of every key's second window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Window {
@@ -58,6 +61,8 @@ pub(crate) struct Settings<K> {
     pub(crate) window: Window,
     pub(crate) clock: SharedClock,
     pub(crate) max_keys: usize,
+    /// `max_keys` was given (not the default): `compact` keeps it.
+    pub(crate) max_keys_given: bool,
     pub(crate) rules: HashMap<K, u64>,
     /// Every key's circuit breakers are built from these, in this order
     /// (`SlidingWindowLayer::breaker`).
@@ -75,6 +80,7 @@ impl<K> Settings<K> {
             window: Window::default(),
             clock: SharedClock::system(),
             max_keys: DEFAULT_MAX_KEYS,
+            max_keys_given: false,
             rules: HashMap::new(),
             breakers: Vec::new(),
             compact: false,
@@ -110,6 +116,7 @@ impl<K> Settings<K> {
             window: self.window,
             clock: self.clock,
             max_keys: self.max_keys,
+            max_keys_given: self.max_keys_given,
             rules,
             breakers: self.breakers,
             compact: self.compact,

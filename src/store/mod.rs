@@ -31,7 +31,7 @@ pub use self::redis::{
     StoreStatus, Verdict,
 };
 
-pub(crate) use cell::{Settings, Store, Window};
+pub(crate) use cell::{Settings, Store, Window, COMPACT_DEFAULT_MAX_KEYS};
 pub(crate) use compact::{CompactKeys, CompactLookup, Place};
 pub(crate) use entry::{Entry, Probe};
 pub(crate) use registry::{effective_now, Lookup, Registry};

@@ -178,6 +178,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
             ref rules,
             ref breakers,
             compact: _,
+            max_keys_given: _,
         } = *settings;
         let breakers: Arc<[Breaker]> = Arc::from(breakers.as_slice());
         let hasher = RandomState::new();

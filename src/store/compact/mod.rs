@@ -12,7 +12,7 @@ use std::borrow::Borrow;
 use std::fmt;
 use std::hash::Hash;
 
-pub(crate) use table::{CompactTable, Place, SlotValue, Totals};
+pub(crate) use table::{CompactTable, Place, SlotValue};
 
 use super::registry::{Borrowed, Owned, PendingKey};
 use super::{Settings, Window};
@@ -65,10 +65,6 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> CompactKeys<K> {
         }
     }
 
-    pub(crate) fn shape(&self) -> &CompactShape {
-        &self.shape
-    }
-
     pub(crate) fn table(&self) -> &CompactTable<K, CompactWindow> {
         &self.table
     }
@@ -119,6 +115,17 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> CompactKeys<K> {
         let shape = &self.shape;
         self.table
             .remove_limit(key, |window| window.is_idle(shape, now))
+    }
+
+    /// Lifetime (passes, blocks) of every key but the overflow's.
+    #[cfg(feature = "prometheus")]
+    pub(crate) fn keys_lifetime(&self) -> (u64, u64) {
+        self.table.keys_totals()
+    }
+
+    /// Whether the overflow value has nothing in its window at `now`.
+    pub(crate) fn overflow_idle(&self, now: u64) -> bool {
+        self.table.overflow_place().value.is_idle(&self.shape, now)
     }
 
     /// (pass, block) in `place`'s window at `now` (or at its newest bucket,
