@@ -668,3 +668,304 @@ impl<K, V> fmt::Debug for CompactTable<K, V> {
             .finish_non_exhaustive()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicIsize, AtomicU64 as StdU64, Ordering::SeqCst};
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+    use crate::store::registry::{Borrowed, Owned};
+
+    /// A fixed window of `WINDOW_MS` for the tests: (start, passes).
+    #[derive(Debug)]
+    struct Fixed(Mutex<(u64, u64)>);
+
+    const WINDOW_MS: u64 = 1_000;
+
+    impl SlotValue for Fixed {
+        fn empty() -> Self {
+            Fixed(Mutex::new((0, 0)))
+        }
+    }
+
+    impl Fixed {
+        /// Admits one at `now` under `limit`.
+        fn admit(&self, now: u64, limit: u64) -> bool {
+            let mut state = self.0.lock().unwrap();
+            let start = now - now % WINDOW_MS;
+            if state.0 != start {
+                *state = (start, 0);
+            }
+            if state.1 < limit {
+                state.1 += 1;
+                true
+            } else {
+                false
+            }
+        }
+
+        fn idle(&self, now: u64) -> bool {
+            let state = self.0.lock().unwrap();
+            state.1 == 0 || state.0 + WINDOW_MS <= now
+        }
+
+        fn passes(&self) -> u64 {
+            self.0.lock().unwrap().1
+        }
+    }
+
+    type Table = CompactTable<u64, Fixed>;
+
+    fn table(max_keys: usize, limit: u64) -> Table {
+        CompactTable::new(max_keys, limit, limit, &HashMap::new())
+    }
+
+    /// One request of `key` at `now`: whether it passed, and whether it was
+    /// counted on the overflow value.
+    fn request(table: &Table, key: u64, now: u64) -> (bool, bool) {
+        table.with(
+            Owned(key),
+            |v| v.idle(now),
+            |place| (place.value.admit(now, place.limit), place.overflow),
+        )
+    }
+
+    #[test]
+    fn groups_hold_max_keys_at_seven_eighths() {
+        assert_eq!(groups_for(1), 1);
+        assert_eq!(groups_for(14), 1);
+        assert_eq!(groups_for(15), 2);
+        assert_eq!(groups_for(1 << 20), (((1usize << 20) * 8).div_ceil(7)).div_ceil(16));
+        assert!(table(1_000, 1).capacity() * 7 >= 1_000 * 8);
+    }
+
+    #[test]
+    fn a_flood_of_distinct_keys_never_grows_past_max_keys_nor_past_the_limits() {
+        let limit = 3;
+        let table = table(64, limit);
+        // A known client spends its allowance first.
+        for _ in 0..limit {
+            assert_eq!(request(&table, u64::MAX, 5), (true, false));
+        }
+        // 20 000 distinct keys, all in the same window: each passes once
+        // (in a slot or on the overflow value), so none is idle.
+        let mut overflow_passes = 0;
+        for key in 0..20_000 {
+            let (passed, overflow) = request(&table, key, 5);
+            assert!(table.len() <= 64, "{} keys", table.len());
+            if overflow {
+                overflow_passes += u64::from(passed);
+            } else {
+                assert!(passed);
+            }
+        }
+        // The overflow value never let more than its limit through.
+        assert_eq!(overflow_passes, limit);
+        assert_eq!(table.overflow_place().value.passes(), limit);
+        // The known client was never evicted: still refused, in its slot.
+        assert_eq!(table.get(&u64::MAX, |p| p.value.passes()), Some(limit));
+        assert_eq!(request(&table, u64::MAX, 5), (false, false));
+    }
+
+    #[test]
+    fn only_idle_keys_are_evicted_and_an_evicted_key_starts_afresh_only_when_idle() {
+        let table = table(16, 2);
+        // Fill every slot the bound allows with keys that passed at 5.
+        let mut held = Vec::new();
+        let mut key = 0;
+        while held.len() < 16 {
+            if !request(&table, key, 5).1 {
+                held.push(key);
+            }
+            key += 1;
+        }
+        // In the same window no slot frees up: a new key overflows.
+        assert!(request(&table, 1_000_000, 500).1);
+        for &k in &held {
+            assert_eq!(table.get(&k, |p| p.value.passes()), Some(1));
+        }
+        // A window later every held key is idle: new keys take slots by
+        // evicting them, and an evicted key coming back is a new key with
+        // an empty window (its old passes had all left it).
+        let mut placed = 0;
+        for k in 2_000_000..2_000_200 {
+            if !request(&table, k, 1_005).1 {
+                placed += 1;
+            }
+        }
+        assert!(placed >= 16, "{placed} new keys placed");
+        assert!(table.len() <= 16);
+    }
+
+    #[test]
+    fn an_insert_examines_at_most_the_slots_of_two_groups() {
+        let table = table(256, 1);
+        for key in 0..50_000u64 {
+            let before = table.examined.load(SeqCst);
+            request(&table, key, 5);
+            let examined = table.examined.load(SeqCst) - before;
+            assert!(examined <= 2 * GROUP, "key {key}: {examined} slots examined");
+        }
+        // And the flood had to look for room: inserts did examine slots.
+        assert!(table.examined.load(SeqCst) > 50_000);
+    }
+
+    /// A key that counts its live copies.
+    #[derive(Debug)]
+    struct Tracked {
+        id: u64,
+        live: Arc<AtomicIsize>,
+    }
+
+    impl Tracked {
+        fn new(id: u64, live: &Arc<AtomicIsize>) -> Self {
+            live.fetch_add(1, SeqCst);
+            Tracked {
+                id,
+                live: Arc::clone(live),
+            }
+        }
+    }
+
+    impl Clone for Tracked {
+        fn clone(&self) -> Self {
+            Tracked::new(self.id, &self.live)
+        }
+    }
+
+    impl Drop for Tracked {
+        fn drop(&mut self) {
+            self.live.fetch_sub(1, SeqCst);
+        }
+    }
+
+    impl PartialEq for Tracked {
+        fn eq(&self, other: &Self) -> bool {
+            self.id == other.id
+        }
+    }
+
+    impl Eq for Tracked {}
+
+    impl Hash for Tracked {
+        fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+            self.id.hash(state);
+        }
+    }
+
+    #[test]
+    fn keys_are_dropped_exactly_once() {
+        let live = Arc::new(AtomicIsize::new(0));
+        {
+            let table: CompactTable<Tracked, Fixed> =
+                CompactTable::new(32, 1, 1, &HashMap::new());
+            let mut now = 5;
+            for round in 0..20u64 {
+                for id in 0..100u64 {
+                    let key = Tracked::new(round * 1_000 + id, &live);
+                    table.with(Owned(key), |v| v.idle(now), |p| p.value.admit(now, 1));
+                    // Every key not in the table is gone: evicted ones,
+                    // and the keys that overflowed (never stored).
+                    assert_eq!(live.load(SeqCst), table.len() as isize);
+                }
+                // Limits move keys between the slots and the side map.
+                table.set_limit(Tracked::new(round * 1_000, &live), 5, |v| v.idle(now));
+                assert_eq!(live.load(SeqCst), table.len() as isize);
+                let probe = Tracked::new(round * 1_000, &live);
+                assert!(table.remove_limit(&probe, |v| v.idle(now)));
+                drop(probe);
+                assert_eq!(live.load(SeqCst), table.len() as isize);
+                now += WINDOW_MS;
+            }
+            assert!(table.len() > 0);
+        }
+        // Dropping the table dropped the rest, once each.
+        assert_eq!(live.load(SeqCst), 0);
+    }
+
+    #[test]
+    fn a_borrowed_key_is_made_owned_only_when_inserted() {
+        static MADE: StdU64 = StdU64::new(0);
+        fn to_owned(key: &str) -> String {
+            MADE.fetch_add(1, SeqCst);
+            key.to_owned()
+        }
+        let table: CompactTable<String, Fixed> = CompactTable::new(8, 5, 5, &HashMap::new());
+        for _ in 0..4 {
+            table.with(Borrowed("k", to_owned), |v| v.idle(5), |p| p.value.admit(5, p.limit));
+        }
+        assert_eq!(MADE.load(SeqCst), 1);
+        assert_eq!(table.get("k", |p| p.value.passes()), Some(4));
+    }
+
+    #[test]
+    fn own_limits_keep_the_window_when_set_and_removed() {
+        let table = table(16, 2);
+        assert_eq!(request(&table, 7, 5), (true, false));
+        table.set_limit(7, 3, |v| v.idle(5));
+        // The pass counted before the limit changed stays counted.
+        let (limit, tag, passes) = table
+            .get(&7, |p| (p.limit, p.tag, p.value.passes()))
+            .unwrap();
+        assert_eq!((limit, passes), (3, 1));
+        assert_eq!(tag, Some(table.hasher.hash_one(7u64) as u32));
+        assert_eq!(request(&table, 7, 5), (true, false));
+        assert_eq!(request(&table, 7, 5), (true, false));
+        assert_eq!(request(&table, 7, 5), (false, false));
+        // Back on the default limit with its three passes: still refused.
+        assert!(table.remove_limit(&7, |v| v.idle(5)));
+        assert!(!table.remove_limit(&7, |v| v.idle(5)));
+        let (limit, tag, passes) = table
+            .get(&7, |p| (p.limit, p.tag, p.value.passes()))
+            .unwrap();
+        assert_eq!((limit, tag, passes), (2, None, 3));
+        assert_eq!(request(&table, 7, 5), (false, false));
+    }
+
+    #[test]
+    fn keys_with_their_own_limit_are_never_overflowed() {
+        let mut rules = HashMap::new();
+        rules.insert(1_000_000u64, 2);
+        let table: Table = CompactTable::new(16, 1, 1, &rules);
+        for key in 0..1_000 {
+            request(&table, key, 5);
+        }
+        assert_eq!(request(&table, 1_000_000, 5), (true, false));
+        assert_eq!(request(&table, 1_000_000, 5), (true, false));
+        assert_eq!(request(&table, 1_000_000, 5), (false, false));
+        assert_eq!(table.len(), 17);
+    }
+
+    #[test]
+    fn concurrent_inserts_of_one_key_share_one_slot_and_its_limit() {
+        let table = Arc::new(table(1_024, 100));
+        let passed = Arc::new(StdU64::new(0));
+        let threads: Vec<_> = (0..4)
+            .map(|_| {
+                let table = Arc::clone(&table);
+                let passed = Arc::clone(&passed);
+                std::thread::spawn(move || {
+                    for key in 0..200u64 {
+                        for _ in 0..60 {
+                            if request(&table, key, 5).0 {
+                                passed.fetch_add(1, SeqCst);
+                            }
+                        }
+                    }
+                })
+            })
+            .collect();
+        for thread in threads {
+            thread.join().unwrap();
+        }
+        assert_eq!(table.len(), 200);
+        assert_eq!(passed.load(SeqCst), 200 * 100);
+        let mut seen = 0;
+        table.for_each(|k, p| (*k, p.value.passes()), |(_, passes)| {
+            assert_eq!(passes, 100);
+            seen += 1;
+        });
+        assert_eq!(seen, 200);
+    }
+}
