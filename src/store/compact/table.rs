@@ -52,7 +52,7 @@ use std::fmt;
 use std::hash::{BuildHasher, Hash, RandomState};
 
 use crate::store::registry::PendingKey;
-use crate::sync::{read, write, AtomicU64, AtomicUsize, Ordering, RwLock, RwLockWriteGuard};
+use crate::sync::{read, write, AtomicBool, AtomicU64, AtomicUsize, Ordering, RwLock, RwLockWriteGuard};
 
 /// Slots per group (and per lock).
 pub(crate) const GROUP: usize = 16;
@@ -148,6 +148,11 @@ pub(crate) struct Own<V> {
     /// runs on the default limit until it is idle; see
     /// [`CompactTable::remove_limit`]). Relaxed, as `limit`.
     policy: AtomicU64,
+    /// The key has had a request (or a window, moved from its slot): until
+    /// then the handle does not show it, as a full table shows no entry for
+    /// a rule's key before its first request. Relaxed: a flag read alone,
+    /// set once.
+    seen: AtomicBool,
     value: V,
 }
 
@@ -155,11 +160,24 @@ pub(crate) struct Own<V> {
 const LAPSED: u64 = u64::MAX;
 
 impl<V> Own<V> {
-    fn new(limit: u64, tag: u32, value: V) -> Self {
+    fn new(limit: u64, tag: u32, value: V, seen: bool) -> Self {
         Own {
             limit: AtomicU64::new(limit),
             policy: AtomicU64::new(u64::from(tag)),
+            seen: AtomicBool::new(seen),
             value,
+        }
+    }
+
+    fn seen(&self) -> bool {
+        self.seen.load(Ordering::Relaxed)
+    }
+
+    /// Marks the key as seen, on its requests: one load once it is.
+    #[inline]
+    fn see(&self) {
+        if !self.seen() {
+            self.seen.store(true, Ordering::Relaxed);
         }
     }
 
@@ -274,7 +292,7 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
             .iter()
             .map(|(key, &limit)| {
                 let tag = hasher.hash_one(key) as u32;
-                (key.clone(), Own::new(limit, tag, V::empty()))
+                (key.clone(), Own::new(limit, tag, V::empty(), false))
             })
             .collect();
         CompactTable {
@@ -355,6 +373,7 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
         if self.own_count.load(Ordering::Relaxed) != 0 {
             let own = read(&self.own);
             if let Some(own) = own.get(key) {
+                own.see();
                 return f(self.own_place(own));
             }
         }
@@ -398,6 +417,7 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
         if self.own_count.load(Ordering::Relaxed) != 0 {
             let own = read(&self.own);
             if let Some(own) = own.get(key) {
+                own.see();
                 return f(self.own_place(own));
             }
         }
@@ -490,7 +510,7 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
         if self.own_count.load(Ordering::Relaxed) != 0 {
             let own = read(&self.own);
             if let Some(own) = own.get(key) {
-                return Some(f(self.own_place(own)));
+                return own.seen().then(|| f(self.own_place(own)));
             }
         }
         let hash = self.hasher.hash_one(key);
@@ -518,7 +538,11 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
         let mut buffer = Vec::new();
         {
             let own = read(&self.own);
-            buffer.extend(own.iter().map(|(k, o)| read_one(k, self.own_place(o))));
+            buffer.extend(
+                own.iter()
+                    .filter(|(_, o)| o.seen())
+                    .map(|(k, o)| read_one(k, self.own_place(o))),
+            );
         }
         buffer.drain(..).for_each(&mut f);
         for group in self.groups.iter() {
@@ -537,8 +561,15 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
         }
     }
 
-    /// Keys in slots and in the side map.
+    /// Keys in slots, and keys in the side map that have had a request.
     pub(crate) fn len(&self) -> usize {
+        let seen = read(&self.own).values().filter(|o| o.seen()).count();
+        self.occupied.load(Ordering::Relaxed) + seen
+    }
+
+    /// Keys held: in slots and in the side map, seen or not.
+    #[cfg(test)]
+    fn stored(&self) -> usize {
         self.occupied.load(Ordering::Relaxed) + read(&self.own).len()
     }
 
@@ -574,8 +605,10 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
                 .policy
                 .store(u64::from(hash as u32), Ordering::Relaxed);
         } else {
-            let value = self.take(&mut locked, tag, &key).unwrap_or_else(V::empty);
-            own.insert(key, Own::new(limit, hash as u32, value));
+            let taken = self.take(&mut locked, tag, &key);
+            let seen = taken.is_some();
+            let value = taken.unwrap_or_else(V::empty);
+            own.insert(key, Own::new(limit, hash as u32, value, seen));
         }
         own.retain(|_, entry| !(entry.lapsed() && idle(&entry.value)));
         self.own_count.store(own.len(), Ordering::Relaxed);
@@ -867,15 +900,15 @@ mod tests {
                     table.with(Owned(key), |v| v.idle(now), |p| p.value.admit(now, 1));
                     // Every key not in the table is gone: evicted ones,
                     // and the keys that overflowed (never stored).
-                    assert_eq!(live.load(SeqCst), table.len() as isize);
+                    assert_eq!(live.load(SeqCst), table.stored() as isize);
                 }
                 // Limits move keys between the slots and the side map.
                 table.set_limit(Tracked::new(round * 1_000, &live), 5, |v| v.idle(now));
-                assert_eq!(live.load(SeqCst), table.len() as isize);
+                assert_eq!(live.load(SeqCst), table.stored() as isize);
                 let probe = Tracked::new(round * 1_000, &live);
                 assert!(table.remove_limit(&probe, |v| v.idle(now)));
                 drop(probe);
-                assert_eq!(live.load(SeqCst), table.len() as isize);
+                assert_eq!(live.load(SeqCst), table.stored() as isize);
                 now += WINDOW_MS;
             }
             assert!(table.len() > 0);
