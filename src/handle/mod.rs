@@ -229,7 +229,9 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
     pub fn keys(&self) -> Vec<K> {
         if let Some(compact) = self.compact() {
             let mut keys = Vec::new();
-            compact.table().for_each(|key, _| key.clone(), |key| keys.push(key));
+            compact
+                .table()
+                .for_each(|key, _| key.clone(), |key| keys.push(key));
             return keys;
         }
         let mut keys = Vec::new();
@@ -332,7 +334,10 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
             );
             if !keys.overflow_idle(now) {
                 let place = keys.table().overflow_place();
-                add(Snapshot::compact(keys.counts(place.value, now), place.limit));
+                add(Snapshot::compact(
+                    keys.counts(place.value, now),
+                    place.limit,
+                ));
             }
             return Snapshot::compact((pass, block), limit);
         }

@@ -17,8 +17,8 @@ use crate::clock::{Clock, SharedClock};
 use crate::handle::StatsHandle;
 use crate::key::{GlobalKey, IntoKey, KeyExtractor};
 use crate::response::{validate_policy_name, Rejection, ResponseConfig};
-use crate::stat::validate_window;
 use crate::stat::compact::{COMPACT_MAX_BUCKETS, COMPACT_MAX_LIMIT};
+use crate::stat::validate_window;
 use crate::store::{RemoteSlot, Settings, Store, Window, COMPACT_DEFAULT_MAX_KEYS};
 
 /// The classifier used unless [`classify`](SlidingWindowLayer::classify) picks
@@ -419,8 +419,7 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
     /// above 65 535.
     pub fn compact(self) -> Self {
         use super::behaviours::{
-            BREAKER_WHY, CONCURRENCY_WHY, PRIORITIZED_WHY, THROTTLE_WHY,
-            WARM_UP_WHY,
+            BREAKER_WHY, CONCURRENCY_WHY, PRIORITIZED_WHY, THROTTLE_WHY, WARM_UP_WHY,
         };
         let settings = self.store.settings();
         let conflicts = [
@@ -430,8 +429,16 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
                 "max_concurrency",
                 CONCURRENCY_WHY,
             ),
-            (settings.window.behaviours.warm_up.is_some(), "warm_up", WARM_UP_WHY),
-            (settings.window.behaviours.throttle.is_some(), "throttle", THROTTLE_WHY),
+            (
+                settings.window.behaviours.warm_up.is_some(),
+                "warm_up",
+                WARM_UP_WHY,
+            ),
+            (
+                settings.window.behaviours.throttle.is_some(),
+                "throttle",
+                THROTTLE_WHY,
+            ),
             (self.priority.is_some(), "prioritized", PRIORITIZED_WHY),
         ];
         for (set, setting, why) in conflicts {

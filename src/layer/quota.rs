@@ -113,9 +113,7 @@ pub(crate) fn refuse(
     response: &ResponseConfig,
 ) -> Response<Bytes> {
     key.record_block(at);
-    let window_pass = refusal
-        .window_pass
-        .unwrap_or_else(|| key.window_pass(at));
+    let window_pass = refusal.window_pass.unwrap_or_else(|| key.window_pass(at));
     let Refusal {
         reason,
         retry_after_ms,

@@ -18,6 +18,7 @@ pub(crate) struct CompactShape {
     pub(crate) strict: bool,
 }
 
+#[allow(dead_code)]
 impl CompactShape {
     pub(crate) fn bucket_ms(&self) -> u64 {
         self.interval_ms / self.sample_count as u64
@@ -33,8 +34,13 @@ impl CompactWindow {
     }
     fn node(&self, s: &CompactShape) -> &StatisticNode {
         self.0.get_or_init(|| {
-            StatisticNode::build(SharedClock::system(), s.sample_count, s.interval_ms, s.strict)
-                .unwrap()
+            StatisticNode::build(
+                SharedClock::system(),
+                s.sample_count,
+                s.interval_ms,
+                s.strict,
+            )
+            .unwrap()
         })
     }
     pub(crate) fn effective_now(&self, s: &CompactShape, now: u64) -> u64 {
@@ -50,7 +56,9 @@ impl CompactWindow {
         limit: u64,
         overflow: bool,
     ) -> Decision<Pass> {
-        flow::window(self.node(s), (at, behind), limit, s.interval_ms, || overflow)
+        flow::window(self.node(s), (at, behind), limit, s.interval_ms, || {
+            overflow
+        })
     }
     pub(crate) fn record_block(&self, s: &CompactShape, at: u64) {
         self.node(s).record_block_at(at, 1)

@@ -109,7 +109,10 @@ fn panic_message(f: impl FnOnce()) -> String {
 #[test]
 fn a_compact_key_is_limited_and_answered_as_a_full_key_is() {
     let clock = clock();
-    let layer = keyed(2).compact().clock(clock.clone()).headers_on_pass(true);
+    let layer = keyed(2)
+        .compact()
+        .clock(clock.clone())
+        .headers_on_pass(true);
     let stats = layer.handle();
     let mut service = layer.layer(inner());
     assert_eq!(call(&mut service, Some("a")).0, StatusCode::OK);
@@ -119,12 +122,18 @@ fn a_compact_key_is_limited_and_answered_as_a_full_key_is() {
     let (status, headers) = call(&mut service, Some("a"));
     assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
     // The passes at 10 050 leave the window at 11 000: 950 ms, 1 s.
-    assert!(headers.contains(&("retry-after".to_owned(), "1".to_owned())), "{headers:?}");
+    assert!(
+        headers.contains(&("retry-after".to_owned(), "1".to_owned())),
+        "{headers:?}"
+    );
     assert_eq!(call(&mut service, Some("b")).0, StatusCode::OK);
     let a = stats.snapshot(&key("a")).unwrap();
     assert_eq!((a.pass, a.block, a.limit), (2, 1, 2));
     // Nothing else is recorded for a compact key.
-    assert_eq!((a.success, a.exception, a.concurrency, a.waiting), (0, 0, 0, 0));
+    assert_eq!(
+        (a.success, a.exception, a.concurrency, a.waiting),
+        (0, 0, 0, 0)
+    );
     assert_eq!((a.avg_rt, a.min_rt), (None, None));
     assert!(stats.history(&key("a")).is_empty());
     assert!(stats.breakers(&key("a")).is_empty());
@@ -169,12 +178,18 @@ fn the_handle_reads_every_compact_key_and_changes_its_limits() {
     // window as it is; removing it goes back to the default.
     stats.set_limit("b", 4);
     assert_eq!(call(&mut service, Some("b")).0, StatusCode::OK);
-    assert_eq!(call(&mut service, Some("b")).0, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        call(&mut service, Some("b")).0,
+        StatusCode::TOO_MANY_REQUESTS
+    );
     assert!(stats.remove_limit(&key("b")));
     assert!(!stats.remove_limit(&key("b")));
     let b = stats.snapshot(&key("b")).unwrap();
     assert_eq!((b.pass, b.block, b.limit), (4, 2, 3));
-    assert_eq!(call(&mut service, Some("b")).0, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        call(&mut service, Some("b")).0,
+        StatusCode::TOO_MANY_REQUESTS
+    );
 
     // Above what a compact window counts: the maximum, and no panic.
     stats.set_limit("a", 1_000_000);
@@ -258,7 +273,8 @@ fn frozen_clock_real_threads_exactly_the_limit_passes_per_key() {
     let stats = layer.handle();
     let service = layer.layer(inner());
     let keys: Vec<String> = (0..8).map(|i| format!("k{i}")).collect();
-    let passed: Arc<Vec<AtomicU64>> = Arc::new((0..keys.len()).map(|_| AtomicU64::new(0)).collect());
+    let passed: Arc<Vec<AtomicU64>> =
+        Arc::new((0..keys.len()).map(|_| AtomicU64::new(0)).collect());
     let threads: Vec<_> = (0..4)
         .map(|_| {
             let mut service = service.clone();
@@ -282,9 +298,16 @@ fn frozen_clock_real_threads_exactly_the_limit_passes_per_key() {
     for (i, name) in keys.iter().enumerate() {
         assert_eq!(passed[i].load(Ordering::Relaxed), limit, "{name}");
         let snapshot = stats.snapshot(&Some(name.clone())).unwrap();
-        assert_eq!((snapshot.pass, snapshot.block), (limit, 160 - limit), "{name}");
+        assert_eq!(
+            (snapshot.pass, snapshot.block),
+            (limit, 160 - limit),
+            "{name}"
+        );
     }
 }
+
+/// A change to a layer's configuration.
+type Configure = fn(SlidingWindowLayer<HeaderKey>) -> SlidingWindowLayer<HeaderKey>;
 
 #[test]
 fn compact_refuses_each_setting_it_cannot_keep_in_either_order() {
@@ -294,12 +317,14 @@ fn compact_refuses_each_setting_it_cannot_keep_in_either_order() {
             "{setting}: {message}"
         );
     }
-    let cases: [(&str, fn(SlidingWindowLayer<HeaderKey>) -> SlidingWindowLayer<HeaderKey>); 5] = [
+    let cases: [(&str, Configure); 5] = [
         ("breaker", |l| l.breaker(Breaker::error_ratio(0.5))),
         ("max_concurrency", |l| l.max_concurrency(4)),
         ("warm_up", |l| l.warm_up(Duration::from_secs(10))),
         ("throttle", |l| l.throttle(Duration::from_millis(100))),
-        ("prioritized", |l| l.prioritized(|_: &http::request::Parts| true)),
+        ("prioritized", |l| {
+            l.prioritized(|_: &http::request::Parts| true)
+        }),
     ];
     for (setting, set) in cases {
         check(panic_message(|| drop(set(keyed(10)).compact())), setting);
@@ -319,7 +344,10 @@ fn compact_refuses_more_buckets_and_larger_limits_than_it_counts() {
         panic_message(|| drop(keyed(10).window(window, 20).compact())),
         panic_message(|| drop(keyed(10).compact().window(window, 20))),
     ] {
-        assert!(message.contains("`sample_count`") && message.contains("`compact`"), "{message}");
+        assert!(
+            message.contains("`sample_count`") && message.contains("`compact`"),
+            "{message}"
+        );
         assert!(message.contains("at most 10"), "{message}");
     }
     for message in [
@@ -329,10 +357,19 @@ fn compact_refuses_more_buckets_and_larger_limits_than_it_counts() {
         panic_message(|| drop(keyed(10).overflow_limit(65_536).compact())),
         panic_message(|| drop(keyed(10).compact().overflow_limit(65_536))),
     ] {
-        assert!(message.contains("`compact`") && message.contains("65535"), "{message}");
+        assert!(
+            message.contains("`compact`") && message.contains("65535"),
+            "{message}"
+        );
     }
     // At the bounds, it builds.
-    drop(keyed(65_535).window(window, 10).compact().rule("a", 65_535).handle());
+    drop(
+        keyed(65_535)
+            .window(window, 10)
+            .compact()
+            .rule("a", 65_535)
+            .handle(),
+    );
 }
 
 #[test]
@@ -375,9 +412,8 @@ const KEYS: [Option<&str>; 4] = [Some("a"), Some("b"), Some("rule"), None];
 
 fn steps() -> impl Strategy<Value = Vec<Step>> {
     prop::collection::vec(
-        (0..KEYS.len(), prop_oneof![Just(0u64), 0..40u64, 0..400u64]).prop_map(
-            |(key, step_ms)| Step { key, step_ms },
-        ),
+        (0..KEYS.len(), prop_oneof![Just(0u64), 0..40u64, 0..400u64])
+            .prop_map(|(key, step_ms)| Step { key, step_ms }),
         1..120,
     )
 }

@@ -82,8 +82,11 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> CompactKeys<K> {
         K: Borrow<P::Q>,
     {
         let shape = &self.shape;
-        self.table
-            .with(key, |window| window.is_idle(shape, now), |place| f(place, shape))
+        self.table.with(
+            key,
+            |window| window.is_idle(shape, now),
+            |place| f(place, shape),
+        )
     }
 
     /// Gives `key` its own limit. A limit above [`COMPACT_MAX_LIMIT`] is

@@ -52,7 +52,9 @@ use std::fmt;
 use std::hash::{BuildHasher, Hash, RandomState};
 
 use crate::store::registry::PendingKey;
-use crate::sync::{read, write, AtomicBool, AtomicU64, AtomicUsize, Ordering, RwLock, RwLockWriteGuard};
+use crate::sync::{
+    read, write, AtomicBool, AtomicU64, AtomicUsize, Ordering, RwLock, RwLockWriteGuard,
+};
 
 /// Slots per group (and per lock).
 pub(crate) const GROUP: usize = 16;
@@ -664,12 +666,7 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
 
     /// Moves `key`'s value out of its slot in the `locked` groups, emptying
     /// the slot; `None` if it has none.
-    fn take<Q>(
-        &self,
-        locked: &mut [(usize, WriteGuard<'_, K, V>)],
-        tag: u8,
-        key: &Q,
-    ) -> Option<V>
+    fn take<Q>(&self, locked: &mut [(usize, WriteGuard<'_, K, V>)], tag: u8, key: &Q) -> Option<V>
     where
         K: Borrow<Q>,
         Q: Eq + ?Sized,
@@ -769,7 +766,10 @@ mod tests {
         assert_eq!(groups_for(1), 1);
         assert_eq!(groups_for(14), 1);
         assert_eq!(groups_for(15), 2);
-        assert_eq!(groups_for(1 << 20), (((1usize << 20) * 8).div_ceil(7)).div_ceil(16));
+        assert_eq!(
+            groups_for(1 << 20),
+            (((1usize << 20) * 8).div_ceil(7)).div_ceil(16)
+        );
         assert!(table(1_000, 1).capacity() * 7 >= 1_000 * 8);
     }
 
@@ -838,7 +838,10 @@ mod tests {
             let before = table.examined.load(SeqCst);
             request(&table, key, 5);
             let examined = table.examined.load(SeqCst) - before;
-            assert!(examined <= 2 * GROUP, "key {key}: {examined} slots examined");
+            assert!(
+                examined <= 2 * GROUP,
+                "key {key}: {examined} slots examined"
+            );
         }
         // And the flood had to look for room: inserts did examine slots.
         assert!(table.examined.load(SeqCst) > 50_000);
@@ -891,8 +894,7 @@ mod tests {
     fn keys_are_dropped_exactly_once() {
         let live = Arc::new(AtomicIsize::new(0));
         {
-            let table: CompactTable<Tracked, Fixed> =
-                CompactTable::new(32, 1, 1, &HashMap::new());
+            let table: CompactTable<Tracked, Fixed> = CompactTable::new(32, 1, 1, &HashMap::new());
             let mut now = 5;
             for round in 0..20u64 {
                 for id in 0..100u64 {
@@ -926,7 +928,11 @@ mod tests {
         }
         let table: CompactTable<String, Fixed> = CompactTable::new(8, 5, 5, &HashMap::new());
         for _ in 0..4 {
-            table.with(Borrowed("k", to_owned), |v| v.idle(5), |p| p.value.admit(5, p.limit));
+            table.with(
+                Borrowed("k", to_owned),
+                |v| v.idle(5),
+                |p| p.value.admit(5, p.limit),
+            );
         }
         assert_eq!(MADE.load(SeqCst), 1);
         assert_eq!(table.get("k", |p| p.value.passes()), Some(4));
@@ -995,10 +1001,13 @@ mod tests {
         assert_eq!(table.len(), 200);
         assert_eq!(passed.load(SeqCst), 200 * 100);
         let mut seen = 0;
-        table.for_each(|k, p| (*k, p.value.passes()), |(_, passes)| {
-            assert_eq!(passes, 100);
-            seen += 1;
-        });
+        table.for_each(
+            |k, p| (*k, p.value.passes()),
+            |(_, passes)| {
+                assert_eq!(passes, 100);
+                seen += 1;
+            },
+        );
         assert_eq!(seen, 200);
     }
 }
