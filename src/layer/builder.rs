@@ -235,7 +235,9 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
         })
     }
 
-    /// Bounds the number of keys with their own statistics (default 4096).
+    /// Bounds the number of keys with their own statistics (default 4096;
+    /// 1 048 576 on a [`compact`](Self::compact) layer, whose keys cost a
+    /// few dozen bytes: see there).
     ///
     /// # Memory
     ///

@@ -42,7 +42,6 @@ use super::remote;
 use super::wait::Gate;
 #[cfg(feature = "tokio")]
 use super::wait::{self, Waiter};
-#[cfg(feature = "tokio")]
 use crate::clock::Clock;
 #[cfg(feature = "tokio")]
 use crate::flow::Reason;

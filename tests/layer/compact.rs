@@ -471,3 +471,22 @@ proptest! {
         }
     }
 }
+
+/// The shared store keeps its window in Redis and falls back on the
+/// replica's own full window: refused on a compact layer, in either order.
+/// (Port 9 on loopback: the lazy store never connects in this test.)
+#[cfg(feature = "redis")]
+#[tokio::test]
+async fn compact_refuses_a_shared_store_in_either_order() {
+    use tower_sliding_window::store::RedisStore;
+    let store = || RedisStore::connect_lazy("redis://127.0.0.1:9/").unwrap();
+    for message in [
+        panic_message(|| drop(keyed(10).store(store()).compact())),
+        panic_message(|| drop(keyed(10).compact().store(store()))),
+    ] {
+        assert!(
+            message.contains("`store`") && message.contains("`compact`"),
+            "{message}"
+        );
+    }
+}

@@ -1011,3 +1011,95 @@ mod tests {
         assert_eq!(seen, 200);
     }
 }
+
+#[cfg(all(test, loom))]
+mod loom_models {
+    use loom::sync::Arc;
+    use loom::thread;
+
+    use super::*;
+    use crate::store::registry::Owned;
+
+    /// A one-bucket window of 1 000 ms in one atomic: its start (high
+    /// bits) and passes (low 16 bits), admitted with a compare-and-swap.
+    struct Packed(AtomicU64);
+
+    impl SlotValue for Packed {
+        fn empty() -> Self {
+            Packed(AtomicU64::new(0))
+        }
+    }
+
+    impl Packed {
+        fn admit(&self, now: u64, limit: u64) -> bool {
+            let start = now - now % 1_000;
+            let mut current = self.0.load(Ordering::Acquire);
+            loop {
+                let passes = if current >> 16 == start {
+                    current & 0xFFFF
+                } else {
+                    0
+                };
+                if passes >= limit {
+                    return false;
+                }
+                let next = (start << 16) | (passes + 1);
+                match self
+                    .0
+                    .compare_exchange(current, next, Ordering::AcqRel, Ordering::Acquire)
+                {
+                    Ok(_) => return true,
+                    Err(seen) => current = seen,
+                }
+            }
+        }
+
+        fn passes(&self, now: u64) -> u64 {
+            let current = self.0.load(Ordering::Acquire);
+            if current >> 16 == now - now % 1_000 {
+                current & 0xFFFF
+            } else {
+                0
+            }
+        }
+    }
+
+    /// Key 1 passed in an earlier window (idle now). At 2 000, a request
+    /// of key 1 (found in its slot: admitted under the group's read lock)
+    /// races a new key 2 that needs a slot (the table holds one key, so it
+    /// may evict key 1 only if idle). Whatever the order, no pass is lost
+    /// or lands on the other key's window: one of the two passes in the
+    /// slot, under its own key, the other on the overflow value.
+    #[test]
+    fn an_insert_racing_an_admission_in_one_group() {
+        loom::model(|| {
+            let table: Arc<CompactTable<u64, Packed>> =
+                Arc::new(CompactTable::new(1, 1, 1, &HashMap::new()));
+            let request = |table: &CompactTable<u64, Packed>, key: u64| {
+                table.with(
+                    Owned(key),
+                    |v| v.passes(2_000) == 0,
+                    |place| (place.value.admit(2_000, place.limit), place.overflow),
+                )
+            };
+            assert!(table.with(Owned(1), |_| false, |p| p.value.admit(500, 1)));
+            let threads: Vec<_> = [1u64, 2]
+                .into_iter()
+                .map(|key| {
+                    let table = Arc::clone(&table);
+                    thread::spawn(move || request(&table, key))
+                })
+                .collect();
+            let answers: Vec<(bool, bool)> =
+                threads.into_iter().map(|t| t.join().unwrap()).collect();
+            // Both passed: one in the slot, one on the overflow value.
+            assert!(answers.iter().all(|(passed, _)| *passed), "{answers:?}");
+            assert_eq!(answers.iter().filter(|(_, o)| *o).count(), 1);
+            let in_slot = if answers[0].1 { 2 } else { 1 };
+            assert_eq!(table.get(&in_slot, |p| p.value.passes(2_000)), Some(1));
+            assert_eq!(table.get(&(3 - in_slot), |p| p.value.passes(2_000)), None);
+            assert_eq!(table.overflow_place().value.passes(2_000), 1);
+            assert_eq!(table.len(), 1);
+        });
+    }
+}
