@@ -17,8 +17,8 @@ use crate::clock::{Clock, SharedClock};
 use crate::handle::StatsHandle;
 use crate::key::{GlobalKey, IntoKey, KeyExtractor};
 use crate::response::{validate_policy_name, Rejection, ResponseConfig};
-use crate::stat::compact::{COMPACT_MAX_BUCKETS, COMPACT_MAX_LIMIT};
 use crate::stat::validate_window;
+use crate::stat::{COMPACT_MAX_BUCKETS, COMPACT_MAX_LIMIT};
 use crate::store::{RemoteSlot, Settings, Store, Window, COMPACT_DEFAULT_MAX_KEYS};
 
 /// The classifier used unless [`classify`](SlidingWindowLayer::classify) picks

@@ -10,7 +10,7 @@ use http::Response;
 
 use crate::flow::Refusal;
 use crate::response::{rejection_response, PolicyName, Quota, ResponseConfig};
-use crate::stat::compact::{CompactShape, CompactWindow};
+use crate::stat::{CompactShape, CompactWindow};
 use crate::store::Entry;
 
 /// What the answer to a decision reads from the key it was made on.

@@ -49,7 +49,7 @@ use crate::flow::{self, Decision, Pass, Refusal};
 use crate::handle::StatsHandle;
 use crate::key::{GlobalKey, KeyExtractor};
 use crate::response::{Quota, ResponseConfig};
-use crate::stat::compact::{CompactShape, CompactWindow};
+use crate::stat::{CompactShape, CompactWindow};
 #[cfg(feature = "redis")]
 use crate::store::redis::RemoteWindow;
 #[cfg(feature = "redis")]

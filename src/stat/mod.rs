@@ -69,7 +69,7 @@
 mod admission;
 mod array_metric;
 mod bucket;
-pub(crate) mod compact;
+mod compact;
 mod counts;
 mod histogram;
 mod leap_array;
@@ -89,6 +89,9 @@ pub use node::StatisticNode;
 pub use occupy::FutureBucketLeapArray;
 pub use view::MinuteWindow;
 
+// The compact key table is their user.
+#[allow(unused_imports)]
+pub(crate) use compact::{CompactShape, CompactWindow, COMPACT_MAX_BUCKETS, COMPACT_MAX_LIMIT};
 pub(crate) use counts::Counts;
 #[cfg(feature = "prometheus")]
 pub(crate) use histogram::RtHistogram;

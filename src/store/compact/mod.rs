@@ -17,7 +17,7 @@ pub(crate) use table::{CompactTable, Place, SlotValue};
 use super::registry::{Borrowed, Owned, PendingKey};
 use super::{Settings, Window};
 use crate::key::KeyVisitor;
-use crate::stat::compact::{CompactShape, CompactWindow, COMPACT_MAX_LIMIT};
+use crate::stat::{CompactShape, CompactWindow, COMPACT_MAX_LIMIT};
 
 impl SlotValue for CompactWindow {
     fn empty() -> Self {
