@@ -170,3 +170,31 @@ where
             .with(Borrowed(key, to_owned), self.now, self.decide)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::net::IpAddr;
+
+    use super::table::{group_bytes, groups_for, slot_bytes, GROUP};
+    use super::*;
+
+    /// The figures `SlidingWindowLayer::compact` documents: bytes of a slot
+    /// with an address key and with a string key, of a group's header, and
+    /// the whole table of the default 2^20 keys with address keys.
+    #[test]
+    fn the_documented_sizes() {
+        assert_eq!(std::mem::size_of::<CompactWindow>(), 28);
+        assert_eq!(slot_bytes::<Option<IpAddr>, CompactWindow>(), 48);
+        assert_eq!(slot_bytes::<Option<String>, CompactWindow>(), 56);
+        let header = group_bytes::<Option<IpAddr>, CompactWindow>();
+        assert!(header <= 48, "{header}");
+        let groups = groups_for(crate::store::COMPACT_DEFAULT_MAX_KEYS);
+        assert_eq!(groups, 74_899);
+        // Slots, group headers, and the allocator's header of each group's
+        // block of slots (16 bytes on the common allocators).
+        let bytes = groups * (GROUP * 48 + header + 16);
+        let per_key = bytes as f64 / crate::store::COMPACT_DEFAULT_MAX_KEYS as f64;
+        assert!(per_key < 64.0, "{per_key} bytes per key");
+        println!("{header} B per group header, {bytes} B in all, {per_key:.1} B per key");
+    }
+}

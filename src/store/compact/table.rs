@@ -249,6 +249,18 @@ fn place_of(hash: u64, n: usize) -> (usize, usize, u8) {
     (first, second, tag)
 }
 
+/// Bytes of one slot with key `K` and value `V`.
+#[cfg(test)]
+pub(crate) fn slot_bytes<K, V>() -> usize {
+    std::mem::size_of::<Slot<K, V>>()
+}
+
+/// Bytes of a group's header (its lock, totals and pointer to its slots).
+#[cfg(test)]
+pub(crate) fn group_bytes<K, V>() -> usize {
+    std::mem::size_of::<Group<K, V>>()
+}
+
 /// Groups for `max_keys` keys at a load of at most 7/8.
 pub(crate) fn groups_for(max_keys: usize) -> usize {
     let slots = max_keys.saturating_mul(8).div_ceil(7).max(1);
