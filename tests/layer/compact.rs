@@ -490,3 +490,35 @@ async fn compact_refuses_a_shared_store_in_either_order() {
         );
     }
 }
+
+#[test]
+fn the_dashboard_lists_a_compact_layers_keys_and_total() {
+    use tower_sliding_window::dashboard;
+    let layer = keyed(2).compact().clock(clock());
+    let stats = layer.handle();
+    let mut service = layer.layer(inner());
+    for name in ["a", "a", "a", "b"] {
+        call(&mut service, Some(name));
+    }
+    let board = dashboard::router(stats.clone());
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let answer = runtime.block_on(support::send(&board, support::req("/stats")));
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+    let s: serde_json::Value = serde_json::from_str(&answer.body).unwrap();
+    assert_eq!(s["total"], serde_json::to_value(stats.total()).unwrap());
+    assert_eq!(
+        (s["total"]["pass"].as_u64(), s["total"]["block"].as_u64()),
+        (Some(3), Some(1))
+    );
+    let keys = s["keys"]["key"].as_array().expect("a key column");
+    assert_eq!(keys.len(), 2, "{s}");
+    let passes: u64 = s["keys"]["pass"]
+        .as_array()
+        .expect("a pass column")
+        .iter()
+        .map(|v| v.as_u64().unwrap())
+        .sum();
+    assert_eq!(passes, 3, "{s}");
+}
