@@ -205,10 +205,11 @@ pub(crate) struct Place<'a, V> {
 pub(crate) struct CompactTable<K, V> {
     groups: Box<[Group<K, V>]>,
     hasher: RandomState,
-    /// Keys in slots. Changed only with the write lock of the key's group
-    /// held; Relaxed: a count, read alone. Two inserts in other groups may
-    /// both see room for one more key: the table then holds one key more
-    /// than `max_keys` per such race at most, never more than its slots.
+    /// Keys in slots, at most `max_keys`: an insert into an empty slot
+    /// first claims one with a compare-and-swap that fails at `max_keys`
+    /// (inserts in other groups race for it), and gives it back if it took
+    /// no empty slot; emptying a slot gives one back. Relaxed: a count, no
+    /// other memory is published through it.
     occupied: AtomicUsize,
     /// At most this many keys in slots (see `occupied`).
     max_keys: usize,
@@ -435,15 +436,15 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
                 return f(self.own_place(own));
             }
         }
-        let room = self.occupied.load(Ordering::Relaxed) < self.max_keys;
+        let room = self.claim();
         let Some((which, at)) = self.free_slot(&mut locked, room, &idle) else {
+            self.unclaim(room);
             return f(self.overflow_place());
         };
         let index = locked[which].0;
         let slot = &mut locked[which].1.get_or_insert_with(new_slots)[at];
-        if slot.key.is_none() {
-            self.occupied.fetch_add(1, Ordering::Relaxed);
-        } else {
+        if slot.key.is_some() {
+            self.unclaim(room);
             // Evicted: its key is dropped here, its value reset.
             slot.value = V::empty();
         }
@@ -451,6 +452,23 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
         slot.tag = tag;
         let slots = locked[which].1.as_ref().expect("allocated above");
         f(self.slot_place(&slots[at], &self.groups[index]))
+    }
+
+    /// Claims room for one more key in a slot; whether there was room.
+    fn claim(&self) -> bool {
+        self.occupied
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                (n < self.max_keys).then_some(n + 1)
+            })
+            .is_ok()
+    }
+
+    /// Gives back the room [`claim`](Self::claim) took (if it took any),
+    /// for a key that took no empty slot.
+    fn unclaim(&self, claimed: bool) {
+        if claimed {
+            self.occupied.fetch_sub(1, Ordering::Relaxed);
+        }
     }
 
     /// Write-locks groups `a` and `b` (once if they are the same), the
@@ -648,20 +666,21 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
                 if idle(&entry.value) {
                     own.remove(key);
                 } else {
-                    let room = self.occupied.load(Ordering::Relaxed) < self.max_keys;
+                    let room = self.claim();
                     match self.free_slot(&mut locked, room, &idle) {
                         Some((which, at)) => {
                             let (owned, entry) =
                                 own.remove_entry(key).expect("the entry was found above");
                             let slot = &mut locked[which].1.get_or_insert_with(new_slots)[at];
-                            if slot.key.is_none() {
-                                self.occupied.fetch_add(1, Ordering::Relaxed);
+                            if slot.key.is_some() {
+                                self.unclaim(room);
                             }
                             slot.key = Some(owned);
                             slot.value = entry.value;
                             slot.tag = tag;
                         }
                         None => {
+                            self.unclaim(room);
                             entry.limit.store(self.default_limit, Ordering::Relaxed);
                             entry.policy.store(LAPSED, Ordering::Relaxed);
                         }
@@ -986,6 +1005,29 @@ mod tests {
         assert_eq!(request(&table, 1_000_000, 5), (true, false));
         assert_eq!(request(&table, 1_000_000, 5), (false, false));
         assert_eq!(table.len(), 17);
+    }
+
+    #[test]
+    fn concurrent_floods_never_hold_more_than_max_keys() {
+        let table = Arc::new(table(64, 1));
+        let threads: Vec<_> = (0..4u64)
+            .map(|t| {
+                let table = Arc::clone(&table);
+                std::thread::spawn(move || {
+                    for key in 0..5_000u64 {
+                        request(&table, t * 1_000_000 + key, 5);
+                        assert!(table.len() <= 64, "{} keys", table.len());
+                    }
+                })
+            })
+            .collect();
+        for thread in threads {
+            thread.join().unwrap();
+        }
+        assert_eq!(table.len(), 64);
+        let mut counted = 0;
+        table.for_each(|_, _| (), |()| counted += 1);
+        assert_eq!(counted, 64);
     }
 
     #[test]
