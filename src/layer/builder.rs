@@ -358,6 +358,23 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
     /// [`rule`](Self::rule), [`StatsHandle::set_limit`]) live apart, are
     /// never evicted or overflowed, and do not count against `max_keys`.
     ///
+    /// # Memory
+    ///
+    /// A slot is 48 bytes with an address key
+    /// ([`PeerIpKey`](crate::PeerIpKey), [`ForwardedIpKey`](crate::ForwardedIpKey):
+    /// `Option<IpAddr>`, 17 bytes) and 56 bytes with a string key
+    /// ([`HeaderKey`](crate::HeaderKey), [`PathKey`](crate::PathKey):
+    /// `Option<String>`, whose text is on the heap besides, at most
+    /// [`MAX_KEY_BYTES`](crate::key::MAX_KEY_BYTES)); the key's window is
+    /// 28 of those bytes. A group of 16 slots adds a 40-byte header (its
+    /// lock, its lifetime counters, the pointer to its slots) and the
+    /// allocator's header of its block of slots. The default table
+    /// (2^20 keys: 74 899 groups, 1 198 384 slots) costs 3.0 MB of headers
+    /// when the layer is built, and at most 61.7 MB (58.9 bytes per key)
+    /// with address keys once every group is in use, 71.3 MB with string
+    /// keys plus their text (`cargo test --lib the_documented_sizes --
+    /// --nocapture` prints these figures).
+    ///
     /// # Limits
     ///
     /// A compact key counts at most 65 535 passes per bucket and per

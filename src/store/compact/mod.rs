@@ -195,6 +195,12 @@ mod tests {
         let bytes = groups * (GROUP * 48 + header + 16);
         let per_key = bytes as f64 / crate::store::COMPACT_DEFAULT_MAX_KEYS as f64;
         assert!(per_key < 64.0, "{per_key} bytes per key");
-        println!("{header} B per group header, {bytes} B in all, {per_key:.1} B per key");
+        let strings = groups * (GROUP * 56 + header + 16);
+        println!(
+            "{header} B per group header ({} B for the default table's), {bytes} B in all with \
+             address keys ({per_key:.1} B per key), {strings} B with string keys and their text \
+             apart",
+            groups * header
+        );
     }
 }
