@@ -330,11 +330,13 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
     ///
     /// # What a compact key records
     ///
-    /// A [`Snapshot`](crate::Snapshot) of a compact key has `pass`, `block`
-    /// and `limit`; `success`, `exception`, `concurrency` and `waiting` are
-    /// 0 and the response times `None`. [`StatsHandle::history`] and
+    /// A [`Snapshot`](crate::Snapshot) of a compact key has `pass` (its
+    /// window's passes, exactly), `block` (the refusals of its newest
+    /// bucket, saturating at 65 535: there is no room for a count per
+    /// bucket) and `limit`; `success`, `exception`, `concurrency` and
+    /// `waiting` are 0 and the response times `None`. [`StatsHandle::history`] and
     /// [`StatsHandle::breakers`] are empty. [`StatsHandle::total`] sums
-    /// passes and blocks of the keys in the table. A Prometheus collector
+    /// those passes and blocks over the keys in the table. A Prometheus collector
     /// of a compact layer exports the layer's lifetime passes and blocks
     /// (every key's, evicted keys' and the overflow's included) without a
     /// key label; the dashboard lists each key's passes and blocks.
