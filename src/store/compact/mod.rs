@@ -204,3 +204,68 @@ mod tests {
         );
     }
 }
+
+#[cfg(all(test, loom))]
+mod loom_models {
+    use std::collections::HashMap;
+
+    use loom::sync::Arc;
+    use loom::thread;
+
+    use super::*;
+    use crate::flow::Decision;
+
+    const SHAPE: CompactShape = CompactShape {
+        sample_count: 2,
+        interval_ms: 2,
+        strict: false,
+    };
+
+    /// A request of `key` at `now` through the table and the key's compact
+    /// window, as the layer makes it: whether it passed, and whether on the
+    /// overflow window.
+    fn request(table: &CompactTable<u64, CompactWindow>, key: u64, now: u64) -> (bool, bool) {
+        table.with(
+            Owned(key),
+            |window| window.is_idle(&SHAPE, now),
+            |place| {
+                let window = place.value;
+                let at = window.effective_now(&SHAPE, now);
+                let behind = window.lag(&SHAPE, now, at);
+                let decision = window.decide(&SHAPE, (at, behind), place.limit, place.overflow);
+                (matches!(decision, Decision::Pass(_)), place.overflow)
+            },
+        )
+    }
+
+    /// Key 1 passed at 0 (a window of two 1 ms buckets: idle from 2 on).
+    /// At 2, a request of key 1 (rotating its window under the group's
+    /// read lock) races key 2, which needs the table's only slot and may
+    /// evict key 1 only while it is idle. One passes in the slot under its
+    /// own key, the other on the overflow window; no pass is lost or
+    /// counted on the other key.
+    #[test]
+    fn a_compact_window_admission_racing_an_insert() {
+        loom::model(|| {
+            let table: Arc<CompactTable<u64, CompactWindow>> =
+                Arc::new(CompactTable::new(1, 1, 1, &HashMap::new()));
+            assert_eq!(request(&table, 1, 0), (true, false));
+            let threads: Vec<_> = [1u64, 2]
+                .into_iter()
+                .map(|key| {
+                    let table = Arc::clone(&table);
+                    thread::spawn(move || request(&table, key, 2))
+                })
+                .collect();
+            let answers: Vec<(bool, bool)> =
+                threads.into_iter().map(|t| t.join().unwrap()).collect();
+            assert!(answers.iter().all(|(passed, _)| *passed), "{answers:?}");
+            assert_eq!(answers.iter().filter(|(_, o)| *o).count(), 1);
+            let in_slot = if answers[0].1 { 2 } else { 1 };
+            let passes = |w: &CompactWindow| w.window_counts(&SHAPE, 2).0;
+            assert_eq!(table.get(&in_slot, |p| passes(p.value)), Some(1));
+            assert_eq!(table.get(&(3 - in_slot), |p| passes(p.value)), None);
+            assert_eq!(passes(table.overflow_place().value), 1);
+        });
+    }
+}
