@@ -41,10 +41,17 @@
 //! # Lock order
 //!
 //! A group's lock is never taken while another group's lock is held, except
-//! for the two groups of one key, taken in index order; the side map's lock
-//! is taken after the group locks (inserts re-check the side map, limit
-//! changes move a key between the two), never before them. A lookup holds
-//! at most one lock at a time.
+//! for the two groups of one key, taken in index order. The side map's lock
+//! is taken with those held (inserts look in the side map again, limit
+//! changes move a key between the two), and no group lock is ever taken
+//! while the side map's is held. A lookup holds one lock at a time.
+//!
+//! # Why not one zeroed allocation
+//!
+//! The crate forbids `unsafe` code, and keys stored inline in a table
+//! allocated zeroed (so that its pages become resident only once touched)
+//! need it. The slots of a group are allocated instead when its first key
+//! arrives: memory still grows with the keys seen, a group at a time.
 
 use std::borrow::Borrow;
 use std::collections::HashMap;
