@@ -401,9 +401,9 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
-    /// use std::convert::Infallible;
-    /// use http::{HeaderName, Request, Response, StatusCode};
-    /// use tower::{Layer, ServiceExt};
+    /// use axum::{body::Body, routing::get, Router};
+    /// use http::{HeaderName, Request, StatusCode};
+    /// use tower::ServiceExt;
     /// use tower_sliding_window::{HeaderKey, SlidingWindowLayer};
     ///
     /// // Two requests per second per API key, for up to a million keys.
@@ -411,12 +411,10 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
     ///     .key(HeaderKey::new(HeaderName::from_static("x-api-key")))
     ///     .compact();
     /// let stats = layer.handle();
-    /// let service = layer.layer(tower::service_fn(|_: Request<()>| async {
-    ///     Ok::<_, Infallible>(Response::new(String::from("hi")))
-    /// }));
+    /// let app = Router::new().route("/", get(|| async { "hi" })).layer(layer);
     /// let send = |key: &str| {
-    ///     let request = Request::get("/").header("x-api-key", key).body(()).unwrap();
-    ///     service.clone().oneshot(request)
+    ///     let request = Request::get("/").header("x-api-key", key);
+    ///     app.clone().oneshot(request.body(Body::empty()).unwrap())
     /// };
     /// assert_eq!(send("a").await.unwrap().status(), StatusCode::OK);
     /// assert_eq!(send("a").await.unwrap().status(), StatusCode::OK);

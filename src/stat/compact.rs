@@ -80,6 +80,7 @@ impl CompactWindow {
     pub(crate) fn is_idle(&self, s: &CompactShape, now: u64) -> bool {
         let n = self.node(s);
         let at = n.effective_now(now);
-        n.is_idle_at(at) && (!s.strict || n.is_idle_at(at.saturating_sub(s.interval_ms / s.sample_count as u64)))
+        n.is_idle_at(at)
+            && (!s.strict || n.is_idle_at(at.saturating_sub(s.interval_ms / s.sample_count as u64)))
     }
 }

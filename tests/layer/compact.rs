@@ -426,13 +426,16 @@ fn steps() -> impl Strategy<Value = Vec<Step>> {
         1 => Just(Action::RemoveLimit),
     ];
     prop::collection::vec(
-        (0..KEYS.len(), prop_oneof![Just(0u64), 0..40u64, 0..400u64], action).prop_map(
-            |(key, step_ms, action)| Step {
+        (
+            0..KEYS.len(),
+            prop_oneof![Just(0u64), 0..40u64, 0..400u64],
+            action,
+        )
+            .prop_map(|(key, step_ms, action)| Step {
                 key,
                 step_ms,
                 action,
-            },
-        ),
+            }),
         1..120,
     )
 }
