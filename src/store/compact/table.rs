@@ -207,6 +207,21 @@ pub(crate) struct Place<'a, V> {
     pub(crate) overflow: bool,
 }
 
+/// `T` on a cache line of its own (64 bytes), so that writes to it (the
+/// overflow window during a flood, the count of keys on every insert) do
+/// not slow down the reads of the table's fixed fields that every request
+/// makes.
+#[repr(align(64))]
+struct Padded<T>(T);
+
+impl<T> std::ops::Deref for Padded<T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
 /// A fixed-capacity table of keys `K` with a value `V` each; see the module
 /// docs.
 pub(crate) struct CompactTable<K, V> {
@@ -217,15 +232,15 @@ pub(crate) struct CompactTable<K, V> {
     /// (inserts in other groups race for it), and gives it back if it took
     /// no empty slot; emptying a slot gives one back. Relaxed: a count, no
     /// other memory is published through it.
-    occupied: AtomicUsize,
+    occupied: Padded<AtomicUsize>,
     /// At most this many keys in slots (see `occupied`).
     max_keys: usize,
     default_limit: u64,
     overflow_limit: u64,
-    overflow: V,
-    overflow_totals: Totals,
+    overflow: Padded<V>,
+    overflow_totals: Padded<Totals>,
     /// Keys with their own limit.
-    own: RwLock<HashMap<K, Own<V>>>,
+    own: Padded<RwLock<HashMap<K, Own<V>>>>,
     /// Entries of `own`, so that a lookup skips the side map while it is
     /// empty. Written under the side map's write lock, which is taken with
     /// the key's group locks held (see `set_limit`); read Relaxed before
@@ -236,7 +251,7 @@ pub(crate) struct CompactTable<K, V> {
     /// move.
     own_count: AtomicUsize,
     /// Lifetime totals of the keys of the side map.
-    own_totals: Totals,
+    own_totals: Padded<Totals>,
     /// Slots examined by inserts and limit changes, for the tests that bound
     /// the work of one insert.
     #[cfg(test)]
@@ -320,15 +335,15 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
         CompactTable {
             groups: (0..n).map(|_| Group::new()).collect(),
             hasher,
-            occupied: AtomicUsize::new(0),
+            occupied: Padded(AtomicUsize::new(0)),
             max_keys,
             default_limit,
             overflow_limit,
-            overflow: V::empty(),
-            overflow_totals: Totals::new(),
+            overflow: Padded(V::empty()),
+            overflow_totals: Padded(Totals::new()),
             own_count: AtomicUsize::new(own.len()),
-            own: RwLock::new(own),
-            own_totals: Totals::new(),
+            own: Padded(RwLock::new(own)),
+            own_totals: Padded(Totals::new()),
             #[cfg(test)]
             examined: AtomicUsize::new(0),
         }
@@ -343,8 +358,8 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
     /// The overflow value, its totals and limit.
     pub(crate) fn overflow_place(&self) -> Place<'_, V> {
         Place {
-            value: &self.overflow,
-            totals: &self.overflow_totals,
+            value: &self.overflow.0,
+            totals: &self.overflow_totals.0,
             limit: self.overflow_limit,
             tag: None,
             overflow: true,
@@ -355,7 +370,7 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
         let policy = own.policy.load(Ordering::Relaxed);
         Place {
             value: &own.value,
-            totals: &self.own_totals,
+            totals: &self.own_totals.0,
             limit: own.limit.load(Ordering::Relaxed),
             tag: (policy != LAPSED).then_some(policy as u32),
             overflow: false,
@@ -393,7 +408,7 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
     {
         let key = pending.key();
         if self.own_count.load(Ordering::Relaxed) != 0 {
-            let own = read(&self.own);
+            let own = read(&self.own.0);
             if let Some(own) = own.get(key) {
                 own.see();
                 return f(self.own_place(own));
@@ -437,7 +452,7 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
             }
         }
         if self.own_count.load(Ordering::Relaxed) != 0 {
-            let own = read(&self.own);
+            let own = read(&self.own.0);
             if let Some(own) = own.get(key) {
                 own.see();
                 return f(self.own_place(own));
@@ -547,7 +562,7 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
         Q: Hash + Eq + ?Sized,
     {
         if self.own_count.load(Ordering::Relaxed) != 0 {
-            let own = read(&self.own);
+            let own = read(&self.own.0);
             if let Some(own) = own.get(key) {
                 return own.seen().then(|| f(self.own_place(own)));
             }
@@ -576,7 +591,7 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
     ) {
         let mut buffer = Vec::new();
         {
-            let own = read(&self.own);
+            let own = read(&self.own.0);
             buffer.extend(
                 own.iter()
                     .filter(|(_, o)| o.seen())
@@ -602,14 +617,14 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
 
     /// Keys in slots, and keys in the side map that have had a request.
     pub(crate) fn len(&self) -> usize {
-        let seen = read(&self.own).values().filter(|o| o.seen()).count();
+        let seen = read(&self.own.0).values().filter(|o| o.seen()).count();
         self.occupied.load(Ordering::Relaxed) + seen
     }
 
     /// Keys held: in slots and in the side map, seen or not.
     #[cfg(test)]
     fn stored(&self) -> usize {
-        self.occupied.load(Ordering::Relaxed) + read(&self.own).len()
+        self.occupied.load(Ordering::Relaxed) + read(&self.own.0).len()
     }
 
     /// Lifetime (passes, blocks) of every key ever counted in a slot or the
@@ -637,7 +652,7 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
         let hash = self.hasher.hash_one(&key);
         let (first, second, tag) = place_of(hash, self.groups.len());
         let mut locked = self.lock_pair(first, second);
-        let mut own = write(&self.own);
+        let mut own = write(&self.own.0);
         if let Some(entry) = own.get(&key) {
             entry.limit.store(limit, Ordering::Relaxed);
             entry
@@ -667,7 +682,7 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
         let hash = self.hasher.hash_one(key);
         let (first, second, tag) = place_of(hash, self.groups.len());
         let mut locked = self.lock_pair(first, second);
-        let mut own = write(&self.own);
+        let mut own = write(&self.own.0);
         let had = match own.get(key) {
             Some(entry) if !entry.lapsed() => {
                 if idle(&entry.value) {
