@@ -566,3 +566,18 @@ fn the_dashboard_lists_a_compact_layers_keys_and_total() {
         .sum();
     assert_eq!(passes, 3, "{s}");
 }
+
+#[test]
+fn a_compact_global_limit_admits_exactly_its_limit() {
+    let clock = clock();
+    let layer = SlidingWindowLayer::qps(3).compact().clock(clock.clone());
+    let stats = layer.handle();
+    let mut service = layer.layer(inner());
+    let statuses: Vec<StatusCode> = (0..5).map(|_| call(&mut service, None).0).collect();
+    assert_eq!(statuses, support::ok_then_429(3, 2));
+    let snapshot = stats.snapshot(&()).unwrap();
+    assert_eq!((snapshot.pass, snapshot.block, snapshot.limit), (3, 2, 3));
+    assert_eq!(stats.len(), 1);
+    clock.advance(Duration::from_secs(1));
+    assert_eq!(call(&mut service, None).0, StatusCode::OK);
+}

@@ -54,9 +54,15 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> CompactKeys<K> {
     /// most [`COMPACT_MAX_LIMIT`], at most `COMPACT_MAX_BUCKETS` buckets).
     pub(crate) fn new(settings: &Settings<K>) -> Self {
         let default_limit = settings.default_limit;
+        // A key type of zero bytes (the global key) has one key: one group.
+        let max_keys = if std::mem::size_of::<K>() == 0 {
+            1
+        } else {
+            settings.max_keys
+        };
         CompactKeys {
             table: CompactTable::new(
-                settings.max_keys,
+                max_keys,
                 default_limit,
                 settings.overflow_limit.unwrap_or(default_limit),
                 &settings.rules,
