@@ -607,17 +607,15 @@ impl CompactWindow {
             .unwrap_or(0)
     }
 
-    /// The window's passes at `now` (moved forward to the newest bucket if
-    /// behind it), as a full key's snapshot counts them, and the newest
-    /// bucket's blocks if that bucket is in the window (module docs, "What
-    /// differs").
+    /// The window's passes at `now`, taken as
+    /// [`effective_now`](Self::effective_now) takes it (re-anchoring after
+    /// a far step back, as a full key's snapshot raises its skew), as a
+    /// full key's snapshot counts them; and the newest bucket's blocks if
+    /// that bucket is in the window (module docs, "What differs").
     pub(crate) fn window_counts(&self, shape: &CompactShape, now: u64) -> (u64, u64) {
         let grid = Grid::of(shape);
-        let view = self.view(&grid, now);
-        let Some(newest) = view.newest else {
-            return (0, 0);
-        };
-        let at = now.max(newest);
+        let at = self.effective_now(shape, now);
+        let view = self.view(&grid, at);
         let pass = view.sum(&grid, at, grid.sample_count - 1);
         let block = if view.newest_in_window(&grid, at) {
             u64::from(view.block)
@@ -1360,6 +1358,22 @@ mod tests {
         for t in [1, 2, 5, 90, 101, 250, 399, 401, 650] {
             pair.request(t, 3, false);
         }
+    }
+
+    /// A snapshot taken while the clock is far behind re-anchors the
+    /// window, as the full snapshot raises the node's skew: later answers
+    /// are then measured from the snapshot's reading, not the next
+    /// request's.
+    #[test]
+    fn a_snapshot_after_a_far_step_back_anchors_as_the_full_one() {
+        let pair = Pair::new(10, 1_000, false);
+        pair.request(50_000, 1, false);
+        let full = pair.node.window_counts(pair.node.effective_now(10)).pass;
+        assert_eq!(pair.compact.window_counts(&pair.shape, 10), (full, 0));
+        // The pass counts until 490 ms of the clock after the snapshot's
+        // reading would have taken the full node to 51 000.
+        let refusal = refused(pair.request(500, 1, false));
+        assert_eq!(refusal.retry_after_ms, 510);
     }
 
     /// Documented difference: a key untouched for more than half a period
