@@ -19,7 +19,7 @@ use crate::key::{GlobalKey, IntoKey, KeyExtractor};
 use crate::response::{validate_policy_name, Rejection, ResponseConfig};
 use crate::stat::validate_window;
 use crate::stat::{COMPACT_MAX_BUCKETS, COMPACT_MAX_LIMIT};
-use crate::store::{RemoteSlot, Settings, Store, Window, COMPACT_DEFAULT_MAX_KEYS};
+use crate::store::{shape_of, RemoteSlot, Settings, Store, Window, COMPACT_DEFAULT_MAX_KEYS};
 
 /// The classifier used unless [`classify`](SlidingWindowLayer::classify) picks
 /// another: 5xx responses and inner errors are failures.
@@ -206,6 +206,14 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
         }
         if self.is_compact() {
             check_compact_buckets("window", sample_count);
+            check_compact_shape(
+                "window",
+                &Window {
+                    sample_count,
+                    interval_ms,
+                    ..self.current_window()
+                },
+            );
         }
         self.configure(|s| {
             s.window = Window {
@@ -477,6 +485,7 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
             );
         }
         check_compact_buckets("compact", settings.window.sample_count);
+        check_compact_shape("compact", &settings.window);
         check_compact_limit("compact", "limit (qps)", settings.default_limit);
         if let Some(limit) = settings.overflow_limit {
             check_compact_limit("compact", "overflow_limit", limit);
@@ -827,6 +836,15 @@ pub(super) fn check_compact_buckets(method: &str, sample_count: usize) {
             "SlidingWindowLayer::{method}: invalid `sample_count` on a `compact` layer: at most \
              {COMPACT_MAX_BUCKETS} buckets (got {sample_count})"
         );
+    }
+}
+
+/// Panics, naming `method` and the setting, when a window's shape is not
+/// one a compact key keeps (see `CompactShape::validate`: at most 2^29 ms
+/// per bucket, besides the bucket count checked first).
+pub(super) fn check_compact_shape(method: &str, window: &Window) {
+    if let Err(err) = shape_of(window).validate() {
+        panic!("SlidingWindowLayer::{method}: on a `compact` layer, {err}");
     }
 }
 

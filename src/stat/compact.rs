@@ -105,10 +105,6 @@
 //!   starts; the full node also clamps its skewed time, so the two differ
 //!   only beyond 2^62 ms of skewed time.
 
-// The compact key table is this window's user; until a layer builds one,
-// only the tests below call it.
-#![cfg_attr(any(not(test), loom), allow(dead_code))]
-
 use super::leap_array::MAX_TIME;
 use crate::error::ConfigError;
 use crate::flow::{Decision, Pass, Reason, Refusal};

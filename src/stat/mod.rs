@@ -94,8 +94,6 @@ pub use node::StatisticNode;
 pub use occupy::FutureBucketLeapArray;
 pub use view::MinuteWindow;
 
-// The compact key table is their user.
-#[allow(unused_imports)]
 pub(crate) use compact::{CompactShape, CompactWindow, COMPACT_MAX_BUCKETS, COMPACT_MAX_LIMIT};
 pub(crate) use counts::Counts;
 #[cfg(feature = "prometheus")]

@@ -362,6 +362,17 @@ fn compact_refuses_more_buckets_and_larger_limits_than_it_counts() {
             "{message}"
         );
     }
+    // A bucket longer than a compact window places (2^29 ms), either order.
+    let long = Duration::from_millis(1 << 30);
+    for message in [
+        panic_message(|| drop(keyed(10).window(long, 1).compact())),
+        panic_message(|| drop(keyed(10).compact().window(long, 1))),
+    ] {
+        assert!(
+            message.contains("`compact`") && message.contains("`interval_ms`"),
+            "{message}"
+        );
+    }
     // At the bounds, it builds.
     drop(
         keyed(65_535)

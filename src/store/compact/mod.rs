@@ -140,8 +140,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> CompactKeys<K> {
     /// (pass, block) in `place`'s window at `now` (or at its newest bucket,
     /// if later).
     pub(crate) fn counts(&self, window: &CompactWindow, now: u64) -> (u64, u64) {
-        let at = window.effective_now(&self.shape, now);
-        window.window_counts(&self.shape, at)
+        window.window_counts(&self.shape, now)
     }
 }
 
