@@ -17,7 +17,7 @@ use http::{HeaderName, Request, Response, StatusCode};
 use proptest::prelude::*;
 use tower::{service_fn, Layer, Service};
 use tower_sliding_window::breaker::Breaker;
-use tower_sliding_window::clock::ManualClock;
+use tower_sliding_window::clock::{Clock, ManualClock};
 use tower_sliding_window::{HeaderKey, SlidingWindowLayer, Snapshot};
 
 use support::{clock, req_with};
@@ -410,13 +410,14 @@ fn the_collector_of_a_compact_layer_exports_the_layers_totals_without_keys() {
     assert!(!text.contains("response_time_seconds_bucket"), "{text}");
 }
 
-/// One step of the differential test, after the clock moved on by
-/// `step_ms`: a request of key `key` (an index in `KEYS`), or a change of
-/// its limit at run time.
+/// One step of the differential test, after the clock moved by `step_ms`
+/// (forward mostly; now and then back, as a clock stepped back): a
+/// request of key `key` (an index in `KEYS`), or a change of its limit at
+/// run time.
 #[derive(Debug, Clone)]
 struct Step {
     key: usize,
-    step_ms: u64,
+    step_ms: i64,
     action: Action,
 }
 
@@ -439,7 +440,12 @@ fn steps() -> impl Strategy<Value = Vec<Step>> {
     prop::collection::vec(
         (
             0..KEYS.len(),
-            prop_oneof![Just(0u64), 0..40u64, 0..400u64],
+            prop_oneof![
+                6 => Just(0i64),
+                6 => 0..40i64,
+                6 => 0..400i64,
+                1 => -3_000..0i64,
+            ],
             action,
         )
             .prop_map(|(key, step_ms, action)| Step {
@@ -491,7 +497,8 @@ proptest! {
         let mut full = full.layer(inner());
         let mut compact = compact.layer(inner());
         for (i, step) in steps.iter().enumerate() {
-            clock.advance(Duration::from_millis(step.step_ms));
+            let now = clock.now_millis();
+            clock.set(now.saturating_add_signed(step.step_ms));
             let key = KEYS[step.key];
             let owned = key.map(str::to_owned);
             match step.action {
