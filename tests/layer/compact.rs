@@ -599,3 +599,36 @@ fn a_compact_global_limit_admits_exactly_its_limit() {
     clock.advance(Duration::from_secs(1));
     assert_eq!(call(&mut service, None).0, StatusCode::OK);
 }
+
+/// Under `strict`, the bucket that has just left the window still counts:
+/// a key whose passes are only there is not idle, and a flood cannot evict
+/// it to hand it a fresh allowance.
+#[test]
+fn under_strict_a_flood_never_evicts_a_key_whose_passes_only_strict_counts() {
+    let clock = clock();
+    let limit = 2;
+    let layer = keyed(limit)
+        .compact()
+        .strict()
+        .max_keys(16)
+        .clock(clock.clone());
+    let stats = layer.handle();
+    let mut service = layer.layer(inner());
+    for _ in 0..limit {
+        assert_eq!(call(&mut service, Some("client")).0, StatusCode::OK);
+    }
+    // 11 050: the passes' bucket [10 000, 10 100) has left the window, and
+    // only `strict` counts it; every other key of the table is idle.
+    clock.set(11_050);
+    for i in 0..2_000 {
+        call(&mut service, Some(&format!("spoofed-{i}")));
+    }
+    assert!(stats.len() <= 16 + 1);
+    assert_eq!(
+        call(&mut service, Some("client")).0,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    // Once it has left the strict span too, the client passes again.
+    clock.set(11_100);
+    assert_eq!(call(&mut service, Some("client")).0, StatusCode::OK);
+}
