@@ -656,6 +656,20 @@ impl CompactWindow {
         view.sum(&grid, at, grid.depth()) == 0
     }
 
+    /// Empties the window (all zero bits again), for a slot that is given
+    /// to another key. The caller must keep every other user away from the
+    /// window meanwhile (the compact table holds the slot's group write
+    /// lock, and admissions run under its read lock).
+    pub(crate) fn clear(&self) {
+        // Relaxed: the caller's lock orders these stores with every later
+        // user of the window.
+        for word in &self.ring {
+            word.store(0, Ordering::Relaxed);
+        }
+        self.stamp.store(0, Ordering::Relaxed);
+        self.head.store(0, Ordering::Relaxed);
+    }
+
     // --- internals -----------------------------------------------------------
 
     /// A consistent `(head, stamp)` pair with the head unlocked, or `None`
@@ -1402,6 +1416,38 @@ mod tests {
         assert!(!window.is_idle(&shape, t));
         assert!(window.is_idle(&shape, t + 1_000));
         assert_eq!(passed(decide(&window, &shape, t + 1_000, 1)), Some(1));
+    }
+
+    /// A cleared window is a new one: no counts, no anchor, first bucket
+    /// on the clock's grid again.
+    #[test]
+    fn a_cleared_window_is_empty() {
+        let shape = shape(4, 400, true);
+        let window = CompactWindow::new();
+        for now in [10_050, 10_150, 10_250, 10_350] {
+            assert!(passed(decide(&window, &shape, now, 9)).is_some());
+        }
+        window.record_block(&shape, 10_350);
+        // Far back: re-anchored at 33, off the clock's grid.
+        assert_eq!(window.effective_now(&shape, 33), 33);
+        assert_eq!(window.window_counts(&shape, 33), (4, 1));
+        window.clear();
+        assert_eq!(
+            std::array::from_fn::<u32, 7, _>(|i| match i {
+                0 => window.head.load(Ordering::Relaxed),
+                1 => window.stamp.load(Ordering::Relaxed),
+                _ => window.ring[i - 2].load(Ordering::Relaxed),
+            }),
+            [0; 7]
+        );
+        assert_eq!(window.window_counts(&shape, 33), (0, 0));
+        assert!(window.is_idle(&shape, 33));
+        assert_eq!(passed(decide(&window, &shape, 150, 9)), Some(1));
+        // The bucket starts at 100 (the grid), not at 33 + k * 100.
+        assert_eq!(
+            refused(decide(&window, &shape, 150, 1)).retry_after_ms,
+            100 + 500 - 150
+        );
     }
 
     /// Readings at the end of time: clamped at 2^62 ms like a full node's
