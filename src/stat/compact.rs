@@ -72,11 +72,15 @@
 //!   head, never `h`, and fails. A decision that succeeds was therefore
 //!   taken on the ring and stamp of the head it replaced, as in a sequence
 //!   lock. A reader that loaded a head stored by a rotation sees that
-//!   rotation's ring and stamp (the unlocking store is `Release`). Each
-//!   rotation moves the tag on, so only a caller stalled across 2^15
-//!   rotations of one key could find its old head again (with the same
-//!   count); a jump of 2^15 buckets or more empties the ring, so the stale
-//!   sum it decided on is then at least the true one.
+//!   rotation's ring and stamp (the unlocking store is `Release`). Every
+//!   rotation moves the tag on, and a tag comes back only 2^15 buckets
+//!   later (or a stamp period later, if that is sooner): only a caller
+//!   stalled that long (33 s with 1 ms buckets, 55 min with 100 ms ones),
+//!   finding the head back at the very value it loaded, count included,
+//!   could succeed on stale reads. (A full node's round tags have the same
+//!   kind of bound: 65 534 rotations of one slot.) A re-anchoring (see
+//!   "Clocks") may by chance keep the tag, but it changes no count, so a
+//!   decision it overlaps was taken on the same buckets.
 //! - **Reads** (counts, waits, idleness) load the head, the stamp and the
 //!   ring (`Acquire`), then the head again, and retry unless the tag is the
 //!   same and unlocked: a consistent view, as above.
@@ -304,10 +308,9 @@ struct View {
 }
 
 impl View {
-    /// Buckets from the one holding `at` back to the one `i` buckets before
-    /// the newest: the signed number of buckets from `at`'s bucket to the
-    /// newest one, and the start of `at`'s bucket, or `None` with nothing
-    /// opened.
+    /// Where `at` lies: how many buckets after the newest its bucket is
+    /// (negative when before it), and where its bucket starts; `None` with
+    /// nothing opened.
     fn locate(&self, grid: &Grid, at: u64) -> Option<(i128, i128)> {
         let newest = self.newest?;
         let at = at.min(MAX_TIME);
@@ -460,6 +463,9 @@ impl CompactWindow {
         overflow: bool,
     ) -> Decision<Pass> {
         let grid = Grid::of(shape);
+        // Clamped as the full node clamps its buckets; the rotation places
+        // `at` clamped too, so the two always agree.
+        let at = at.min(MAX_TIME);
         let refuse = |view: &View, window_pass: u64| {
             Decision::Block(Refusal {
                 reason: if overflow {
@@ -553,6 +559,8 @@ impl CompactWindow {
     /// of `at` first if `at` is past it, as a full node does).
     pub(crate) fn record_block(&self, shape: &CompactShape, at: u64) {
         let grid = Grid::of(shape);
+        // Clamped as in `decide`.
+        let at = at.min(MAX_TIME);
         let mut round = 0;
         loop {
             let Some((head, stamp)) = self.stamps() else {
@@ -642,6 +650,20 @@ impl CompactWindow {
         }
         let view = View::from_words(&grid, head, stamp, &ring, at);
         view.sum(&grid, at, grid.depth()) == 0
+    }
+
+    /// Empties the window (all zero bits again), for a slot that is given
+    /// to another key. The caller must keep every other user away from the
+    /// window meanwhile (the compact table holds the slot's group write
+    /// lock, and admissions run under its read lock).
+    pub(crate) fn clear(&self) {
+        // Relaxed: the caller's lock orders these stores with every later
+        // user of the window.
+        for word in &self.ring {
+            word.store(0, Ordering::Relaxed);
+        }
+        self.stamp.store(0, Ordering::Relaxed);
+        self.head.store(0, Ordering::Relaxed);
     }
 
     // --- internals -----------------------------------------------------------
@@ -1392,6 +1414,84 @@ mod tests {
         assert_eq!(passed(decide(&window, &shape, t + 1_000, 1)), Some(1));
     }
 
+    /// A cleared window is a new one: no counts, no anchor, first bucket
+    /// on the clock's grid again.
+    #[test]
+    fn a_cleared_window_is_empty() {
+        let shape = shape(4, 400, true);
+        let window = CompactWindow::new();
+        for now in [10_050, 10_150, 10_250, 10_350] {
+            assert!(passed(decide(&window, &shape, now, 9)).is_some());
+        }
+        window.record_block(&shape, 10_350);
+        // Far back: re-anchored at 33, off the clock's grid.
+        assert_eq!(window.effective_now(&shape, 33), 33);
+        assert_eq!(window.window_counts(&shape, 33), (4, 1));
+        window.clear();
+        assert_eq!(
+            std::array::from_fn::<u32, 7, _>(|i| match i {
+                0 => window.head.load(Ordering::Relaxed),
+                1 => window.stamp.load(Ordering::Relaxed),
+                _ => window.ring[i - 2].load(Ordering::Relaxed),
+            }),
+            [0; 7]
+        );
+        assert_eq!(window.window_counts(&shape, 33), (0, 0));
+        assert!(window.is_idle(&shape, 33));
+        assert_eq!(passed(decide(&window, &shape, 150, 9)), Some(1));
+        // The bucket starts at 100 (the grid), not at 33 + k * 100.
+        assert_eq!(
+            refused(decide(&window, &shape, 150, 1)).retry_after_ms,
+            100 + 500 - 150
+        );
+    }
+
+    /// Readings at the end of time: clamped at 2^62 ms like a full node's
+    /// buckets, so every call returns (a reading past the clamp once
+    /// looped between the placement and the rotation for ever).
+    #[test]
+    fn readings_past_the_clamp_are_answered() {
+        let shape = shape(10, 1_000, true);
+        let window = CompactWindow::new();
+        for now in [
+            MAX_TIME - 1,
+            MAX_TIME,
+            MAX_TIME + 150,
+            u64::MAX - 1,
+            u64::MAX,
+        ] {
+            let at = window.effective_now(&shape, now);
+            let behind = window.lag(&shape, now, at);
+            let _ = window.decide(&shape, (at, behind), 2, false);
+            window.record_block(&shape, at);
+            let _ = window.pass_reset_ms(&shape, at, behind, 2, 1);
+            assert!(window.window_counts(&shape, now).0 <= 2);
+        }
+        assert!(!window.is_idle(&shape, u64::MAX));
+    }
+
+    /// Shapes `validate` refuses still never make a method panic.
+    #[test]
+    fn a_shape_that_was_never_validated_does_not_panic() {
+        for (sample_count, interval_ms) in [(0, 1_000), (11, 1_100), (3, 0), (2, 1 << 41)] {
+            let shape = CompactShape {
+                sample_count,
+                interval_ms,
+                strict: true,
+            };
+            let window = CompactWindow::new();
+            for now in [0, 5, 1 << 40, 3 << 41, 7] {
+                let at = window.effective_now(&shape, now);
+                let behind = window.lag(&shape, now, at);
+                let _ = window.decide(&shape, (at, behind), 3, false);
+                window.record_block(&shape, at);
+                let _ = window.pass_reset_ms(&shape, at, behind, 3, 1);
+                let _ = window.window_counts(&shape, now);
+                let _ = window.is_idle(&shape, now);
+            }
+        }
+    }
+
     #[test]
     fn shapes_a_compact_window_cannot_have_are_refused() {
         let bad = |sample_count, interval_ms| {
@@ -1478,8 +1578,8 @@ mod tests {
             for step in steps {
                 now = now.saturating_add_signed(step.step);
                 // The limit moves a little around its base, as `set_limit`
-                // may move it.
-                let limit = (limit + step.limit).saturating_sub(1).max(1);
+                // may move it (to 0, too).
+                let limit = (limit + step.limit).saturating_sub(1);
                 if step.block {
                     pair.block(now);
                 } else {
