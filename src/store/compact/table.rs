@@ -68,9 +68,15 @@ use crate::sync::{
 pub(crate) const GROUP: usize = 16;
 
 /// The table's state for one key.
-pub(crate) trait SlotValue: Send + Sync {
+pub(crate) trait SlotValue: Send + Sync + Sized {
     /// The value of a key that has just been inserted.
     fn empty() -> Self;
+
+    /// Makes this value [`empty`](Self::empty) again, for a slot given to
+    /// another key (under its group's write lock).
+    fn reset(&mut self) {
+        *self = Self::empty();
+    }
 }
 
 /// Lifetime totals of the keys counted in one place (a group, the side map,
@@ -469,7 +475,7 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
         if slot.key.is_some() {
             self.unclaim(room);
             // Evicted: its key is dropped here, its value reset.
-            slot.value = V::empty();
+            slot.value.reset();
         }
         slot.key = Some(pending.into_owned());
         slot.tag = tag;
