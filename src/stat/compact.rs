@@ -103,6 +103,13 @@
 //!   back: stricter, never looser), and a clock stepping back that far is
 //!   taken for a jump forward (the window is then empty, where a full node
 //!   would count its passes for one more window).
+//! - A request whose time came from [`effective_now`](CompactWindow::effective_now)
+//!   before another request re-anchored the window (a clock step back of
+//!   more than a window, racing it) is decided as if its clock had jumped
+//!   ahead by the step: it may open a new bucket. A full node has the same
+//!   race between reading the clock and `effective_now` (a reading from
+//!   before the step, skewed by the raised skew, lands ahead of the newest
+//!   bucket); here it extends to the decision.
 //! - A bucket's passes stop at 65 535: a limit above
 //!   [`COMPACT_MAX_LIMIT`] refuses once the newest bucket holds that many.
 //! - Readings are clamped at 2^62 ms, as the full node clamps its bucket
@@ -824,9 +831,15 @@ impl CompactWindow {
         match grid.decode(stamp_of(head, stamp), now) {
             Some(newest) if newest > now && newest - now > grid.interval => {
                 let anchored = grid.encode(now);
-                // swap, not store: see `publish`.
-                self.stamp
-                    .swap(stamp_word(anchored, stamp & COUNT_MASK), Ordering::Release);
+                // The bucket stays the newest, so its blocks stay: a block
+                // added meanwhile (by compare-and-swap, outside the lock)
+                // makes this swap fail and take the new count. Release: as
+                // the ring's stores in `publish`.
+                let _ = self
+                    .stamp
+                    .fetch_update(Ordering::Release, Ordering::Relaxed, |current| {
+                        Some(stamp_word(anchored, current & COUNT_MASK))
+                    });
                 self.unlock(head_word(anchored, head & COUNT_MASK));
                 true
             }
@@ -986,6 +999,32 @@ mod loom_models {
             let passed = usize::from(racer.join().unwrap()) + usize::from(own);
             assert_eq!(passed, 1);
             assert_eq!(window.window_counts(&shape, 1), (2, 1));
+        });
+    }
+
+    /// A block recorded while a clock far behind re-anchors the window
+    /// (module docs, "Clocks") is kept: the bucket stays the newest, and
+    /// so do its blocks.
+    #[test]
+    fn a_reanchoring_keeps_a_block_recorded_meanwhile() {
+        loom::model(|| {
+            let shape = shape(false);
+            let window = Arc::new(CompactWindow::new());
+            assert!(request(&window, &shape, 100, 1));
+            let blocker = {
+                let window = Arc::clone(&window);
+                thread::spawn(move || window.record_block(&shape, 100))
+            };
+            // More than the 2 ms window behind: re-anchored at 10.
+            assert_eq!(window.effective_now(&shape, 10), 10);
+            blocker.join().unwrap();
+            // Recorded before the re-anchoring, the block is in the bucket
+            // of the pass, which stays the newest; after it, 100 lies 90 ms
+            // past the re-anchored bucket and opens a new one (module docs,
+            // "What differs"). Either way it is counted once.
+            let (pass, block) = window.window_counts(&shape, 10);
+            assert_eq!(block, 1, "block lost");
+            assert!(pass <= 1);
         });
     }
 
