@@ -89,7 +89,9 @@
 //!   bucket it was recorded in (and leaves with it) or in the new one; the
 //!   rotation replaces the stamp with a `swap` so that loom models it
 //!   faithfully (a plain `store` racing a read-modify-write is mis-modelled
-//!   by loom 0.7; see `sync.rs`).
+//!   by loom 0.7; see `sync.rs`). A re-anchoring keeps the bucket, so it
+//!   rewrites only the stamp half, by compare-and-swap, and keeps every
+//!   block added meanwhile.
 //!
 //! # What differs from a full key
 //!
@@ -112,9 +114,9 @@
 //!   bucket); here it extends to the decision.
 //! - A bucket's passes stop at 65 535: a limit above
 //!   [`COMPACT_MAX_LIMIT`] refuses once the newest bucket holds that many.
-//! - Readings are clamped at 2^62 ms, as the full node clamps its bucket
-//!   starts; the full node also clamps its skewed time, so the two differ
-//!   only beyond 2^62 ms of skewed time.
+//! - Readings are clamped at 2^62 ms (146 million years) of the clock,
+//!   where a full node clamps its skewed time: after a step back, the two
+//!   clamp at different readings.
 
 // The compact key table is this window's user; until a layer builds one,
 // only the tests below call it.
