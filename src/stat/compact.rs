@@ -89,7 +89,9 @@
 //!   bucket it was recorded in (and leaves with it) or in the new one; the
 //!   rotation replaces the stamp with a `swap` so that loom models it
 //!   faithfully (a plain `store` racing a read-modify-write is mis-modelled
-//!   by loom 0.7; see `sync.rs`).
+//!   by loom 0.7; see `sync.rs`). A re-anchoring keeps the bucket, so it
+//!   rewrites only the stamp half, by compare-and-swap, and keeps every
+//!   block added meanwhile.
 //!
 //! # What differs from a full key
 //!
@@ -103,11 +105,18 @@
 //!   back: stricter, never looser), and a clock stepping back that far is
 //!   taken for a jump forward (the window is then empty, where a full node
 //!   would count its passes for one more window).
+//! - A request whose time came from [`effective_now`](CompactWindow::effective_now)
+//!   before another request re-anchored the window (a clock step back of
+//!   more than a window, racing it) is decided as if its clock had jumped
+//!   ahead by the step: it may open a new bucket. A full node has the same
+//!   race between reading the clock and `effective_now` (a reading from
+//!   before the step, skewed by the raised skew, lands ahead of the newest
+//!   bucket); here it extends to the decision.
 //! - A bucket's passes stop at 65 535: a limit above
 //!   [`COMPACT_MAX_LIMIT`] refuses once the newest bucket holds that many.
-//! - Readings are clamped at 2^62 ms, as the full node clamps its bucket
-//!   starts; the full node also clamps its skewed time, so the two differ
-//!   only beyond 2^62 ms of skewed time.
+//! - Readings are clamped at 2^62 ms (146 million years) of the clock,
+//!   where a full node clamps its skewed time: after a step back, the two
+//!   clamp at different readings.
 
 use super::leap_array::MAX_TIME;
 use crate::error::ConfigError;
@@ -820,9 +829,15 @@ impl CompactWindow {
         match grid.decode(stamp_of(head, stamp), now) {
             Some(newest) if newest > now && newest - now > grid.interval => {
                 let anchored = grid.encode(now);
-                // swap, not store: see `publish`.
-                self.stamp
-                    .swap(stamp_word(anchored, stamp & COUNT_MASK), Ordering::Release);
+                // The bucket stays the newest, so its blocks stay: a block
+                // added meanwhile (by compare-and-swap, outside the lock)
+                // makes this swap fail and take the new count. Release: as
+                // the ring's stores in `publish`.
+                let _ = self
+                    .stamp
+                    .fetch_update(Ordering::Release, Ordering::Relaxed, |current| {
+                        Some(stamp_word(anchored, current & COUNT_MASK))
+                    });
                 self.unlock(head_word(anchored, head & COUNT_MASK));
                 true
             }
@@ -944,7 +959,10 @@ mod loom_models {
                     thread::spawn(move || request(&window, &shape, now, 1))
                 })
                 .collect();
-            let (pass, _) = window.window_counts(&shape, 1);
+            // Read at 0: a view torn between the bucket at 0 and the ring
+            // written when the bucket at 1 opens would count the pass at 0
+            // twice.
+            let (pass, _) = window.window_counts(&shape, 0);
             assert!(pass <= 1, "read {pass} passes");
             let passed = racers
                 .into_iter()
@@ -979,6 +997,32 @@ mod loom_models {
             let passed = usize::from(racer.join().unwrap()) + usize::from(own);
             assert_eq!(passed, 1);
             assert_eq!(window.window_counts(&shape, 1), (2, 1));
+        });
+    }
+
+    /// A block recorded while a clock far behind re-anchors the window
+    /// (module docs, "Clocks") is kept: the bucket stays the newest, and
+    /// so do its blocks.
+    #[test]
+    fn a_reanchoring_keeps_a_block_recorded_meanwhile() {
+        loom::model(|| {
+            let shape = shape(false);
+            let window = Arc::new(CompactWindow::new());
+            assert!(request(&window, &shape, 100, 1));
+            let blocker = {
+                let window = Arc::clone(&window);
+                thread::spawn(move || window.record_block(&shape, 100))
+            };
+            // More than the 2 ms window behind: re-anchored at 10.
+            assert_eq!(window.effective_now(&shape, 10), 10);
+            blocker.join().unwrap();
+            // Recorded before the re-anchoring, the block is in the bucket
+            // of the pass, which stays the newest; after it, 100 lies 90 ms
+            // past the re-anchored bucket and opens a new one (module docs,
+            // "What differs"). Either way it is counted once.
+            let (pass, block) = window.window_counts(&shape, 10);
+            assert_eq!(block, 1, "block lost");
+            assert!(pass <= 1);
         });
     }
 
@@ -1591,13 +1635,14 @@ mod tests {
 
     /// Real threads, frozen clock: of any number of concurrent attempts,
     /// exactly `limit` pass in each window, the first attempts of a window
-    /// racing its rotation.
+    /// racing its rotation; every refusal's block is counted, and a reader
+    /// running alongside never sees more than `limit` passes.
     #[test]
     fn frozen_clock_admits_exactly_the_limit_on_real_threads() {
         use std::sync::atomic::AtomicU64 as Count;
         use std::sync::Barrier;
         const THREADS: usize = 4;
-        const ATTEMPTS: u64 = 2_000;
+        const ATTEMPTS: u64 = 15_000;
         for (shape, limit) in [
             (shape(10, 1_000, false), 1),
             (shape(10, 1_000, true), 7),
@@ -1611,24 +1656,40 @@ mod tests {
                 clock.set(1_000_000 + round * (shape.interval_ms + shape.bucket_ms()));
                 let barrier = Barrier::new(THREADS);
                 let passed = Count::new(0);
+                let done = std::sync::atomic::AtomicBool::new(false);
                 std::thread::scope(|s| {
-                    for _ in 0..THREADS {
-                        s.spawn(|| {
-                            barrier.wait();
-                            for _ in 0..ATTEMPTS {
-                                let now = crate::clock::Clock::now_millis(&clock);
-                                let at = window.effective_now(&shape, now);
-                                let behind = window.lag(&shape, now, at);
-                                match window.decide(&shape, (at, behind), limit, false) {
-                                    Decision::Pass(_) => {
-                                        passed.fetch_add(1, Ordering::Relaxed);
+                    s.spawn(|| {
+                        while !done.load(Ordering::Relaxed) {
+                            let now = crate::clock::Clock::now_millis(&clock);
+                            let (pass, _) = window.window_counts(&shape, now);
+                            assert!(pass <= limit, "read {pass} passes, limit {limit}");
+                            std::thread::yield_now();
+                        }
+                    });
+                    let admitting: Vec<_> = (0..THREADS)
+                        .map(|_| {
+                            s.spawn(|| {
+                                barrier.wait();
+                                for _ in 0..ATTEMPTS {
+                                    let now = crate::clock::Clock::now_millis(&clock);
+                                    let at = window.effective_now(&shape, now);
+                                    let behind = window.lag(&shape, now, at);
+                                    match window.decide(&shape, (at, behind), limit, false) {
+                                        Decision::Pass(pass) => {
+                                            assert!(pass.window_pass.is_some_and(|w| w <= limit));
+                                            passed.fetch_add(1, Ordering::Relaxed);
+                                        }
+                                        Decision::Block(_) => window.record_block(&shape, at),
+                                        Decision::Wait(never) => match never {},
                                     }
-                                    Decision::Block(_) => window.record_block(&shape, at),
-                                    Decision::Wait(never) => match never {},
                                 }
-                            }
-                        });
+                            })
+                        })
+                        .collect();
+                    for thread in admitting {
+                        thread.join().expect("an admitting thread panicked");
                     }
+                    done.store(true, Ordering::Relaxed);
                 });
                 let now = crate::clock::Clock::now_millis(&clock);
                 let expected = limit.min(THREADS as u64 * ATTEMPTS);
