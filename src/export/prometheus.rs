@@ -293,6 +293,14 @@ impl<K: KeyLabel + Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
     /// earlier [`collector_with_rt_buckets`](Self::collector_with_rt_buckets)
     /// call on this layer. Feature `prometheus`.
     ///
+    /// The collector of a [`compact`](crate::SlidingWindowLayer::compact)
+    /// layer exports the layer's lifetime passes and blocks (every key's,
+    /// evicted keys' and the overflow's) in one series without a `key`
+    /// label, as [`totals_only`](PrometheusCollector::totals_only) does: a
+    /// compact key keeps no lifetime counts of its own, and such a layer
+    /// has too many keys for a series each. Completions, response times and
+    /// the in-flight gauge stay at zero: a compact key records none.
+    ///
     /// ```
     /// use prometheus_client::registry::Registry;
     /// use tower_sliding_window::SlidingWindowLayer;
@@ -356,7 +364,9 @@ impl<K: KeyLabel + Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
         PrometheusCollector {
             parts: vec![Part {
                 layer: None,
-                per_key: true,
+                // A compact layer keeps no lifetime totals per key: its
+                // collector exports the layer's totals.
+                per_key: !self.is_compact(),
                 top_keys: DEFAULT_TOP_KEYS,
                 source: Box::new(self.clone()),
                 other: Mutex::new(OtherState::default()),
@@ -405,7 +415,12 @@ impl<K: KeyLabel + Clone + Eq + Hash + Send + Sync + 'static> Source for StatsHa
             evicted,
             keys,
             overflow: self.overflow_lifetime(),
-            histogram: self.rt_slot().get().map(RtHistogram::read),
+            // A compact layer records no response times.
+            histogram: if self.is_compact() {
+                None
+            } else {
+                self.rt_slot().get().map(RtHistogram::read)
+            },
         }
     }
 }

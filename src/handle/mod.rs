@@ -20,7 +20,7 @@ use std::sync::Arc;
 use crate::flow::breaker::BreakerState;
 use crate::key::IntoKey;
 use crate::stat::{Counts, MetricNode};
-use crate::store::{effective_now, Entry, Registry, RemoteSlot, Store};
+use crate::store::{effective_now, CompactKeys, Entry, Registry, RemoteSlot, Store};
 
 /// A cloneable handle on a [`SlidingWindowLayer`](crate::SlidingWindowLayer)'s
 /// live statistics and limits.
@@ -41,6 +41,16 @@ use crate::store::{effective_now, Entry, Registry, RemoteSlot, Store};
 /// Statistics are read at the later of the clock's reading and the start of
 /// the key's newest bucket: after a clock steps back, a key's snapshot still
 /// shows the passes and blocks that admission counts against it.
+///
+/// On a [`compact`](crate::SlidingWindowLayer::compact) layer the table is
+/// in groups of 16 slots, each behind its lock, and the same reads work: a
+/// key's [`Snapshot`] has its window's `pass` and `block` and its `limit`
+/// (the rest is 0 or `None`), [`history`](Self::history) and
+/// [`breakers`](Self::breakers) are empty, and the visits
+/// ([`keys`](Self::keys), [`snapshots`](Self::snapshots),
+/// [`for_each`](Self::for_each), [`total`](Self::total)) clone the keys of
+/// one group at a time under its read lock (keys are stored in the table
+/// itself) and run the caller's code with no lock held.
 ///
 /// ```
 /// use tower_sliding_window::{PathKey, SlidingWindowLayer};
@@ -104,6 +114,24 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
         self.registry().clock().now_millis()
     }
 
+    /// The compact table, if the layer is compact.
+    fn compact(&self) -> Option<&CompactKeys<K>> {
+        self.store.compact().map(|keys| &**keys)
+    }
+
+    /// Calls `f` with every key of a compact layer and its snapshot at
+    /// `now`, a group of the table at a time: the keys of a group are
+    /// cloned under its read lock, and `f` runs with no lock held.
+    fn for_each_compact(&self, keys: &CompactKeys<K>, now: u64, mut f: impl FnMut(&K, Snapshot)) {
+        keys.table().for_each(
+            |key, place| {
+                let snapshot = Snapshot::compact(keys.counts(place.value, now), place.limit);
+                (key.clone(), snapshot)
+            },
+            |(key, snapshot)| f(&key, snapshot),
+        );
+    }
+
     /// Statistics of `key` in its current window, or `None` if the key has
     /// no entry (never seen, evicted, or sharing the overflow entry).
     pub fn snapshot<Q>(&self, key: &Q) -> Option<Snapshot>
@@ -111,6 +139,12 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
+        if let Some(keys) = self.compact() {
+            let now = self.now();
+            return keys.table().get(key, |place| {
+                Snapshot::compact(keys.counts(place.value, now), place.limit)
+            });
+        }
         let entry = self.registry().get(key)?;
         Some(Snapshot::of(&entry, self.now()))
     }
@@ -154,6 +188,9 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
+        if self.compact().is_some() {
+            return Vec::new();
+        }
         match self.registry().get(key) {
             Some(entry) => entry.node.history(self.now()),
             None => Vec::new(),
@@ -265,6 +302,9 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
+        if self.compact().is_some() {
+            return Vec::new();
+        }
         match self.registry().get(key) {
             Some(entry) => entry.breakers.states(effective_now(&entry, self.now())),
             None => Vec::new(),
@@ -276,6 +316,13 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
     /// The keys are cloned after each shard's lock is released (see
     /// [`for_each`](Self::for_each)).
     pub fn keys(&self) -> Vec<K> {
+        if let Some(compact) = self.compact() {
+            let mut keys = Vec::new();
+            compact
+                .table()
+                .for_each(|key, _| key.clone(), |key| keys.push(key));
+            return keys;
+        }
         let mut keys = Vec::new();
         self.registry()
             .for_each_entry(|key, _| keys.push(K::clone(key)));
@@ -286,6 +333,10 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
     pub fn snapshots(&self) -> Vec<(K, Snapshot)> {
         let now = self.now();
         let mut all = Vec::new();
+        if let Some(keys) = self.compact() {
+            self.for_each_compact(keys, now, |key, snapshot| all.push((key.clone(), snapshot)));
+            return all;
+        }
         self.registry().for_each_entry(|key, entry| {
             all.push((K::clone(key), Snapshot::of(entry, now)));
         });
@@ -298,7 +349,8 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
     /// The table is visited one shard at a time; a shard's lock is held only
     /// to copy pointers to its keys and entries, and `f` runs with no lock
     /// held, so a slow `f` delays no request. Keys inserted or evicted
-    /// during the visit may or may not be seen.
+    /// during the visit may or may not be seen. On a compact layer each key
+    /// is cloned (see [`StatsHandle`]).
     ///
     /// ```
     /// use std::fmt::Write;
@@ -317,6 +369,9 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
     /// ```
     pub fn for_each(&self, mut f: impl FnMut(&K, Snapshot)) {
         let now = self.now();
+        if let Some(keys) = self.compact() {
+            return self.for_each_compact(keys, now, f);
+        }
         self.registry()
             .for_each_entry(|key, entry| f(key, Snapshot::of(entry, now)));
     }
@@ -324,6 +379,10 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
     /// Statistics of the overflow entry: keys that found no room (see
     /// [`max_keys`](crate::SlidingWindowLayer::max_keys)).
     pub fn overflow(&self) -> Snapshot {
+        if let Some(keys) = self.compact() {
+            let place = keys.table().overflow_place();
+            return Snapshot::compact(keys.counts(place.value, self.now()), place.limit);
+        }
         Snapshot::of(self.registry().overflow(), self.now())
     }
 
@@ -331,6 +390,10 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
     /// overflow entry while it is in use (anything in flight or in its
     /// windows). Never more than `max_keys` + 1 + keys with their own limit.
     pub fn len(&self) -> usize {
+        if let Some(keys) = self.compact() {
+            let in_use = !keys.overflow_idle(self.now());
+            return keys.table().len() + usize::from(in_use);
+        }
         let overflow = self.registry().overflow();
         let in_use = !overflow
             .node
@@ -348,6 +411,26 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
     /// smallest and `avg_rt` is weighted by successes. No key is cloned.
     pub fn total(&self) -> Snapshot {
         let now = self.now();
+        if let Some(keys) = self.compact() {
+            let (mut pass, mut block, mut limit) = (0u64, 0u64, 0u64);
+            let mut add = |snapshot: Snapshot| {
+                pass = pass.saturating_add(snapshot.pass);
+                block = block.saturating_add(snapshot.block);
+                limit = limit.saturating_add(snapshot.limit);
+            };
+            keys.table().for_each(
+                |_, place| Snapshot::compact(keys.counts(place.value, now), place.limit),
+                &mut add,
+            );
+            if !keys.overflow_idle(now) {
+                let place = keys.table().overflow_place();
+                add(Snapshot::compact(
+                    keys.counts(place.value, now),
+                    place.limit,
+                ));
+            }
+            return Snapshot::compact((pass, block), limit);
+        }
         let registry = self.registry();
         let mut counts = Counts::default();
         let (mut concurrency, mut waiting, mut limit) = (0u64, 0u64, 0u64);
@@ -374,7 +457,10 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
     /// window as it is (no burst: passes already counted stay counted), also
     /// to a key not seen yet, and it survives eviction of the key's
     /// statistics. A limit of 0 blocks the key entirely. `key` is anything
-    /// that [converts into the key type](IntoKey).
+    /// that [converts into the key type](IntoKey). On a
+    /// [`compact`](crate::SlidingWindowLayer::compact) layer a limit above
+    /// 65 535 (the most a compact window counts) is taken as 65 535, with a
+    /// `warn` event; it never panics.
     ///
     /// ```
     /// use http::HeaderName;
@@ -398,6 +484,9 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
         let key = key.into_key();
         #[cfg(feature = "redis")]
         self.write_remote_limit(&key, Some(limit));
+        if let Some(keys) = self.compact() {
+            return keys.set_limit(key, limit, self.now());
+        }
         self.registry().set_limit(key, limit);
     }
 
@@ -415,6 +504,9 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
         #[cfg(feature = "redis")]
         if let Some(owned) = self.registry().own_limit_key(key) {
             self.write_remote_limit(&owned, None);
+        }
+        if let Some(keys) = self.compact() {
+            return keys.remove_limit(key, self.now());
         }
         self.registry().remove_limit(key)
     }

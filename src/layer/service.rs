@@ -22,6 +22,8 @@ use std::task::{Context, Poll};
 #[cfg(feature = "tokio")]
 use std::time::Duration;
 
+use bytes::Bytes;
+use http::request::Parts;
 use http::{Request, Response};
 use tower_http::classify::{
     ClassifyResponse, MakeClassifier, ServerErrorsAsFailures, SharedClassifier,
@@ -34,13 +36,12 @@ use super::future::{Completion, ResponseFuture};
 use super::future::{Deferred, Resume};
 use super::in_flight::InFlight;
 use super::priority::Priority;
-use super::quota::{quota, refuse};
+use super::quota::{quota, refuse, CompactCounted};
 #[cfg(feature = "redis")]
 use super::remote;
 use super::wait::Gate;
 #[cfg(feature = "tokio")]
 use super::wait::{self, Waiter};
-#[cfg(feature = "tokio")]
 use crate::clock::Clock;
 #[cfg(feature = "tokio")]
 use crate::flow::Reason;
@@ -48,12 +49,14 @@ use crate::flow::{self, Decision, Pass, Refusal};
 use crate::handle::StatsHandle;
 use crate::key::{GlobalKey, KeyExtractor};
 use crate::response::{Quota, ResponseConfig};
+use crate::stat::{CompactShape, CompactWindow};
 #[cfg(feature = "redis")]
 use crate::store::redis::RemoteWindow;
 #[cfg(feature = "redis")]
 use crate::store::RemoteLookup;
 use crate::store::{
-    effective_now, Entry, Lookup, RecordBlocked, Registry, RemoteSlot, Store, Window,
+    effective_now, CompactKeys, CompactLookup, Entry, Lookup, Place, RecordBlocked, Registry,
+    RemoteSlot, Store, Window,
 };
 /// Limits requests per key with a sliding window; made by
 /// [`SlidingWindowLayer`](crate::SlidingWindowLayer).
@@ -74,6 +77,9 @@ pub struct SlidingWindow<
     /// that requests reach it without going through the store.
     registry: Arc<Registry<X::Key>>,
     store: Arc<Store<X::Key>>,
+    /// The compact table, when the layer is compact: `call` then takes the
+    /// compact path (see `compact_decide`).
+    compact: Option<Arc<CompactKeys<X::Key>>>,
     /// Which requests may borrow quota (`prioritized`).
     priority: Option<Priority>,
     /// The shared store, if any (feature `redis`).
@@ -135,6 +141,7 @@ impl<S, X: KeyExtractor, M, R> SlidingWindow<S, X, M, R> {
         #[allow(unused_mut)] mut remote: RemoteSlot<X::Key>,
     ) -> Self {
         let registry = Arc::clone(store.registry());
+        let compact = store.compact().cloned();
         // The store decides on this layer's window, as it is once built.
         #[cfg(feature = "redis")]
         if let Some(remote) = &mut remote.remote {
@@ -152,6 +159,7 @@ impl<S, X: KeyExtractor, M, R> SlidingWindow<S, X, M, R> {
             response,
             registry,
             store,
+            compact,
             priority,
             remote,
             body: PhantomData,
@@ -200,6 +208,25 @@ where
     }
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
+        // A compact layer's requests take their own path, decided once
+        // here: a full layer pays one predictable branch for it.
+        if let Some(keys) = &self.compact {
+            let (parts, body) = request.into_parts();
+            return match self.compact_decide(keys, &parts) {
+                CompactOutcome::Pass(quota) => {
+                    let request = Request::from_parts(parts, body);
+                    self.forward(request, InFlight::untracked(), quota)
+                }
+                CompactOutcome::Refused(response, at) => {
+                    // Who was refused, as for a full key (see `refused`):
+                    // read again from the head, on this path only.
+                    let blocked = self.registry.blocked();
+                    self.extractor
+                        .visit(&parts, RecordBlocked { blocked, now: at });
+                    ResponseFuture::blocked(response)
+                }
+            };
+        }
         let registry = &*self.registry;
         // One clock reading: the window's time and the start of the
         // response time.
@@ -266,6 +293,84 @@ where
             Decision::Wait(gate) => self.defer(request, entry, held, gate),
             Decision::Block(refusal) => self.refused(request, entry, held, at, refusal),
         }
+    }
+}
+
+/// What the compact path decided for a request: a pass (with its RateLimit
+/// fields, when the layer sends them on passes), or the answer to its
+/// refusal, already recorded as a block of its window at the time given.
+enum CompactOutcome {
+    Pass(Option<Box<Quota>>),
+    Refused(Response<Bytes>, u64),
+}
+
+/// # The compact path
+impl<S, X: KeyExtractor, M: MakeClassifier, R> SlidingWindow<S, X, M, R> {
+    /// The decision on a request of a compact layer: the key's window
+    /// admits it or not, under the lock of the key's group (so its slot is
+    /// never reused meanwhile), and everything its answer needs is read
+    /// there too. A compact layer has no breakers, concurrency, warm-up,
+    /// pacing, borrowing or shared store (its builder refuses them), so the
+    /// window is the only controller.
+    #[inline(never)]
+    fn compact_decide(&self, keys: &CompactKeys<X::Key>, parts: &Parts) -> CompactOutcome {
+        let registry = &*self.registry;
+        let now = registry.clock().now_millis();
+        let decide = |place: Place<'_, CompactWindow>, shape: &CompactShape| {
+            if place.overflow {
+                registry.note_overflow(now);
+            }
+            let window = place.value;
+            // As for a full key (see `call`): a reading behind the key's
+            // newest bucket is moved forward to it.
+            let at = window.effective_now(shape, now);
+            let behind = window.lag(shape, now, at);
+            let counted = CompactCounted {
+                window,
+                shape,
+                tag: place.tag,
+                overflow: place.overflow,
+            };
+            match window.decide(shape, (at, behind), place.limit, place.overflow) {
+                Decision::Pass(pass) => {
+                    place.totals.add_pass();
+                    CompactOutcome::Pass(self.response.headers_on_pass.then(|| {
+                        let window_pass = pass
+                            .window_pass
+                            .unwrap_or_else(|| window.window_counts(shape, at).0);
+                        let reset = pass.reset_ms.unwrap_or_else(|| {
+                            window.pass_reset_ms(shape, at, behind, pass.limit, window_pass)
+                        });
+                        Box::new(quota(
+                            &counted,
+                            &self.response,
+                            pass.limit,
+                            window_pass,
+                            reset,
+                        ))
+                    }))
+                }
+                Decision::Block(refusal) => {
+                    place.totals.add_block();
+                    CompactOutcome::Refused(self.refused_compact(&counted, at, refusal), at)
+                }
+                Decision::Wait(never) => match never {},
+            }
+        };
+        self.extractor
+            .visit(parts, CompactLookup { keys, now, decide })
+    }
+
+    /// Answers a refused request of a compact key (see `quota::refuse`,
+    /// where its block is recorded); the inner service is not called.
+    #[inline(never)]
+    fn refused_compact(
+        &self,
+        key: &CompactCounted<'_>,
+        at: u64,
+        refusal: Refusal,
+    ) -> Response<Bytes> {
+        refuse(key, at, refusal, &self.response)
     }
 }
 
@@ -644,7 +749,7 @@ impl<S, X: KeyExtractor, M: MakeClassifier, R> SlidingWindow<S, X, M, R> {
             .visit(&parts, RecordBlocked { blocked, now: at });
         // Gives the concurrency place and the probe slot back first.
         drop(held);
-        ResponseFuture::blocked(refuse(&entry, at, refusal, &self.response))
+        ResponseFuture::blocked(refuse(&*entry, at, refusal, &self.response))
     }
 }
 
@@ -692,6 +797,7 @@ impl<S: Clone, X: KeyExtractor, M: Clone, R> Clone for SlidingWindow<S, X, M, R>
             response: Arc::clone(&self.response),
             registry: Arc::clone(&self.registry),
             store: Arc::clone(&self.store),
+            compact: self.compact.clone(),
             priority: self.priority.clone(),
             remote: self.remote.clone(),
             body: PhantomData,

@@ -20,6 +20,7 @@
 
 mod blocked;
 mod cell;
+mod compact;
 mod entry;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
@@ -34,7 +35,8 @@ pub use self::redis::{
 };
 
 pub(crate) use blocked::{Record as RecordBlocked, TopBlocked};
-pub(crate) use cell::{Settings, Store, Window};
+pub(crate) use cell::{Settings, Store, Window, COMPACT_DEFAULT_MAX_KEYS};
+pub(crate) use compact::{shape_of, CompactKeys, CompactLookup, Place};
 pub(crate) use entry::{Entry, Probe};
 pub(crate) use registry::{effective_now, Lookup, Registry};
 #[cfg(feature = "redis")]

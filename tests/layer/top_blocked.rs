@@ -96,6 +96,30 @@ async fn exact_counts_and_order_with_fewer_keys_than_counters() {
     }
 }
 
+/// A compact layer's refusals feed the same summary: the same exact counts
+/// and order as a full layer's, under the same traffic.
+#[tokio::test]
+async fn a_compact_layers_refusals_count_as_a_full_layers_do() {
+    let clock = ManualClock::new(10_050);
+    let (mut app, stats) = app(SlidingWindowLayer::qps(1).compact().clock(clock.clone()));
+    for round in 0..12 {
+        for i in 0..10usize {
+            if round < i + 2 {
+                send(&mut app, "/", &format!("client-{i}")).await;
+            }
+        }
+    }
+    let want: Vec<(String, u64)> = (0..10u64)
+        .rev()
+        .map(|i| (format!("client-{i}"), i + 1))
+        .collect();
+    assert_eq!(stats.top_blocked(100), want, "{}", at(&clock));
+    assert_eq!(
+        stats.total().block,
+        want.iter().map(|(_, n)| n).sum::<u64>()
+    );
+}
+
 /// 100 000 distinct keys blocked once each and three heavy keys blocked
 /// 3 000, 2 000 and 1 000 times among them: the summary holds at most its
 /// 1 024 keys, the heavy keys come first, and each count lies within the

@@ -1,0 +1,1191 @@
+//! `CompactTable`: a fixed-capacity table of keys stored inline next to
+//! their admission state, in groups of [`GROUP`] slots with one lock each.
+//!
+//! # Layout
+//!
+//! The table is an array of groups, made when the table is built: a
+//! group is its read-write lock, two lifetime counters (passes and blocks
+//! of every key that has lived in the group, for exporters' counters) and
+//! a pointer to its [`GROUP`] slots, allocated (in one block) when the
+//! group's first key is inserted: a group no key has used costs its
+//! header (about 40 bytes, under 3 bytes a slot), not its slots. A slot is
+//! its key (inline: `Option<K>`, which costs no byte more than `K` for the
+//! key types of the crate's extractors), a tag byte (0: empty; otherwise 7
+//! bits of the key's hash with the high bit set, compared before the key)
+//! and the value `V` (one key's admission state).
+//!
+//! # Placement
+//!
+//! A key may live in either of two groups, chosen by the two 32-bit halves
+//! of a randomly seeded hash of the key (so client-chosen keys cannot be
+//! crafted to fall in the same groups). A lookup read-locks the first group,
+//! then the second, comparing tags then keys; the caller's closure runs
+//! with that group's read lock held, so the slot it is given cannot be
+//! emptied or reused while it runs. A new key write-locks both groups
+//! (lower index first, so two inserts never deadlock), checks again that
+//! nobody inserted it meanwhile, and takes an empty slot of the group with
+//! more empty slots; with none, an idle slot (as the caller's `idle` judges
+//! it) of either group, whose key is dropped and whose value is reset
+//! (idleness is asked only when no empty slot will do). Each of the
+//! `2 * GROUP` slots of the two groups is examined twice at most: a new key
+//! never pays for a scan of the table. With neither, the key is counted on
+//! the overflow value, shared by every key that found no room.
+//!
+//! # Keys with their own limit
+//!
+//! Keys given a limit of their own (a rule, `set_limit`) live in a side map
+//! instead, never evicted and never sent to the overflow value, as in the
+//! full key table: a flood of other keys cannot dilute a strict rule. Their
+//! number is bounded by the limits the operator sets. The side map is
+//! consulted only while it is not empty.
+//!
+//! # Lock order
+//!
+//! A group's lock is never taken while another group's lock is held, except
+//! for the two groups of one key, taken in index order. The side map's lock
+//! is taken with those held (inserts look in the side map again, limit
+//! changes move a key between the two), and no group lock is ever taken
+//! while the side map's is held. A lookup holds one lock at a time.
+//!
+//! # Why not one zeroed allocation
+//!
+//! The crate forbids `unsafe` code, and keys stored inline in a table
+//! allocated zeroed (so that its pages become resident only once touched)
+//! need it. The slots of a group are allocated instead when its first key
+//! arrives: memory still grows with the keys seen, a group at a time.
+
+use std::borrow::Borrow;
+use std::collections::HashMap;
+use std::fmt;
+use std::hash::{BuildHasher, Hash, RandomState};
+
+use crate::store::registry::PendingKey;
+use crate::sync::{
+    read, write, AtomicBool, AtomicU64, AtomicUsize, Ordering, RwLock, RwLockWriteGuard,
+};
+
+/// Slots per group (and per lock).
+pub(crate) const GROUP: usize = 16;
+
+/// The table's state for one key.
+pub(crate) trait SlotValue: Send + Sync + Sized {
+    /// The value of a key that has just been inserted.
+    fn empty() -> Self;
+
+    /// Makes this value [`empty`](Self::empty) again, for a slot given to
+    /// another key (under its group's write lock).
+    fn reset(&mut self) {
+        *self = Self::empty();
+    }
+}
+
+/// Lifetime totals of the keys counted in one place (a group, the side map,
+/// the overflow value). Relaxed: counters, each read on its own; they only
+/// grow.
+#[derive(Debug)]
+pub(crate) struct Totals {
+    pass: AtomicU64,
+    block: AtomicU64,
+}
+
+impl Totals {
+    fn new() -> Self {
+        Totals {
+            pass: AtomicU64::new(0),
+            block: AtomicU64::new(0),
+        }
+    }
+
+    #[inline]
+    pub(crate) fn add_pass(&self) {
+        self.pass.fetch_add(1, Ordering::Relaxed);
+    }
+
+    #[inline]
+    pub(crate) fn add_block(&self) {
+        self.block.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// (passes, blocks) so far.
+    pub(crate) fn get(&self) -> (u64, u64) {
+        (
+            self.pass.load(Ordering::Relaxed),
+            self.block.load(Ordering::Relaxed),
+        )
+    }
+}
+
+/// One slot: a key and its value, or nothing (`key` is `None`).
+struct Slot<K, V> {
+    /// 0 when empty; otherwise `0x80 | (hash & 0x7F)` of the key.
+    tag: u8,
+    key: Option<K>,
+    value: V,
+}
+
+type Slots<K, V> = Box<[Slot<K, V>; GROUP]>;
+
+/// A group's slots, write-locked.
+type WriteGuard<'a, K, V> = RwLockWriteGuard<'a, Option<Slots<K, V>>>;
+
+/// A group of slots, allocated on its first key, behind its lock. Tags and
+/// keys are read under the read lock and written under the write lock;
+/// a value's atomics are updated by the caller's closure under the read
+/// lock, so a slot is never emptied or reused while a request uses it.
+struct Group<K, V> {
+    slots: RwLock<Option<Slots<K, V>>>,
+    totals: Totals,
+}
+
+impl<K, V: SlotValue> Group<K, V> {
+    fn new() -> Self {
+        Group {
+            slots: RwLock::new(None),
+            totals: Totals::new(),
+        }
+    }
+}
+
+fn new_slots<K, V: SlotValue>() -> Slots<K, V> {
+    Box::new(std::array::from_fn(|_| Slot {
+        tag: 0,
+        key: None,
+        value: V::empty(),
+    }))
+}
+
+/// A key with a limit of its own, in the side map.
+pub(crate) struct Own<V> {
+    /// The key's limit. Relaxed: read once per request on its own; written
+    /// under the side map's write lock.
+    limit: AtomicU64,
+    /// The key's policy tag, or [`LAPSED`] once its own limit was removed
+    /// while its window still held passes and no slot was free (it then
+    /// runs on the default limit until it is idle; see
+    /// [`CompactTable::remove_limit`]). Relaxed, as `limit`.
+    policy: AtomicU64,
+    /// The key has had a request (or a window, moved from its slot): until
+    /// then the handle does not show it, as a full table shows no entry for
+    /// a rule's key before its first request. Relaxed: a flag read alone,
+    /// set once.
+    seen: AtomicBool,
+    value: V,
+}
+
+/// The policy of an [`Own`] entry back on the default limit.
+const LAPSED: u64 = u64::MAX;
+
+impl<V> Own<V> {
+    fn new(limit: u64, tag: u32, value: V, seen: bool) -> Self {
+        Own {
+            limit: AtomicU64::new(limit),
+            policy: AtomicU64::new(u64::from(tag)),
+            seen: AtomicBool::new(seen),
+            value,
+        }
+    }
+
+    fn seen(&self) -> bool {
+        self.seen.load(Ordering::Relaxed)
+    }
+
+    /// Marks the key as seen, on its requests: one load once it is.
+    #[inline]
+    fn see(&self) {
+        if !self.seen() {
+            self.seen.store(true, Ordering::Relaxed);
+        }
+    }
+
+    fn lapsed(&self) -> bool {
+        self.policy.load(Ordering::Relaxed) == LAPSED
+    }
+}
+
+/// Where a key is counted, handed to the caller's closure: its value, the
+/// lifetime totals it adds to, and the limit and policy it runs on.
+pub(crate) struct Place<'a, V> {
+    pub(crate) value: &'a V,
+    pub(crate) totals: &'a Totals,
+    pub(crate) limit: u64,
+    /// The key's own policy's tag; `None` on the default limit.
+    pub(crate) tag: Option<u32>,
+    /// The key found no room and shares the overflow value.
+    pub(crate) overflow: bool,
+}
+
+/// `T` on a cache line of its own (64 bytes), so that writes to it (the
+/// overflow window during a flood, the count of keys on every insert) do
+/// not slow down the reads of the table's fixed fields that every request
+/// makes.
+#[repr(align(64))]
+struct Padded<T>(T);
+
+impl<T> std::ops::Deref for Padded<T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+/// A fixed-capacity table of keys `K` with a value `V` each; see the module
+/// docs.
+pub(crate) struct CompactTable<K, V> {
+    groups: Box<[Group<K, V>]>,
+    hasher: RandomState,
+    /// Keys in slots, at most `max_keys`: an insert into an empty slot
+    /// first claims one with a compare-and-swap that fails at `max_keys`
+    /// (inserts in other groups race for it), and gives it back if it took
+    /// no empty slot; emptying a slot gives one back. Relaxed: a count, no
+    /// other memory is published through it.
+    occupied: Padded<AtomicUsize>,
+    /// At most this many keys in slots (see `occupied`).
+    max_keys: usize,
+    default_limit: u64,
+    overflow_limit: u64,
+    overflow: Padded<V>,
+    overflow_totals: Padded<Totals>,
+    /// Keys with their own limit.
+    own: Padded<RwLock<HashMap<K, Own<V>>>>,
+    /// Entries of `own`, so that a lookup skips the side map while it is
+    /// empty. Written under the side map's write lock, which is taken with
+    /// the key's group locks held (see `set_limit`); read Relaxed before
+    /// taking the side map's read lock. A lookup that reads 0 while
+    /// `set_limit` moves its key into the side map finds the key in its
+    /// group (before the move) or not at all, and then goes to `insert`,
+    /// which looks in the side map again under the group locks, after the
+    /// move.
+    own_count: AtomicUsize,
+    /// Lifetime totals of the keys of the side map.
+    own_totals: Padded<Totals>,
+    /// Slots examined by inserts and limit changes, for the tests that bound
+    /// the work of one insert.
+    #[cfg(test)]
+    examined: AtomicUsize,
+}
+
+/// The two groups and the tag of a hash, for a table of `n` groups.
+#[inline]
+fn place_of(hash: u64, n: usize) -> (usize, usize, u8) {
+    // Each 32-bit half scaled to [0, n): independent halves of a keyed
+    // hash, so the two groups of a key are independent of each other.
+    let scale = |half: u64| ((half * n as u64) >> 32) as usize;
+    let first = scale(hash & 0xFFFF_FFFF);
+    let second = scale(hash >> 32);
+    // The low bits of the first half barely move its group (its high bits
+    // decide): a filter mostly independent of the placement.
+    let tag = 0x80 | (hash as u8 & 0x7F);
+    (first, second, tag)
+}
+
+/// Bytes of one slot with key `K` and value `V`.
+#[cfg(test)]
+pub(crate) fn slot_bytes<K, V>() -> usize {
+    std::mem::size_of::<Slot<K, V>>()
+}
+
+/// Bytes of a group's header (its lock, totals and pointer to its slots).
+#[cfg(test)]
+pub(crate) fn group_bytes<K, V>() -> usize {
+    std::mem::size_of::<Group<K, V>>()
+}
+
+/// Groups for `max_keys` keys at a load of at most 7/8.
+pub(crate) fn groups_for(max_keys: usize) -> usize {
+    let slots = max_keys.saturating_mul(8).div_ceil(7).max(1);
+    slots.div_ceil(GROUP)
+}
+
+/// The slot of `key` among `slots`.
+#[inline]
+fn find<'s, K, V, Q>(slots: &'s Slots<K, V>, tag: u8, key: &Q) -> Option<&'s Slot<K, V>>
+where
+    K: Borrow<Q>,
+    Q: Eq + ?Sized,
+{
+    slots
+        .iter()
+        .find(|slot| slot.tag == tag && slot.key.as_ref().is_some_and(|k| k.borrow() == key))
+}
+
+/// The index of `key`'s slot among `slots`.
+fn position<K, V, Q>(slots: &Slots<K, V>, tag: u8, key: &Q) -> Option<usize>
+where
+    K: Borrow<Q>,
+    Q: Eq + ?Sized,
+{
+    slots
+        .iter()
+        .position(|slot| slot.tag == tag && slot.key.as_ref().is_some_and(|k| k.borrow() == key))
+}
+
+impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
+    /// A table for at most `max_keys` keys in slots, plus the keys of
+    /// `rules` with their own limit; keys without a slot are counted on the
+    /// overflow value under `overflow_limit`.
+    pub(crate) fn new(
+        max_keys: usize,
+        default_limit: u64,
+        overflow_limit: u64,
+        rules: &HashMap<K, u64>,
+    ) -> Self {
+        let n = groups_for(max_keys);
+        let hasher = RandomState::new();
+        let own: HashMap<K, Own<V>> = rules
+            .iter()
+            .map(|(key, &limit)| {
+                let tag = hasher.hash_one(key) as u32;
+                (key.clone(), Own::new(limit, tag, V::empty(), false))
+            })
+            .collect();
+        CompactTable {
+            groups: (0..n).map(|_| Group::new()).collect(),
+            hasher,
+            occupied: Padded(AtomicUsize::new(0)),
+            max_keys,
+            default_limit,
+            overflow_limit,
+            overflow: Padded(V::empty()),
+            overflow_totals: Padded(Totals::new()),
+            own_count: AtomicUsize::new(own.len()),
+            own: Padded(RwLock::new(own)),
+            own_totals: Padded(Totals::new()),
+            #[cfg(test)]
+            examined: AtomicUsize::new(0),
+        }
+    }
+
+    /// Number of slots.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) fn capacity(&self) -> usize {
+        self.groups.len() * GROUP
+    }
+
+    /// The overflow value, its totals and limit.
+    pub(crate) fn overflow_place(&self) -> Place<'_, V> {
+        Place {
+            value: &self.overflow.0,
+            totals: &self.overflow_totals.0,
+            limit: self.overflow_limit,
+            tag: None,
+            overflow: true,
+        }
+    }
+
+    fn own_place<'a>(&'a self, own: &'a Own<V>) -> Place<'a, V> {
+        let policy = own.policy.load(Ordering::Relaxed);
+        Place {
+            value: &own.value,
+            totals: &self.own_totals.0,
+            limit: own.limit.load(Ordering::Relaxed),
+            tag: (policy != LAPSED).then_some(policy as u32),
+            overflow: false,
+        }
+    }
+
+    fn slot_place<'a>(&'a self, slot: &'a Slot<K, V>, group: &'a Group<K, V>) -> Place<'a, V> {
+        Place {
+            value: &slot.value,
+            totals: &group.totals,
+            limit: self.default_limit,
+            tag: None,
+            overflow: false,
+        }
+    }
+
+    /// Calls `f` with the place `key` is counted in, inserting the key if
+    /// it is new (the owned key is made only then). `idle` judges whether a
+    /// slot's key may be evicted to make room; it is asked with the slot's
+    /// group write-locked, so no request is using the slot.
+    ///
+    /// `f` runs with the lock of the key's group held (for reading, or for
+    /// writing when the key was just inserted) or the side map's read lock:
+    /// the place stays the key's until `f` returns. It must not call back
+    /// into the table.
+    #[inline]
+    pub(crate) fn with<P: PendingKey<K>, R>(
+        &self,
+        pending: P,
+        idle: impl Fn(&V) -> bool,
+        f: impl FnOnce(Place<'_, V>) -> R,
+    ) -> R
+    where
+        K: Borrow<P::Q>,
+    {
+        let key = pending.key();
+        if self.own_count.load(Ordering::Relaxed) != 0 {
+            let own = read(&self.own.0);
+            if let Some(own) = own.get(key) {
+                own.see();
+                return f(self.own_place(own));
+            }
+        }
+        // `K: Borrow<Q>` promises that `Q` hashes as `K` does.
+        let hash = self.hasher.hash_one(key);
+        let (first, second, tag) = place_of(hash, self.groups.len());
+        for index in [first, second] {
+            let group = &self.groups[index];
+            let slots = read(&group.slots);
+            if let Some(slot) = slots.as_ref().and_then(|slots| find(slots, tag, key)) {
+                return f(self.slot_place(slot, group));
+            }
+            if first == second {
+                break;
+            }
+        }
+        self.insert(pending, hash, idle, f)
+    }
+
+    #[cold]
+    fn insert<P: PendingKey<K>, R>(
+        &self,
+        pending: P,
+        hash: u64,
+        idle: impl Fn(&V) -> bool,
+        f: impl FnOnce(Place<'_, V>) -> R,
+    ) -> R
+    where
+        K: Borrow<P::Q>,
+    {
+        let key = pending.key();
+        let (first, second, tag) = place_of(hash, self.groups.len());
+        let mut locked = self.lock_pair(first, second);
+        // Another request may have inserted the key, or `set_limit` moved
+        // it to the side map, since the lookup.
+        for (index, slots) in locked.iter() {
+            if let Some(slot) = slots.as_ref().and_then(|slots| find(slots, tag, key)) {
+                return f(self.slot_place(slot, &self.groups[*index]));
+            }
+        }
+        if self.own_count.load(Ordering::Relaxed) != 0 {
+            let own = read(&self.own.0);
+            if let Some(own) = own.get(key) {
+                own.see();
+                return f(self.own_place(own));
+            }
+        }
+        let room = self.claim();
+        let Some((which, at)) = self.free_slot(&mut locked, room, &idle) else {
+            self.unclaim(room);
+            return f(self.overflow_place());
+        };
+        let index = locked[which].0;
+        let slot = &mut locked[which].1.get_or_insert_with(new_slots)[at];
+        if slot.key.is_some() {
+            self.unclaim(room);
+            // Evicted: its key is dropped here, its value reset.
+            slot.value.reset();
+        }
+        slot.key = Some(pending.into_owned());
+        slot.tag = tag;
+        let slots = locked[which].1.as_ref().expect("allocated above");
+        f(self.slot_place(&slots[at], &self.groups[index]))
+    }
+
+    /// Claims room for one more key in a slot; whether there was room.
+    fn claim(&self) -> bool {
+        self.occupied
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                (n < self.max_keys).then_some(n + 1)
+            })
+            .is_ok()
+    }
+
+    /// Gives back the room [`claim`](Self::claim) took (if it took any),
+    /// for a key that took no empty slot.
+    fn unclaim(&self, claimed: bool) {
+        if claimed {
+            self.occupied.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Write-locks groups `a` and `b` (once if they are the same), the
+    /// lower index first.
+    fn lock_pair(&self, a: usize, b: usize) -> Vec<(usize, WriteGuard<'_, K, V>)> {
+        let (low, high) = (a.min(b), a.max(b));
+        let mut locked = Vec::with_capacity(2);
+        locked.push((low, write(&self.groups[low].slots)));
+        if high != low {
+            locked.push((high, write(&self.groups[high].slots)));
+        }
+        locked
+    }
+
+    /// A slot for a new key in the `locked` groups: an empty one of the
+    /// group with more empty slots (if `room`: the table holds fewer than
+    /// `max_keys` keys), else an idle one, as (index in `locked`, slot).
+    /// Idleness is asked only when no empty slot will do: judging a key
+    /// reads its window at the request's clock reading. Examines each slot
+    /// of the two groups twice at most (its tag, then its idleness).
+    fn free_slot(
+        &self,
+        locked: &mut [(usize, WriteGuard<'_, K, V>)],
+        room: bool,
+        idle: &impl Fn(&V) -> bool,
+    ) -> Option<(usize, usize)> {
+        if room {
+            // (empty slots, index in `locked`, first empty slot)
+            let mut best: Option<(usize, usize, usize)> = None;
+            for (which, (_, slots)) in locked.iter().enumerate() {
+                let (empties, first) = match slots.as_ref() {
+                    // A group no key has used: every slot is empty.
+                    None => {
+                        #[cfg(test)]
+                        self.examined.fetch_add(1, Ordering::Relaxed);
+                        (GROUP, 0)
+                    }
+                    Some(slots) => {
+                        #[cfg(test)]
+                        self.examined.fetch_add(GROUP, Ordering::Relaxed);
+                        let empties = slots.iter().filter(|slot| slot.key.is_none()).count();
+                        let first = slots.iter().position(|slot| slot.key.is_none());
+                        (empties, first.unwrap_or(0))
+                    }
+                };
+                if empties > 0 && best.map_or(true, |(most, _, _)| empties > most) {
+                    best = Some((empties, which, first));
+                }
+            }
+            if let Some((_, which, at)) = best {
+                return Some((which, at));
+            }
+        }
+        for (which, (_, slots)) in locked.iter().enumerate() {
+            let Some(slots) = slots.as_ref() else {
+                continue;
+            };
+            for (at, slot) in slots.iter().enumerate() {
+                #[cfg(test)]
+                self.examined.fetch_add(1, Ordering::Relaxed);
+                if slot.key.is_some() && idle(&slot.value) {
+                    return Some((which, at));
+                }
+            }
+        }
+        None
+    }
+
+    // --- reads -----------------------------------------------------------
+
+    /// Calls `f` with `key`'s place if the key has one (in a slot or the
+    /// side map; the overflow value is nobody's), under its lock.
+    pub(crate) fn get<Q, R>(&self, key: &Q, f: impl FnOnce(Place<'_, V>) -> R) -> Option<R>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        if self.own_count.load(Ordering::Relaxed) != 0 {
+            let own = read(&self.own.0);
+            if let Some(own) = own.get(key) {
+                return own.seen().then(|| f(self.own_place(own)));
+            }
+        }
+        let hash = self.hasher.hash_one(key);
+        let (first, second, tag) = place_of(hash, self.groups.len());
+        for index in [first, second] {
+            let group = &self.groups[index];
+            let slots = read(&group.slots);
+            if let Some(slot) = slots.as_ref().and_then(|slots| find(slots, tag, key)) {
+                return Some(f(self.slot_place(slot, group)));
+            }
+        }
+        None
+    }
+
+    /// Calls `read_one` with every key that has a place and its place, and
+    /// `f` with what `read_one` made of it, a group (or the side map) at a
+    /// time: `read_one` runs under the group's read lock (it should copy
+    /// what it needs: a clone of the key, a few counts), `f` with no lock
+    /// held, so a slow `f` delays no request.
+    pub(crate) fn for_each<T>(
+        &self,
+        mut read_one: impl FnMut(&K, Place<'_, V>) -> T,
+        mut f: impl FnMut(T),
+    ) {
+        let mut buffer = Vec::new();
+        {
+            let own = read(&self.own.0);
+            buffer.extend(
+                own.iter()
+                    .filter(|(_, o)| o.seen())
+                    .map(|(k, o)| read_one(k, self.own_place(o))),
+            );
+        }
+        buffer.drain(..).for_each(&mut f);
+        for group in self.groups.iter() {
+            {
+                let slots = read(&group.slots);
+                let Some(slots) = slots.as_ref() else {
+                    continue;
+                };
+                for slot in slots.iter() {
+                    if let Some(key) = &slot.key {
+                        buffer.push(read_one(key, self.slot_place(slot, group)));
+                    }
+                }
+            }
+            buffer.drain(..).for_each(&mut f);
+        }
+    }
+
+    /// Keys in slots, and keys in the side map that have had a request.
+    pub(crate) fn len(&self) -> usize {
+        let seen = read(&self.own.0).values().filter(|o| o.seen()).count();
+        self.occupied.load(Ordering::Relaxed) + seen
+    }
+
+    /// Keys held: in slots and in the side map, seen or not.
+    #[cfg(test)]
+    fn stored(&self) -> usize {
+        self.occupied.load(Ordering::Relaxed) + read(&self.own.0).len()
+    }
+
+    /// Lifetime (passes, blocks) of every key ever counted in a slot or the
+    /// side map, evicted keys' included (the overflow value's apart, in
+    /// [`overflow_place`](Self::overflow_place)).
+    #[cfg_attr(not(any(test, feature = "prometheus")), allow(dead_code))]
+    pub(crate) fn keys_totals(&self) -> (u64, u64) {
+        let mut sum = (0u64, 0u64);
+        let mut add = |(p, b): (u64, u64)| {
+            sum.0 = sum.0.saturating_add(p);
+            sum.1 = sum.1.saturating_add(b);
+        };
+        self.groups.iter().for_each(|g| add(g.totals.get()));
+        add(self.own_totals.get());
+        sum
+    }
+
+    // --- limits ----------------------------------------------------------
+
+    /// Gives `key` its own `limit`: the key moves to the side map with its
+    /// value (passes already counted stay counted), or its limit there
+    /// changes. `idle` judges side map entries back on the default limit,
+    /// which are dropped once idle (see [`remove_limit`](Self::remove_limit)).
+    pub(crate) fn set_limit(&self, key: K, limit: u64, idle: impl Fn(&V) -> bool) {
+        let hash = self.hasher.hash_one(&key);
+        let (first, second, tag) = place_of(hash, self.groups.len());
+        let mut locked = self.lock_pair(first, second);
+        let mut own = write(&self.own.0);
+        if let Some(entry) = own.get(&key) {
+            entry.limit.store(limit, Ordering::Relaxed);
+            entry
+                .policy
+                .store(u64::from(hash as u32), Ordering::Relaxed);
+        } else {
+            let taken = self.take(&mut locked, tag, &key);
+            let seen = taken.is_some();
+            let value = taken.unwrap_or_else(V::empty);
+            own.insert(key, Own::new(limit, hash as u32, value, seen));
+        }
+        own.retain(|_, entry| !(entry.lapsed() && idle(&entry.value)));
+        self.own_count.store(own.len(), Ordering::Relaxed);
+    }
+
+    /// Removes `key`'s own limit: the key runs on the default limit again.
+    /// Its value goes back to a slot of its groups (an empty one if the
+    /// table has room, else an idle one), so its passes stay counted; if
+    /// none is free, it stays in the side map on the default limit until it
+    /// is idle (dropped by a later limit change). Returns whether the key
+    /// had its own limit.
+    pub(crate) fn remove_limit<Q>(&self, key: &Q, idle: impl Fn(&V) -> bool) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let hash = self.hasher.hash_one(key);
+        let (first, second, tag) = place_of(hash, self.groups.len());
+        let mut locked = self.lock_pair(first, second);
+        let mut own = write(&self.own.0);
+        let had = match own.get(key) {
+            Some(entry) if !entry.lapsed() => {
+                let room = self.claim();
+                match self.free_slot(&mut locked, room, &idle) {
+                    Some((which, at)) => {
+                        let (owned, entry) =
+                            own.remove_entry(key).expect("the entry was found above");
+                        let slot = &mut locked[which].1.get_or_insert_with(new_slots)[at];
+                        if slot.key.is_some() {
+                            self.unclaim(room);
+                        }
+                        slot.key = Some(owned);
+                        slot.value = entry.value;
+                        slot.tag = tag;
+                    }
+                    None => {
+                        self.unclaim(room);
+                        entry.limit.store(self.default_limit, Ordering::Relaxed);
+                        entry.policy.store(LAPSED, Ordering::Relaxed);
+                    }
+                }
+                true
+            }
+            _ => false,
+        };
+        own.retain(|_, entry| !(entry.lapsed() && idle(&entry.value)));
+        self.own_count.store(own.len(), Ordering::Relaxed);
+        had
+    }
+
+    /// Moves `key`'s value out of its slot in the `locked` groups, emptying
+    /// the slot; `None` if it has none.
+    fn take<Q>(&self, locked: &mut [(usize, WriteGuard<'_, K, V>)], tag: u8, key: &Q) -> Option<V>
+    where
+        K: Borrow<Q>,
+        Q: Eq + ?Sized,
+    {
+        for (_, slots) in locked.iter_mut() {
+            let Some(slots) = slots.as_mut() else {
+                continue;
+            };
+            if let Some(at) = position(slots, tag, key) {
+                let slot = &mut slots[at];
+                slot.key = None;
+                slot.tag = 0;
+                self.occupied.fetch_sub(1, Ordering::Relaxed);
+                return Some(std::mem::replace(&mut slot.value, V::empty()));
+            }
+        }
+        None
+    }
+}
+
+impl<K, V> fmt::Debug for CompactTable<K, V> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CompactTable")
+            .field("max_keys", &self.max_keys)
+            .field("slots", &(self.groups.len() * GROUP))
+            .field("keys", &self.occupied.load(Ordering::Relaxed))
+            .field("default_limit", &self.default_limit)
+            .field("overflow_limit", &self.overflow_limit)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicIsize, AtomicU64 as StdU64, Ordering::SeqCst};
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+    use crate::store::registry::{Borrowed, Owned};
+
+    /// A fixed window of `WINDOW_MS` for the tests: (start, passes).
+    #[derive(Debug)]
+    struct Fixed(Mutex<(u64, u64)>);
+
+    const WINDOW_MS: u64 = 1_000;
+
+    impl SlotValue for Fixed {
+        fn empty() -> Self {
+            Fixed(Mutex::new((0, 0)))
+        }
+    }
+
+    impl Fixed {
+        /// Admits one at `now` under `limit`.
+        fn admit(&self, now: u64, limit: u64) -> bool {
+            let mut state = self.0.lock().unwrap();
+            let start = now - now % WINDOW_MS;
+            if state.0 != start {
+                *state = (start, 0);
+            }
+            if state.1 < limit {
+                state.1 += 1;
+                true
+            } else {
+                false
+            }
+        }
+
+        fn idle(&self, now: u64) -> bool {
+            let state = self.0.lock().unwrap();
+            state.1 == 0 || state.0 + WINDOW_MS <= now
+        }
+
+        fn passes(&self) -> u64 {
+            self.0.lock().unwrap().1
+        }
+    }
+
+    type Table = CompactTable<u64, Fixed>;
+
+    fn table(max_keys: usize, limit: u64) -> Table {
+        CompactTable::new(max_keys, limit, limit, &HashMap::new())
+    }
+
+    /// One request of `key` at `now`: whether it passed, and whether it was
+    /// counted on the overflow value.
+    fn request(table: &Table, key: u64, now: u64) -> (bool, bool) {
+        table.with(
+            Owned(key),
+            |v| v.idle(now),
+            |place| (place.value.admit(now, place.limit), place.overflow),
+        )
+    }
+
+    #[test]
+    fn groups_hold_max_keys_at_seven_eighths() {
+        assert_eq!(groups_for(1), 1);
+        assert_eq!(groups_for(14), 1);
+        assert_eq!(groups_for(15), 2);
+        assert_eq!(
+            groups_for(1 << 20),
+            (((1usize << 20) * 8).div_ceil(7)).div_ceil(16)
+        );
+        assert!(table(1_000, 1).capacity() * 7 >= 1_000 * 8);
+    }
+
+    #[test]
+    fn a_flood_of_distinct_keys_never_grows_past_max_keys_nor_past_the_limits() {
+        let limit = 3;
+        let table = table(64, limit);
+        // A known client spends its allowance first.
+        for _ in 0..limit {
+            assert_eq!(request(&table, u64::MAX, 5), (true, false));
+        }
+        // 20 000 distinct keys, all in the same window: each passes once
+        // (in a slot or on the overflow value), so none is idle.
+        let mut overflow_passes = 0;
+        for key in 0..20_000 {
+            let (passed, overflow) = request(&table, key, 5);
+            assert!(table.len() <= 64, "{} keys", table.len());
+            if overflow {
+                overflow_passes += u64::from(passed);
+            } else {
+                assert!(passed);
+            }
+        }
+        // The overflow value never let more than its limit through.
+        assert_eq!(overflow_passes, limit);
+        assert_eq!(table.overflow_place().value.passes(), limit);
+        // The known client was never evicted: still refused, in its slot.
+        assert_eq!(table.get(&u64::MAX, |p| p.value.passes()), Some(limit));
+        assert_eq!(request(&table, u64::MAX, 5), (false, false));
+    }
+
+    #[test]
+    fn only_idle_keys_are_evicted_and_an_evicted_key_starts_afresh_only_when_idle() {
+        let table = table(16, 2);
+        // Fill every slot the bound allows with keys that passed at 5.
+        let mut held = Vec::new();
+        let mut key = 0;
+        while held.len() < 16 {
+            if !request(&table, key, 5).1 {
+                held.push(key);
+            }
+            key += 1;
+        }
+        // In the same window no slot frees up: a new key overflows.
+        assert!(request(&table, 1_000_000, 500).1);
+        for &k in &held {
+            assert_eq!(table.get(&k, |p| p.value.passes()), Some(1));
+        }
+        // A window later every held key is idle: new keys take slots by
+        // evicting them, and an evicted key coming back is a new key with
+        // an empty window (its old passes had all left it).
+        let mut placed = 0;
+        for k in 2_000_000..2_000_200 {
+            if !request(&table, k, 1_005).1 {
+                placed += 1;
+            }
+        }
+        assert!(placed >= 16, "{placed} new keys placed");
+        assert!(table.len() <= 16);
+    }
+
+    #[test]
+    fn an_insert_examines_the_slots_of_two_groups_twice_at_most() {
+        let table = table(256, 1);
+        for key in 0..50_000u64 {
+            let before = table.examined.load(SeqCst);
+            request(&table, key, 5);
+            let examined = table.examined.load(SeqCst) - before;
+            assert!(
+                examined <= 2 * GROUP,
+                "key {key}: {examined} slots examined"
+            );
+        }
+        // And the flood had to look for room: inserts did examine slots.
+        assert!(table.examined.load(SeqCst) > 50_000);
+    }
+
+    /// A key that counts its live copies.
+    #[derive(Debug)]
+    struct Tracked {
+        id: u64,
+        live: Arc<AtomicIsize>,
+    }
+
+    impl Tracked {
+        fn new(id: u64, live: &Arc<AtomicIsize>) -> Self {
+            live.fetch_add(1, SeqCst);
+            Tracked {
+                id,
+                live: Arc::clone(live),
+            }
+        }
+    }
+
+    impl Clone for Tracked {
+        fn clone(&self) -> Self {
+            Tracked::new(self.id, &self.live)
+        }
+    }
+
+    impl Drop for Tracked {
+        fn drop(&mut self) {
+            self.live.fetch_sub(1, SeqCst);
+        }
+    }
+
+    impl PartialEq for Tracked {
+        fn eq(&self, other: &Self) -> bool {
+            self.id == other.id
+        }
+    }
+
+    impl Eq for Tracked {}
+
+    impl Hash for Tracked {
+        fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+            self.id.hash(state);
+        }
+    }
+
+    #[test]
+    fn keys_are_dropped_exactly_once() {
+        let live = Arc::new(AtomicIsize::new(0));
+        {
+            let table: CompactTable<Tracked, Fixed> = CompactTable::new(32, 1, 1, &HashMap::new());
+            let mut now = 5;
+            for round in 0..20u64 {
+                for id in 0..100u64 {
+                    let key = Tracked::new(round * 1_000 + id, &live);
+                    table.with(Owned(key), |v| v.idle(now), |p| p.value.admit(now, 1));
+                    // Every key not in the table is gone: evicted ones,
+                    // and the keys that overflowed (never stored).
+                    assert_eq!(live.load(SeqCst), table.stored() as isize);
+                }
+                // Limits move keys between the slots and the side map.
+                table.set_limit(Tracked::new(round * 1_000, &live), 5, |v| v.idle(now));
+                assert_eq!(live.load(SeqCst), table.stored() as isize);
+                let probe = Tracked::new(round * 1_000, &live);
+                assert!(table.remove_limit(&probe, |v| v.idle(now)));
+                drop(probe);
+                assert_eq!(live.load(SeqCst), table.stored() as isize);
+                now += WINDOW_MS;
+            }
+            assert!(table.len() > 0);
+        }
+        // Dropping the table dropped the rest, once each.
+        assert_eq!(live.load(SeqCst), 0);
+    }
+
+    #[test]
+    fn a_borrowed_key_is_made_owned_only_when_inserted() {
+        static MADE: StdU64 = StdU64::new(0);
+        fn to_owned(key: &str) -> String {
+            MADE.fetch_add(1, SeqCst);
+            key.to_owned()
+        }
+        let table: CompactTable<String, Fixed> = CompactTable::new(8, 5, 5, &HashMap::new());
+        for _ in 0..4 {
+            table.with(
+                Borrowed("k", to_owned),
+                |v| v.idle(5),
+                |p| p.value.admit(5, p.limit),
+            );
+        }
+        assert_eq!(MADE.load(SeqCst), 1);
+        assert_eq!(table.get("k", |p| p.value.passes()), Some(4));
+    }
+
+    #[test]
+    fn own_limits_keep_the_window_when_set_and_removed() {
+        let table = table(16, 2);
+        assert_eq!(request(&table, 7, 5), (true, false));
+        table.set_limit(7, 3, |v| v.idle(5));
+        // The pass counted before the limit changed stays counted.
+        let (limit, tag, passes) = table
+            .get(&7, |p| (p.limit, p.tag, p.value.passes()))
+            .unwrap();
+        assert_eq!((limit, passes), (3, 1));
+        assert_eq!(tag, Some(table.hasher.hash_one(7u64) as u32));
+        assert_eq!(request(&table, 7, 5), (true, false));
+        assert_eq!(request(&table, 7, 5), (true, false));
+        assert_eq!(request(&table, 7, 5), (false, false));
+        // Back on the default limit with its three passes: still refused.
+        assert!(table.remove_limit(&7, |v| v.idle(5)));
+        assert!(!table.remove_limit(&7, |v| v.idle(5)));
+        let (limit, tag, passes) = table
+            .get(&7, |p| (p.limit, p.tag, p.value.passes()))
+            .unwrap();
+        assert_eq!((limit, tag, passes), (2, None, 3));
+        assert_eq!(request(&table, 7, 5), (false, false));
+    }
+
+    #[test]
+    fn keys_with_their_own_limit_are_never_overflowed() {
+        let mut rules = HashMap::new();
+        rules.insert(1_000_000u64, 2);
+        let table: Table = CompactTable::new(16, 1, 1, &rules);
+        for key in 0..1_000 {
+            request(&table, key, 5);
+        }
+        assert_eq!(request(&table, 1_000_000, 5), (true, false));
+        assert_eq!(request(&table, 1_000_000, 5), (true, false));
+        assert_eq!(request(&table, 1_000_000, 5), (false, false));
+        assert_eq!(table.len(), 17);
+    }
+
+    #[test]
+    fn concurrent_floods_never_hold_more_than_max_keys() {
+        let table = Arc::new(table(64, 1));
+        let threads: Vec<_> = (0..4u64)
+            .map(|t| {
+                let table = Arc::clone(&table);
+                std::thread::spawn(move || {
+                    for key in 0..5_000u64 {
+                        request(&table, t * 1_000_000 + key, 5);
+                        assert!(table.len() <= 64, "{} keys", table.len());
+                    }
+                })
+            })
+            .collect();
+        for thread in threads {
+            thread.join().unwrap();
+        }
+        assert_eq!(table.len(), 64);
+        let mut counted = 0;
+        table.for_each(|_, _| (), |()| counted += 1);
+        assert_eq!(counted, 64);
+    }
+
+    #[test]
+    fn concurrent_inserts_of_one_key_share_one_slot_and_its_limit() {
+        let table = Arc::new(table(1_024, 100));
+        let passed = Arc::new(StdU64::new(0));
+        let threads: Vec<_> = (0..4)
+            .map(|_| {
+                let table = Arc::clone(&table);
+                let passed = Arc::clone(&passed);
+                std::thread::spawn(move || {
+                    for key in 0..200u64 {
+                        for _ in 0..60 {
+                            if request(&table, key, 5).0 {
+                                passed.fetch_add(1, SeqCst);
+                            }
+                        }
+                    }
+                })
+            })
+            .collect();
+        for thread in threads {
+            thread.join().unwrap();
+        }
+        assert_eq!(table.len(), 200);
+        assert_eq!(passed.load(SeqCst), 200 * 100);
+        let mut seen = 0;
+        table.for_each(
+            |k, p| (*k, p.value.passes()),
+            |(_, passes)| {
+                assert_eq!(passes, 100);
+                seen += 1;
+            },
+        );
+        assert_eq!(seen, 200);
+    }
+}
+
+#[cfg(all(test, loom))]
+mod loom_models {
+    use loom::sync::Arc;
+    use loom::thread;
+
+    use super::*;
+    use crate::store::registry::Owned;
+
+    /// A one-bucket window of 1 000 ms in one atomic: its start (high
+    /// bits) and passes (low 16 bits), admitted with a compare-and-swap.
+    struct Packed(AtomicU64);
+
+    impl SlotValue for Packed {
+        fn empty() -> Self {
+            Packed(AtomicU64::new(0))
+        }
+    }
+
+    impl Packed {
+        fn admit(&self, now: u64, limit: u64) -> bool {
+            let start = now - now % 1_000;
+            let mut current = self.0.load(Ordering::Acquire);
+            loop {
+                let passes = if current >> 16 == start {
+                    current & 0xFFFF
+                } else {
+                    0
+                };
+                if passes >= limit {
+                    return false;
+                }
+                let next = (start << 16) | (passes + 1);
+                match self
+                    .0
+                    .compare_exchange(current, next, Ordering::AcqRel, Ordering::Acquire)
+                {
+                    Ok(_) => return true,
+                    Err(seen) => current = seen,
+                }
+            }
+        }
+
+        fn passes(&self, now: u64) -> u64 {
+            let current = self.0.load(Ordering::Acquire);
+            if current >> 16 == now - now % 1_000 {
+                current & 0xFFFF
+            } else {
+                0
+            }
+        }
+    }
+
+    /// Key 1 passed in an earlier window (idle now). At 2 000, a request
+    /// of key 1 (found in its slot: admitted under the group's read lock)
+    /// races a new key 2 that needs a slot (the table holds one key, so it
+    /// may evict key 1 only if idle). Whatever the order, no pass is lost
+    /// or lands on the other key's window: one of the two passes in the
+    /// slot, under its own key, the other on the overflow value.
+    #[test]
+    fn an_insert_racing_an_admission_in_one_group() {
+        loom::model(|| {
+            let table: Arc<CompactTable<u64, Packed>> =
+                Arc::new(CompactTable::new(1, 1, 1, &HashMap::new()));
+            let request = |table: &CompactTable<u64, Packed>, key: u64| {
+                table.with(
+                    Owned(key),
+                    |v| v.passes(2_000) == 0,
+                    |place| (place.value.admit(2_000, place.limit), place.overflow),
+                )
+            };
+            assert!(table.with(Owned(1), |_| false, |p| p.value.admit(500, 1)));
+            let threads: Vec<_> = [1u64, 2]
+                .into_iter()
+                .map(|key| {
+                    let table = Arc::clone(&table);
+                    thread::spawn(move || request(&table, key))
+                })
+                .collect();
+            let answers: Vec<(bool, bool)> =
+                threads.into_iter().map(|t| t.join().unwrap()).collect();
+            // Both passed: one in the slot, one on the overflow value.
+            assert!(answers.iter().all(|(passed, _)| *passed), "{answers:?}");
+            assert_eq!(answers.iter().filter(|(_, o)| *o).count(), 1);
+            let in_slot = if answers[0].1 { 2 } else { 1 };
+            assert_eq!(table.get(&in_slot, |p| p.value.passes(2_000)), Some(1));
+            assert_eq!(table.get(&(3 - in_slot), |p| p.value.passes(2_000)), None);
+            assert_eq!(table.overflow_place().value.passes(2_000), 1);
+            assert_eq!(table.len(), 1);
+        });
+    }
+}
