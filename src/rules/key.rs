@@ -79,9 +79,12 @@ impl RuleKey for Option<String> {
     }
 }
 
+/// An address; an IPv4-mapped IPv6 address names its IPv4 address, as
+/// the built-in extractors key it.
 impl RuleKey for IpAddr {
     fn from_rule_key(text: &str) -> Result<Self, String> {
-        text.parse()
+        text.parse::<IpAddr>()
+            .map(|ip| ip.to_canonical())
             .map_err(|err| format!("key must be an IP address ({err})"))
     }
 }

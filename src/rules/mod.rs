@@ -60,7 +60,7 @@
 //! | [`PathKey`](crate::PathKey) | `String` | the path: `"/login"` |
 //! | [`MethodPathKey`](crate::MethodPathKey), `MatchedPathKey` | `String` | method, space, path: `"POST /login"`, `"GET /users/{id}"` |
 //! | [`HeaderKey`](crate::HeaderKey) | `Option<String>` | the header's value: `"tenant-a"` (requests without the header are on the default limit) |
-//! | [`PeerIpKey`](crate::PeerIpKey), [`ForwardedIpKey`](crate::ForwardedIpKey) | `Option<IpAddr>` | the address: `"10.0.0.7"`, `"2001:db8::1"` |
+//! | [`PeerIpKey`](crate::PeerIpKey), [`ForwardedIpKey`](crate::ForwardedIpKey) | `Option<IpAddr>` | the address as the layer keys it: `"10.0.0.7"`; for IPv6, the network address of the client's prefix: `"2001:db8::"` for any address of `2001:db8::/64` (see [`PeerIpKey::key_of`](crate::PeerIpKey::key_of)) |
 //! | [`GlobalKey`](crate::GlobalKey) | `()` | none: only `default` applies |
 //!
 //! For example, per client address:
@@ -70,13 +70,13 @@
 //!
 //! [limits]
 //! "10.0.0.7" = 500
-//! "2001:db8::1" = 0
+//! "2001:db8:0:7::" = 0   # every address of 2001:db8:0:7::/64
 //! ```
 //!
 //! Text keys are at most [`MAX_KEY_BYTES`](crate::key::MAX_KEY_BYTES)
 //! bytes: the built-in extractors key a longer value by its digest, which
 //! a rule could never name. Two keys that read as the same key (`"::1"`
-//! and `"0::1"`) are an error.
+//! and `"0::1"`, or `"::ffff:10.0.0.7"` and `"10.0.0.7"`) are an error.
 //!
 //! # Room to grow
 //!
@@ -222,7 +222,7 @@ pub(crate) fn check<K: RuleKey + Clone + Eq + std::hash::Hash>(
             return Err(RulesError::invalid(
                 rule(),
                 "key",
-                format!("names the same key as {}", error::rule_name(first)),
+                format!("key names the same key as {}", error::rule_name(first)),
             ));
         }
         seen.insert(key.clone(), text);
