@@ -115,8 +115,8 @@ use std::fmt;
 
 pub use error::{RulesError, RulesErrorKind};
 pub use key::RuleKey;
-pub(crate) use status::{lock, Status};
 pub use status::RulesStatus;
+pub(crate) use status::{lock, Status};
 #[cfg(feature = "rules-file")]
 #[cfg_attr(docsrs, doc(cfg(feature = "rules-file")))]
 pub use watch::{RulesParser, RulesWatcher, RulesWatcherBuilder, MAX_RULES_FILE_BYTES};
@@ -215,8 +215,8 @@ pub(crate) fn check<K: RuleKey + Clone + Eq + std::hash::Hash>(
     let mut limits = Vec::with_capacity(rules.limits.len());
     for (text, &limit) in &rules.limits {
         let rule = || error::rule_name(text);
-        let key = K::from_rule_key(text)
-            .map_err(|reason| RulesError::invalid(rule(), "key", reason))?;
+        let key =
+            K::from_rule_key(text).map_err(|reason| RulesError::invalid(rule(), "key", reason))?;
         check_limit(limit).map_err(|reason| RulesError::invalid(rule(), "limit", reason))?;
         if let Some(first) = seen.get(&key) {
             return Err(RulesError::invalid(

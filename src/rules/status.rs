@@ -65,5 +65,7 @@ impl Status {
 /// Locks `mutex`, through poisoning: the state is written in single steps
 /// that leave it whole.
 pub(crate) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }

@@ -225,10 +225,7 @@ impl RulesWatcherBuilder {
 
 /// Starts the system's watcher on `directory`, sending a wake-up for every
 /// event; `None` when there is none or it cannot watch.
-fn system_watcher(
-    directory: &Path,
-    sender: Sender<Message>,
-) -> Option<notify::RecommendedWatcher> {
+fn system_watcher(directory: &Path, sender: Sender<Message>) -> Option<notify::RecommendedWatcher> {
     let handler = move |event: notify::Result<notify::Event>| {
         use notify::event::{AccessKind, AccessMode, EventKind};
         // Opening or reading a file changes nothing, and the thread's own

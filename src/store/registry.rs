@@ -662,7 +662,11 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
     /// limit that is in neither document. Each entry's limit is one
     /// relaxed store, and its window is left as it is (no burst: passes
     /// already counted stay counted, as with `set_limit`).
-    pub(crate) fn apply_rules(&self, default: Option<u64>, limits: HashMap<K, u64>) -> HashMap<K, u64> {
+    pub(crate) fn apply_rules(
+        &self,
+        default: Option<u64>,
+        limits: HashMap<K, u64>,
+    ) -> HashMap<K, u64> {
         let default = default.unwrap_or(self.built_default);
         let old = {
             let mut table = write(&self.limits);

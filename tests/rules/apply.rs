@@ -6,7 +6,9 @@ use std::sync::{Arc, Barrier};
 
 use http::StatusCode;
 use tower_sliding_window::rules::{Rules, RulesErrorKind, MAX_LIMIT};
-use tower_sliding_window::{GlobalKey, HeaderKey, PathKey, PeerIpKey, SlidingWindowLayer, StatsHandle};
+use tower_sliding_window::{
+    GlobalKey, HeaderKey, PathKey, PeerIpKey, SlidingWindowLayer, StatsHandle,
+};
 
 use crate::app;
 use crate::support::{at, clock, ok_then_429, req, send, statuses};
@@ -52,7 +54,10 @@ async fn every_invalid_document_names_its_rule_and_field_and_changes_nothing() {
             Rules::new().default_limit(MAX_LIMIT + 1).limit("/a", 100),
             "default",
             "limit",
-            format!("rules: default: limit must be at most {MAX_LIMIT} (got {})", MAX_LIMIT + 1),
+            format!(
+                "rules: default: limit must be at most {MAX_LIMIT} (got {})",
+                MAX_LIMIT + 1
+            ),
         ),
         (
             Rules::new()
@@ -67,7 +72,10 @@ async fn every_invalid_document_names_its_rule_and_field_and_changes_nothing() {
             ),
         ),
         (
-            Rules::new().default_limit(100).limit("/a", 100).limit(long.clone(), 1),
+            Rules::new()
+                .default_limit(100)
+                .limit("/a", 100)
+                .limit(long.clone(), 1),
             "",
             "key",
             format!(
@@ -92,7 +100,12 @@ async fn every_invalid_document_names_its_rule_and_field_and_changes_nothing() {
         // And requests see the old limits: /a is full at 2, /b has 3 left.
         assert_eq!(statuses(&app, "/a", 1).await, ok_then_429(0, 1), "case {i}");
     }
-    assert_eq!(statuses(&app, "/b", 4).await, ok_then_429(3, 1), "{}", at(&clock));
+    assert_eq!(
+        statuses(&app, "/b", 4).await,
+        ok_then_429(3, 1),
+        "{}",
+        at(&clock)
+    );
 
     // A good document clears the error.
     assert_eq!(stats.apply_rules(&Rules::new()), Ok(2));
@@ -111,7 +124,11 @@ fn keys_are_checked_against_the_key_type() {
         r#"rules: limits["::1"]: key names the same key as limits["0::1"]"#
     );
     let err = peers
-        .apply_rules(&Rules::new().limit("10.0.0.7", 1).limit("::ffff:10.0.0.7", 2))
+        .apply_rules(
+            &Rules::new()
+                .limit("10.0.0.7", 1)
+                .limit("::ffff:10.0.0.7", 2),
+        )
         .unwrap_err();
     assert_eq!(err.field(), Some("key"));
     assert!(err.to_string().contains("names the same key as"), "{err}");
@@ -129,12 +146,17 @@ fn keys_are_checked_against_the_key_type() {
     assert_eq!(err.rule(), Some(r#"limits["1.2.3.4\nrules: forged"]"#));
     assert!(!err.to_string().contains('\n'));
     assert_eq!(peers.rules_status().version, 0);
-    assert_eq!(peers.apply_rules(&Rules::new().limit("::ffff:10.0.0.7", 2)), Ok(1));
+    assert_eq!(
+        peers.apply_rules(&Rules::new().limit("::ffff:10.0.0.7", 2)),
+        Ok(1)
+    );
     assert!(peers.remove_limit(&Some(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 7)))));
 
     // The global key takes a default only.
     let global = SlidingWindowLayer::qps(10).key(GlobalKey).handle();
-    let err = global.apply_rules(&Rules::new().limit("all", 1)).unwrap_err();
+    let err = global
+        .apply_rules(&Rules::new().limit("all", 1))
+        .unwrap_err();
     assert_eq!(
         err.to_string(),
         r#"rules: limits["all"]: the layer has one global key: set its limit with `default`"#
@@ -165,8 +187,18 @@ async fn applying_keeps_every_window_no_burst() {
     stats
         .apply_rules(&Rules::new().default_limit(5).limit("/a", 3))
         .unwrap();
-    assert_eq!(statuses(&app, "/a", 1).await, ok_then_429(0, 1), "{}", at(&clock));
-    assert_eq!(statuses(&app, "/b", 2).await, ok_then_429(1, 1), "{}", at(&clock));
+    assert_eq!(
+        statuses(&app, "/a", 1).await,
+        ok_then_429(0, 1),
+        "{}",
+        at(&clock)
+    );
+    assert_eq!(
+        statuses(&app, "/b", 2).await,
+        ok_then_429(1, 1),
+        "{}",
+        at(&clock)
+    );
     let answer = send(&app, req("/a")).await;
     assert!(answer.header("ratelimit-policy").ends_with(";q=3;w=1"));
 
@@ -174,28 +206,66 @@ async fn applying_keeps_every_window_no_burst() {
     stats
         .apply_rules(&Rules::new().default_limit(7).limit("/a", 8))
         .unwrap();
-    assert_eq!(statuses(&app, "/a", 4).await, ok_then_429(2, 2), "{}", at(&clock));
-    assert_eq!(statuses(&app, "/b", 3).await, ok_then_429(2, 1), "{}", at(&clock));
+    assert_eq!(
+        statuses(&app, "/a", 4).await,
+        ok_then_429(2, 2),
+        "{}",
+        at(&clock)
+    );
+    assert_eq!(
+        statuses(&app, "/b", 3).await,
+        ok_then_429(2, 1),
+        "{}",
+        at(&clock)
+    );
 
     // /a's rule gone and no default: /a and /b are back on the layer's own
     // 10, with their passes (8 and 7) counted.
     stats.apply_rules(&Rules::new()).unwrap();
-    assert_eq!(statuses(&app, "/a", 3).await, ok_then_429(2, 1), "{}", at(&clock));
-    assert_eq!(statuses(&app, "/b", 4).await, ok_then_429(3, 1), "{}", at(&clock));
+    assert_eq!(
+        statuses(&app, "/a", 3).await,
+        ok_then_429(2, 1),
+        "{}",
+        at(&clock)
+    );
+    assert_eq!(
+        statuses(&app, "/b", 4).await,
+        ok_then_429(3, 1),
+        "{}",
+        at(&clock)
+    );
     assert_eq!(
         send(&app, req("/a")).await.header("ratelimit-policy"),
         r#""default";q=10;w=1"#
     );
-    assert_eq!(stats.snapshot("/a").map(|s| (s.pass, s.limit)), Some((10, 10)));
+    assert_eq!(
+        stats.snapshot("/a").map(|s| (s.pass, s.limit)),
+        Some((10, 10))
+    );
 
     // Once the window has slid, the limits hold on their own.
     stats
         .apply_rules(&Rules::new().default_limit(2).limit("/a", 4))
         .unwrap();
     clock.set(11_000);
-    assert_eq!(statuses(&app, "/a", 5).await, ok_then_429(4, 1), "{}", at(&clock));
-    assert_eq!(statuses(&app, "/b", 3).await, ok_then_429(2, 1), "{}", at(&clock));
-    assert_eq!(statuses(&app, "/new", 3).await, ok_then_429(2, 1), "{}", at(&clock));
+    assert_eq!(
+        statuses(&app, "/a", 5).await,
+        ok_then_429(4, 1),
+        "{}",
+        at(&clock)
+    );
+    assert_eq!(
+        statuses(&app, "/b", 3).await,
+        ok_then_429(2, 1),
+        "{}",
+        at(&clock)
+    );
+    assert_eq!(
+        statuses(&app, "/new", 3).await,
+        ok_then_429(2, 1),
+        "{}",
+        at(&clock)
+    );
 }
 
 #[tokio::test]
@@ -218,7 +288,10 @@ async fn a_document_replaces_builder_rules_and_set_limit() {
 
 #[tokio::test]
 async fn the_overflow_entry_follows_the_default_unless_it_has_its_own() {
-    let layer = SlidingWindowLayer::qps(10).key(PathKey).max_keys(1).clock(clock());
+    let layer = SlidingWindowLayer::qps(10)
+        .key(PathKey)
+        .max_keys(1)
+        .clock(clock());
     let stats = layer.handle();
     let app = app(layer);
     statuses(&app, "/a", 1).await;
@@ -244,9 +317,19 @@ async fn the_global_key_takes_the_default_before_and_after_its_first_request() {
     let stats = layer.handle();
     stats.apply_rules(&Rules::new().default_limit(2)).unwrap();
     let app = app(layer);
-    assert_eq!(statuses(&app, "/", 3).await, ok_then_429(2, 1), "{}", at(&clock));
+    assert_eq!(
+        statuses(&app, "/", 3).await,
+        ok_then_429(2, 1),
+        "{}",
+        at(&clock)
+    );
     stats.apply_rules(&Rules::new().default_limit(4)).unwrap();
-    assert_eq!(statuses(&app, "/", 3).await, ok_then_429(2, 1), "{}", at(&clock));
+    assert_eq!(
+        statuses(&app, "/", 3).await,
+        ok_then_429(2, 1),
+        "{}",
+        at(&clock)
+    );
     assert_eq!(stats.snapshot(&()).map(|s| s.limit), Some(4));
 }
 
@@ -272,7 +355,11 @@ fn the_global_key_never_keeps_an_old_default_after_a_race() {
         barrier.wait();
         runtime.block_on(send(&app, req("/")));
         applier.join().unwrap();
-        assert_eq!(stats.snapshot(&()).map(|s| s.limit), Some(1), "round {round}");
+        assert_eq!(
+            stats.snapshot(&()).map(|s| s.limit),
+            Some(1),
+            "round {round}"
+        );
     }
 }
 
@@ -304,8 +391,11 @@ async fn documents_applied_at_once_never_mix() {
     for thread in threads {
         thread.join().unwrap();
     }
-    let limits: std::collections::BTreeSet<u64> =
-        stats.snapshots().into_iter().map(|(_, s)| s.limit).collect();
+    let limits: std::collections::BTreeSet<u64> = stats
+        .snapshots()
+        .into_iter()
+        .map(|(_, s)| s.limit)
+        .collect();
     assert_eq!(limits.len(), 1, "{limits:?}");
     assert_eq!(stats.rules_status().version, 200);
 }

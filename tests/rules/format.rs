@@ -82,17 +82,30 @@ fn an_unknown_field_is_an_error_naming_it_in_every_format() {
 fn hostile_values_are_refused_when_read() {
     let cases: [(&str, &str, &str); 6] = [
         ("negative", "default = -1", r#"{ "default": -1 }"#),
-        ("2^64", "default = 18446744073709551616", r#"{ "default": 18446744073709551616 }"#),
+        (
+            "2^64",
+            "default = 18446744073709551616",
+            r#"{ "default": 18446744073709551616 }"#,
+        ),
         ("1e30", "default = 1e30", r#"{ "default": 1e30 }"#),
         ("fraction", "default = 1.5", r#"{ "default": 1.5 }"#),
         ("NaN text", r#"default = "NaN""#, r#"{ "default": "NaN" }"#),
         ("NaN", "default = nan", r#"{ "default": NaN }"#),
     ];
     for (what, toml_text, json_text) in cases {
-        assert!(from_toml(toml_text).is_err(), "{what}: TOML read {toml_text}");
-        assert!(from_json(json_text).is_err(), "{what}: JSON read {json_text}");
+        assert!(
+            from_toml(toml_text).is_err(),
+            "{what}: TOML read {toml_text}"
+        );
+        assert!(
+            from_json(json_text).is_err(),
+            "{what}: JSON read {json_text}"
+        );
         let yaml_text = json_text; // JSON is YAML
-        assert!(from_yaml(yaml_text).is_err(), "{what}: YAML read {yaml_text}");
+        assert!(
+            from_yaml(yaml_text).is_err(),
+            "{what}: YAML read {yaml_text}"
+        );
     }
     // The same in a per-key limit.
     assert!(from_toml("[limits]\n\"/a\" = -3\n").is_err());
