@@ -70,8 +70,11 @@ const MAX_REASON_BYTES: usize = 512;
 #[derive(Clone)]
 pub struct RulesParser {
     name: &'static str,
-    parse: Arc<dyn Fn(&str) -> Result<Rules, String> + Send + Sync>,
+    parse: Arc<ParseFn>,
 }
+
+/// A parser's function: the file's text to a document, or why not.
+type ParseFn = dyn Fn(&str) -> Result<Rules, String> + Send + Sync;
 
 impl RulesParser {
     /// TOML.

@@ -59,23 +59,26 @@ fn replace(path: &Path, text: &str) {
 }
 
 /// A layer keyed by path with the keys `/a` and `/b` holding entries.
-async fn layer() -> StatsHandle<String> {
+fn layer() -> StatsHandle<String> {
     let layer = SlidingWindowLayer::qps(10).key(PathKey);
     let stats = layer.handle();
     let app = crate::app(layer);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
     for path in ["/a", "/b"] {
-        crate::support::send(&app, crate::support::req(path)).await;
+        runtime.block_on(crate::support::send(&app, crate::support::req(path)));
     }
     stats
 }
 
-#[tokio::test]
-async fn a_file_edited_in_place_renamed_over_deleted_and_recreated() {
+#[test]
+fn a_file_edited_in_place_renamed_over_deleted_and_recreated() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("rules.toml");
     write(&path, "default = 7\n[limits]\n\"/a\" = 3\n");
-    let stats = layer().await;
+    let stats = layer();
     let watcher = stats.watch_rules(&path).unwrap();
     assert!(!watcher.is_polling(), "this system gives file events");
     assert_eq!(stats.rules_status().version, 1);
@@ -108,13 +111,13 @@ async fn a_file_edited_in_place_renamed_over_deleted_and_recreated() {
     drop(watcher);
 }
 
-#[tokio::test]
-async fn invalid_content_keeps_the_last_good_rules_until_fixed() {
+#[test]
+fn invalid_content_keeps_the_last_good_rules_until_fixed() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("rules.json");
     write(&path, r#"{ "limits": { "/a": 3 } }"#);
-    let stats = layer().await;
+    let stats = layer();
     let _watcher = stats.watch_rules(&path).unwrap();
 
     let bad: [(&[u8], RulesErrorKind, &str); 5] = [
@@ -144,8 +147,8 @@ async fn invalid_content_keeps_the_last_good_rules_until_fixed() {
             "not UTF-8 (invalid bytes at offset 16)",
         ),
     ];
-    let mut version = 1;
     for (i, (bytes, kind, says)) in bad.into_iter().enumerate() {
+        let version = i as u64 + 1;
         replace_bytes(&path, bytes);
         let status = wait_for(&stats, says, |s| {
             s.last_error
@@ -160,9 +163,8 @@ async fn invalid_content_keeps_the_last_good_rules_until_fixed() {
         );
         // Fixed: applied, the error gone.
         replace(&path, r#"{ "limits": { "/a": 3 } }"#);
-        version += 1;
         wait_for(&stats, "the fix", |s| {
-            s.version == version && s.last_error.is_none()
+            s.version == version + 1 && s.last_error.is_none()
         });
     }
 }
@@ -173,13 +175,13 @@ fn replace_bytes(path: &Path, bytes: &[u8]) {
     fs::rename(&tmp, path).unwrap();
 }
 
-#[tokio::test]
-async fn a_huge_garbage_file_is_refused_unread() {
+#[test]
+fn a_huge_garbage_file_is_refused_unread() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("rules.toml");
     write(&path, "[limits]\n\"/a\" = 3\n");
-    let stats = layer().await;
+    let stats = layer();
     let _watcher = stats.watch_rules(&path).unwrap();
 
     // 10 MiB of bytes that are neither UTF-8 nor TOML.
@@ -215,13 +217,13 @@ async fn a_huge_garbage_file_is_refused_unread() {
     assert_eq!(status.last_error.unwrap().kind(), RulesErrorKind::TooLarge);
 }
 
-#[tokio::test]
-async fn a_huge_parse_error_is_cut_short() {
+#[test]
+fn a_huge_parse_error_is_cut_short() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("rules.toml");
     write(&path, "");
-    let stats = layer().await;
+    let stats = layer();
     let _watcher = stats.watch_rules(&path).unwrap();
     // One line of 512 KiB that the TOML parser quotes in its error.
     replace(&path, &format!("default = {}", "9".repeat(512 << 10)));
@@ -236,8 +238,8 @@ async fn a_huge_parse_error_is_cut_short() {
 }
 
 #[cfg(unix)]
-#[tokio::test]
-async fn a_kubernetes_configmap_update_is_seen() {
+#[test]
+fn a_kubernetes_configmap_update_is_seen() {
     use std::os::unix::fs::symlink;
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
@@ -252,7 +254,7 @@ async fn a_kubernetes_configmap_update_is_seen() {
     symlink("..2026_11_25_10_00_00.1", root.join("..data")).unwrap();
     symlink("..data/rules.yaml", root.join("rules.yaml")).unwrap();
 
-    let stats = layer().await;
+    let stats = layer();
     let yaml = RulesParser::new(|text| serde_yaml_ng::from_str(text).map_err(|e| e.to_string()));
     let _watcher = RulesWatcher::builder(root.join("rules.yaml"))
         .parser(yaml)
@@ -273,13 +275,13 @@ async fn a_kubernetes_configmap_update_is_seen() {
     assert_eq!(limit_of(&stats, "/a"), 6);
 }
 
-#[tokio::test]
-async fn polling_sees_changes_without_events() {
+#[test]
+fn polling_sees_changes_without_events() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("rules.toml");
     write(&path, "[limits]\n\"/a\" = 3\n");
-    let stats = layer().await;
+    let stats = layer();
     let watcher = RulesWatcher::builder(&path)
         .force_polling()
         .poll_interval(Duration::from_millis(10))
@@ -297,13 +299,13 @@ async fn polling_sees_changes_without_events() {
     assert_eq!(stats.rules_status().version, 3);
 }
 
-#[tokio::test]
-async fn a_panicking_parser_is_an_error_and_the_watcher_goes_on() {
+#[test]
+fn a_panicking_parser_is_an_error_and_the_watcher_goes_on() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("rules.txt");
     write(&path, "3");
-    let stats = layer().await;
+    let stats = layer();
     let parser = RulesParser::new(|text| match text.trim().parse::<u64>() {
         Ok(n) => Ok(Rules::new().limit("/a", n)),
         Err(_) => panic!("the parser of this test panics on anything but a number"),
@@ -323,11 +325,11 @@ async fn a_panicking_parser_is_an_error_and_the_watcher_goes_on() {
     assert_eq!(limit_of(&stats, "/a"), 4);
 }
 
-#[tokio::test]
-async fn a_watcher_that_cannot_start_says_why_and_leaves_nothing_running() {
+#[test]
+fn a_watcher_that_cannot_start_says_why_and_leaves_nothing_running() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
-    let stats = layer().await;
+    let stats = layer();
     let before = watcher_threads();
 
     let missing = dir.path().join("missing.toml");
@@ -358,13 +360,13 @@ async fn a_watcher_that_cannot_start_says_why_and_leaves_nothing_running() {
     assert_eq!(watcher_threads(), before);
 }
 
-#[tokio::test]
-async fn a_dropped_watcher_stops_its_threads_and_applies_nothing_more() {
+#[test]
+fn a_dropped_watcher_stops_its_threads_and_applies_nothing_more() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("rules.toml");
     write(&path, "[limits]\n\"/a\" = 3\n");
-    let stats = layer().await;
+    let stats = layer();
     let before = watcher_threads();
     let watcher = stats.watch_rules(&path).unwrap();
     if cfg!(target_os = "linux") {
