@@ -8,6 +8,7 @@
 mod support;
 
 mod apply;
+mod dashboard;
 mod format;
 #[cfg(feature = "rules-file")]
 mod watch;
