@@ -460,6 +460,11 @@ where
     /// The file's bytes: at most [`MAX_RULES_FILE_BYTES`], or an error.
     fn read(&self) -> Result<Vec<u8>, RulesError> {
         let read_error = |err: std::io::Error| self.error(RulesErrorKind::Read, err.to_string());
+        // Only a regular file (through symlinks): opening a FIFO would
+        // block the thread, and a drop waiting for it, until a writer came.
+        if !std::fs::metadata(&self.path).map_err(read_error)?.is_file() {
+            return Err(self.error(RulesErrorKind::Read, "not a regular file".to_owned()));
+        }
         let file = File::open(&self.path).map_err(read_error)?;
         let too_large = |size: String| {
             self.error(

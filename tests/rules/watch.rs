@@ -351,6 +351,27 @@ fn a_watcher_that_cannot_start_says_why_and_leaves_nothing_running() {
         "{err}"
     );
 
+    // A FIFO (which blocks whoever opens it until a writer comes) and a
+    // directory are not read.
+    #[cfg(unix)]
+    {
+        let fifo = dir.path().join("fifo.toml");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        let err = stats.watch_rules(&fifo).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!("rules: {}: not a regular file", fifo.display())
+        );
+    }
+    let subdir = dir.path().join("dir.toml");
+    fs::create_dir(&subdir).unwrap();
+    let err = stats.watch_rules(&subdir).unwrap_err();
+    assert_eq!(err.kind(), RulesErrorKind::Read);
+
     let invalid = dir.path().join("rules.toml");
     write(&invalid, "[limits]\n\"/a\" = 18446744073709551615\n");
     let err = stats.watch_rules(&invalid).unwrap_err();
