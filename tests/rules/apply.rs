@@ -340,7 +340,7 @@ fn the_global_key_never_keeps_an_old_default_after_a_race() {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .build()
         .unwrap();
-    for round in 0..200 {
+    for round in 0..2000 {
         let layer = SlidingWindowLayer::qps(10).clock(clock());
         let stats = layer.handle();
         let app = app(layer);
