@@ -189,18 +189,20 @@ impl RulesWatcherBuilder {
             handle: handle.clone(),
             last: None,
         };
-        reader.reload()?;
-
         let directory = match self.path.parent() {
             Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
             _ => PathBuf::from("."),
         };
+        // Events from here on wait in the channel: a change made while the
+        // file is read below is read again by the thread.
         let (sender, receiver) = mpsc::channel();
         let system = if self.force_polling {
             None
         } else {
             system_watcher(&directory, sender.clone())
         };
+        // On an error, `system` is dropped on return: nothing keeps running.
+        reader.reload()?;
         let wait = if system.is_some() {
             RECHECK
         } else {
