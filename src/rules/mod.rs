@@ -25,8 +25,10 @@
 //!
 //! Limits are whole numbers from 0 (the key is refused entirely) to
 //! [`MAX_LIMIT`] (2^53, the largest integer that every JSON and YAML reader
-//! keeps exactly); anything else (negative, fractional, larger, text) is
-//! refused with an error naming the rule and the field.
+//! keeps exactly). A larger number is refused when the document is applied,
+//! with an error naming the rule and the field; a negative or fractional
+//! number, or text, is not a document at all, and the format's reader
+//! refuses it (TOML's and YAML's errors quote the line).
 //!
 //! The same document in TOML, JSON and YAML (a [`PathKey`](crate::PathKey)
 //! layer: keys are paths):
