@@ -1,6 +1,6 @@
 //! Integration tests: rules as data (`Rules` in TOML, JSON and YAML,
 //! `StatsHandle::apply_rules`) and, with the `rules-file` feature, the file
-//! watcher.
+//! watcher, and the rules state in the dashboard (feature `dashboard`).
 //!
 //! One binary for the area, one module per surface.
 
