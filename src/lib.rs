@@ -13,6 +13,7 @@ mod handle;
 pub mod key;
 mod layer;
 pub mod response;
+pub mod rules;
 pub mod stat;
 // Public with the `redis` feature (the Redis store); without it the module
 // holds only the crate's own key table, and has nothing to show.

@@ -19,6 +19,7 @@ use std::sync::Arc;
 
 use crate::flow::breaker::BreakerState;
 use crate::key::IntoKey;
+use crate::rules::{RuleKey, Rules, RulesError, RulesStatus};
 use crate::stat::{Counts, MetricNode};
 use crate::store::{effective_now, CompactKeys, Entry, Registry, RemoteSlot, Store};
 
@@ -509,6 +510,101 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
             return keys.remove_limit(key, self.now());
         }
         self.registry().remove_limit(key)
+    }
+}
+
+/// # Rules as data
+impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
+    /// Applies a rules document: its default limit and every per-key limit,
+    /// all of it or nothing (see [`rules`](crate::rules) for the document).
+    ///
+    /// Every rule is checked first (each limit at most
+    /// [`MAX_LIMIT`](crate::rules::MAX_LIMIT), each key read into the key
+    /// type through [`RuleKey`], no key named twice). On the first that is
+    /// wrong, nothing changes and the error names the rule and the field:
+    /// `rules: limits["/login"]: limit must be at most ...`. Otherwise the
+    /// document replaces the limits as a whole: the default becomes
+    /// `default` (absent: the layer's own), each key in `limits` gets its
+    /// limit, and every key that had its own limit (from earlier rules,
+    /// [`rule`](crate::SlidingWindowLayer::rule) or
+    /// [`set_limit`](Self::set_limit)) and is absent goes back to the
+    /// default. The overflow entry follows the default unless
+    /// [`overflow_limit`](crate::SlidingWindowLayer::overflow_limit) set
+    /// its own. Returns the new [`version`](RulesStatus::version).
+    ///
+    /// # No burst, and what a concurrent request sees
+    ///
+    /// Each key's window is kept: passes already counted stay counted, so a
+    /// lower limit refuses at once and a higher one admits only the
+    /// difference, exactly as [`set_limit`](Self::set_limit). Documents
+    /// applied at once (from two threads, or a watcher and code) are
+    /// applied one after the other. A request that starts after this
+    /// returns sees the whole new document. While it runs, the keys are
+    /// brought to their new limits one part of the table after another: a
+    /// request then sees either its key's old limit or its new one, never
+    /// anything else, and two requests for two keys may see one the old
+    /// and the other the new document. Nothing is allocated or locked on a
+    /// request's path for this.
+    ///
+    /// With a [`store`](crate::SlidingWindowLayer::store) (feature
+    /// `redis`), each per-key limit set or removed is written to Redis in
+    /// the background, as [`set_limit`](Self::set_limit) writes it.
+    ///
+    /// ```
+    /// use std::net::{IpAddr, Ipv4Addr};
+    /// use tower_sliding_window::rules::Rules;
+    /// use tower_sliding_window::{PeerIpKey, SlidingWindowLayer};
+    ///
+    /// let stats = SlidingWindowLayer::qps(10).key(PeerIpKey).handle();
+    /// let rules: Rules = serde_json::from_str(
+    ///     r#"{ "default": 20, "limits": { "10.0.0.7": 500 } }"#,
+    /// ).unwrap();
+    /// assert_eq!(stats.apply_rules(&rules), Ok(1));
+    ///
+    /// // A later document without the rule: 10.0.0.7 is back on the default.
+    /// assert_eq!(stats.apply_rules(&Rules::new().default_limit(30)), Ok(2));
+    /// assert!(!stats.remove_limit(&Some(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 7)))));
+    /// ```
+    pub fn apply_rules(&self, rules: &Rules) -> Result<u64, RulesError>
+    where
+        K: RuleKey,
+    {
+        let registry = self.registry();
+        let status = registry.rules();
+        let _applying = crate::rules::lock(&status.applying);
+        let checked = match crate::rules::check::<K>(rules) {
+            Ok(checked) => checked,
+            Err(err) => {
+                status.failed(&err);
+                return Err(err);
+            }
+        };
+        let limits: std::collections::HashMap<K, u64> = checked.limits.into_iter().collect();
+        #[cfg(feature = "redis")]
+        let written = limits.clone();
+        let _replaced = registry.apply_rules(checked.default, limits);
+        #[cfg(feature = "redis")]
+        {
+            for (key, &limit) in &written {
+                self.write_remote_limit(key, Some(limit));
+            }
+            for key in _replaced.keys().filter(|key| !written.contains_key(*key)) {
+                self.write_remote_limit(key, None);
+            }
+        }
+        Ok(status.applied())
+    }
+
+    /// How many rules documents were applied, and why the latest attempt
+    /// failed if it did (see [`RulesStatus`]).
+    pub fn rules_status(&self) -> RulesStatus {
+        self.registry().rules().get()
+    }
+
+    /// Records a failed attempt to read rules (a watcher's file error).
+    #[cfg_attr(not(feature = "rules-file"), allow(dead_code))]
+    pub(crate) fn rules_failed(&self, error: &RulesError) {
+        self.registry().rules().failed(error);
     }
 }
 

@@ -131,6 +131,12 @@ impl Entry {
         );
     }
 
+    /// Sets the limit alone, keeping the policy tag (the overflow entry's
+    /// limit when the default changes).
+    pub(crate) fn set_limit_only(&self, limit: u64) {
+        self.limit.store(limit, Ordering::Relaxed);
+    }
+
     /// The tag naming this key's own policy, or `None` on the default one.
     pub(crate) fn policy_tag(&self) -> Option<u32> {
         match self.policy_tag.load(Ordering::Relaxed) {

@@ -49,6 +49,7 @@ use super::{Entry, Settings, TopBlocked, Window};
 use crate::clock::SharedClock;
 use crate::flow::breaker::Breaker;
 use crate::key::KeyVisitor;
+use crate::rules::Status;
 use crate::stat::{Counts, MetricBucket, RtSlot};
 use crate::sync::{fence, read, write, AtomicU64, AtomicUsize, Ordering, RwLock};
 
@@ -143,7 +144,19 @@ pub(crate) struct Registry<K> {
     /// Per-key limits set by rules and `set_limit`. Apart from the entries,
     /// so they survive eviction.
     limits: RwLock<HashMap<K, u64>>,
-    default_limit: u64,
+    /// The limit of keys without their own. Written only with `limits`'
+    /// write lock held and read with its read lock held (or for a sole
+    /// load), so that a reader sees the rules and the default of the same
+    /// document; Relaxed, as the lock orders it.
+    default_limit: AtomicU64,
+    /// The default the layer was built with: rules without a default go
+    /// back to it.
+    built_default: u64,
+    /// The overflow entry runs on the default limit (no `overflow_limit`
+    /// was set), and follows it when rules change it.
+    overflow_on_default: bool,
+    /// Applied rules documents and the last failed one.
+    rules: Status,
     window: Window,
     clock: SharedClock,
     /// Clock time (ms) of the last sweep; sweeps are at most one per bucket.
@@ -206,7 +219,10 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
             counted: AtomicUsize::new(0),
             max_keys,
             limits: RwLock::new(rules.clone()),
-            default_limit,
+            default_limit: AtomicU64::new(default_limit),
+            built_default: default_limit,
+            overflow_on_default: overflow_limit.is_none(),
+            rules: Status::default(),
             window,
             clock: clock.clone(),
             last_sweep: AtomicU64::new(0),
@@ -276,17 +292,10 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
         K: Borrow<P::Q>,
     {
         if Self::is_single() {
-            return Arc::clone(
-                &self
-                    .single
-                    .get_or_init(|| {
-                        let key = key.into_owned();
-                        let hash = self.hasher.hash_one(&key);
-                        // The single key never counts against `max_keys`.
-                        self.create(key, hash, true)
-                    })
-                    .1,
-            );
+            if let Some((_, entry)) = self.single.get() {
+                return Arc::clone(entry);
+            }
+            return self.init_single(key);
         }
         // `K: Borrow<Q>` promises that `Q` hashes as `K` does.
         let hash = self.hasher.hash_one(key.key());
@@ -299,14 +308,41 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
         self.insert(key, hash, now)
     }
 
+    /// The single key's entry, on the first request (and those racing it).
+    #[cold]
+    fn init_single<P: PendingKey<K>>(&self, key: P) -> Arc<Entry> {
+        let (key, entry) = self.single.get_or_init(|| {
+            let key = key.into_owned();
+            let hash = self.hasher.hash_one(&key);
+            // The single key never counts against `max_keys`.
+            self.create(key, hash, true)
+        });
+        // Read the limit again now that the entry is published:
+        // `apply_rules` writes the rules, then looks for the entry. Either
+        // it finds it, or it looked before the publication above, so after
+        // its write, and this read (with the lock held while the limit is
+        // stored, so that an older read cannot land after a newer apply)
+        // sees its rules.
+        let limits = read(&self.limits);
+        match limits.get(&**key) {
+            Some(&limit) => entry.set_limit(limit, Some(self.hasher.hash_one(&**key))),
+            None => entry.set_limit(self.default_limit.load(Ordering::Relaxed), None),
+        }
+        Arc::clone(entry)
+    }
+
     /// A new entry for `key`. `pinned`: the entry holds no counted slot of
     /// `max_keys` (decided by the caller, who reserved one or not).
     fn create(&self, key: K, hash: u64, pinned: bool) -> (Arc<K>, Arc<Entry>) {
-        let rule = read(&self.limits).get(&key).copied();
+        let (rule, default) = {
+            let limits = read(&self.limits);
+            let default = self.default_limit.load(Ordering::Relaxed);
+            (limits.get(&key).copied(), default)
+        };
         let entry = Entry::new(
             self.window,
             self.clock.clone(),
-            rule.unwrap_or(self.default_limit),
+            rule.unwrap_or(default),
             rule.map(|_| hash),
             pinned,
             &self.breakers,
@@ -600,23 +636,83 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
             // below reaches it. Without a rule there is nothing to undo.
             if let Some((owned, _)) = removed {
                 let (_, entry) = self.single.get_or_init(|| self.create(owned, hash, true));
-                entry.set_limit(self.default_limit, None);
+                entry.set_limit(self.default_limit.load(Ordering::Relaxed), None);
             }
             return had;
         }
         // Same ordering against `insert` as in `set_limit`.
         let table = write(self.shard(hash));
         if let Some((_, entry)) = table.find(hash, |(k, _)| (**k).borrow() == key) {
-            entry.set_limit(self.default_limit, None);
+            entry.set_limit(self.default_limit.load(Ordering::Relaxed), None);
         }
         had
+    }
+
+    /// The layer's rules state.
+    pub(crate) fn rules(&self) -> &Status {
+        &self.rules
+    }
+
+    /// Replaces every per-key limit with `limits` and the default with
+    /// `default` (`None`: the default the layer was built with), and brings
+    /// every live entry to its new limit. Returns the limits replaced.
+    ///
+    /// The caller holds `rules().applying`, so documents never interleave.
+    /// A request that starts after this returns sees the new limits. While
+    /// it runs, entries are updated one shard after another: a request may
+    /// meet the new limit on one key and the old one on another, never a
+    /// limit that is in neither document. Each entry's limit is one
+    /// relaxed store, and its window is left as it is (no burst: passes
+    /// already counted stay counted, as with `set_limit`).
+    pub(crate) fn apply_rules(
+        &self,
+        default: Option<u64>,
+        limits: HashMap<K, u64>,
+    ) -> HashMap<K, u64> {
+        let default = default.unwrap_or(self.built_default);
+        let old = {
+            let mut table = write(&self.limits);
+            self.default_limit.store(default, Ordering::Relaxed);
+            std::mem::replace(&mut *table, limits)
+        };
+        if self.overflow_on_default {
+            self.overflow.set_limit_only(default);
+        }
+        // Each entry's limit is stored with the limits' read lock held, so
+        // that a `set_limit` racing this (which writes the table, then the
+        // entry) cannot be undone by a limit read before it.
+        let update = |limits: &HashMap<K, u64>, key: &K, entry: &Entry| match limits.get(key) {
+            Some(&limit) => entry.set_limit(limit, Some(self.hasher.hash_one(key))),
+            None => entry.set_limit(self.default_limit.load(Ordering::Relaxed), None),
+        };
+        if Self::is_single() {
+            // See `init_single` for a first request racing this.
+            if let Some((key, entry)) = self.single.get() {
+                update(&read(&self.limits), key, entry);
+            }
+            return old;
+        }
+        // Every entry created before the write above is visited below: an
+        // entry is created with its shard's write lock held and reads its
+        // limit under that lock, so the read lock taken here waits for it.
+        // One created after the write read the new limits itself. The
+        // shard's lock is taken before the limits' lock, in the order
+        // `insert` takes them.
+        for shard in self.shards.iter() {
+            let table = read(shard);
+            let limits = read(&self.limits);
+            for (key, entry) in table.iter() {
+                update(&limits, key, entry);
+            }
+        }
+        old
     }
 }
 
 impl<K> fmt::Debug for Registry<K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Registry")
-            .field("default_limit", &self.default_limit)
+            .field("default_limit", &self.default_limit.load(Ordering::Relaxed))
             .field("window", &self.window)
             .field("max_keys", &self.max_keys)
             .field("rules", &read(&self.limits).len())

@@ -3,7 +3,8 @@
 //! page's script built (`--dump-dom`), the table of the clients blocked
 //! most included. Also takes a screenshot, and loads the page with 1000
 //! keys: it draws the 100 busiest, and a search in its address finds the
-//! others. A second page shows hostile keys in the blocked table: as text.
+//! others. A second page shows hostile keys in the blocked table: as text;
+//! a third, a rules error naming a hostile key: as text.
 //!
 //! The screenshot goes to the test's temporary directory under `target/`;
 //! with `DASHBOARD_SCREENSHOT=docs` it replaces the README's
@@ -393,4 +394,44 @@ async fn hostile_top_blocked_keys_render_as_text_in_chromium() {
         "{long_row}"
     );
     assert!(!long_row.contains(&"L".repeat(65)), "{long_row}");
+}
+
+/// The rules state in the page's summary: the version, and the last error
+/// as text even when a hostile key makes it markup.
+#[ignore = "needs chromium"]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rules_error_renders_as_text_in_chromium() {
+    let browser = chromium().expect(
+        "this test needs Chromium (Debian: apt-get install chromium); run the ignored tests \
+         with --include-ignored once it is installed",
+    );
+    let stats = SlidingWindowLayer::qps(5).key(PathKey).handle();
+    let rules = tower_sliding_window::rules::Rules::new();
+    stats.apply_rules(&rules.clone().limit("/a", 1)).unwrap();
+    let hostile = "<img src=x onerror=\"document.title='pwned'\">";
+    let err = stats
+        .apply_rules(&rules.limit(hostile, u64::MAX))
+        .unwrap_err();
+    let served = Router::new().nest("/limits", dashboard::router(stats.clone()));
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, served).await });
+
+    let page = dom(&browser, &format!("http://{addr}/limits")).await;
+    assert!(
+        page.contains("<title>Rate limits</title>"),
+        "a script ran:\n{page}"
+    );
+    assert!(page.contains(r#"<b id="rules-version">v1</b>"#), "{page}");
+    let escaped = err
+        .to_string()
+        .replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;");
+    assert!(
+        page.contains(&format!(
+            r#"<small id="rules-error" class="error">{escaped}</small>"#
+        )),
+        "{escaped} in\n{page}"
+    );
 }

@@ -132,7 +132,10 @@
 //!   // StatsHandle::top_blocked(20): the keys with the most blocks over
 //!   // the last minute, most first, as columns; a null key is the missing
 //!   // key (a None key). Not cut by the search.
-//!   "top_blocked": { "key": ["/search", null], "block": [1830, 12] }
+//!   "top_blocked": { "key": ["/search", null], "block": [1830, 12] },
+//!   // StatsHandle::rules_status: rules documents applied, and why the
+//!   // latest attempt failed (its message), or null
+//!   "rules": { "version": 2, "last_error": null }
 //! }
 //! ```
 //!

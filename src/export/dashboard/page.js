@@ -130,7 +130,10 @@
       '<div>in flight<b id="total-concurrency">' + t.concurrency + "</b></div>" +
       '<div>avg RT<b id="total-rt">' + rt(t.avg_rt_us) + "</b></div>" +
       (s.store ? '<div>store<b id="store" class="store ' + esc(mode(s.store)) + '">' + esc(mode(s.store)) +
-        "</b><small>" + s.store.failures + " failed of " + s.store.round_trips + " round trips</small></div>" : "");
+        "</b><small>" + s.store.failures + " failed of " + s.store.round_trips + " round trips</small></div>" : "") +
+      (s.rules.version || s.rules.last_error ? '<div>rules<b id="rules-version">v' + s.rules.version + "</b>" +
+        (s.rules.last_error ? '<small id="rules-error" class="error">' + esc(s.rules.last_error) + "</small>" : "") +
+        "</div>" : "");
     if (s.limits_editable) showForm(s);
   }
 

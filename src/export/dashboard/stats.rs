@@ -37,6 +37,8 @@ pub(super) struct Table {
     rows: Vec<KeyRow<Label>>,
     /// The layer's Redis store status, if it has a store.
     store: Option<Store>,
+    /// The layer's rules state: documents applied, the last error.
+    rules: RulesView,
     /// `StatsHandle::top_blocked(TOP_BLOCKED)`, each key as its label
     /// (`None`: the missing key).
     blocked: Vec<(Option<String>, u64)>,
@@ -93,6 +95,7 @@ where
         labels,
         rows,
         store: store_status(handle),
+        rules: RulesView::of(handle.rules_status()),
         blocked,
     }
 }
@@ -164,6 +167,7 @@ pub(super) fn json(
             with_history,
         },
         top_blocked: Blocked(&table.blocked),
+        rules: &table.rules,
     };
     let mut out = Vec::with_capacity(
         1024 + label_bytes + listed.len() * (4 + 10 * 4) + with_history * HISTORY_BYTES,
@@ -188,6 +192,24 @@ struct Document<'a> {
     total: &'a Snapshot,
     keys: Keys<'a>,
     top_blocked: Blocked<'a>,
+    rules: &'a RulesView,
+}
+
+/// `StatsHandle::rules_status` as the JSON writes it: the error as its
+/// message.
+#[derive(Serialize)]
+struct RulesView {
+    version: u64,
+    last_error: Option<String>,
+}
+
+impl RulesView {
+    fn of(status: crate::rules::RulesStatus) -> Self {
+        RulesView {
+            version: status.version,
+            last_error: status.last_error.map(|err| err.to_string()),
+        }
+    }
 }
 
 /// The layer's store status: `StoreStatus` with a Redis store.
@@ -538,12 +560,16 @@ mod tests {
 
     /// The JSON is the one recorded from the dashboard's hand-written JSON
     /// writer before `serde_json` replaced it: byte for byte, and as
-    /// values, but for `top_blocked`, added since as its last field.
+    /// values, but for `top_blocked` and `rules`, added since as its last
+    /// fields.
     #[tokio::test]
     async fn the_json_is_the_recorded_json() {
         let got = documents().await;
         let want = include_str!("stats.recorded.jsonl");
         for (got, want) in got.lines().zip(want.lines()) {
+            let (got, rules) = got.rsplit_once(",\"rules\":").expect("rules, last");
+            assert_eq!(rules, r#"{"version":0,"last_error":null}}"#);
+            let got = format!("{got}}}");
             let (got, top_blocked) = got
                 .rsplit_once(",\"top_blocked\":")
                 .expect("top_blocked, last");

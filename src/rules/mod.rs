@@ -1,0 +1,244 @@
+//! Limits as data: a [`Rules`] document states the default limit and the
+//! per-key limits, and [`StatsHandle::apply_rules`](crate::StatsHandle::apply_rules)
+//! applies all of it at once, or nothing, while the layer serves.
+//!
+//! With the `rules-file` feature,
+//! [`StatsHandle::watch_rules`](crate::StatsHandle::watch_rules) re-applies
+//! a file whenever it changes (see [`RulesWatcher`]).
+//!
+//! # The document
+//!
+//! Two fields, both optional; any other field is an error that names it,
+//! so that a misspelt setting never silently does nothing.
+//!
+//! - `default`: the limit of every key without a rule of its own (per
+//!   window, as [`qps`](crate::SlidingWindowLayer::qps) sets it). Absent:
+//!   the layer's own default, the one it was built with.
+//! - `limits`: a map from a key, written as text, to that key's limit.
+//!   Keys with a rule now that are absent from the map go back to the
+//!   default.
+//!
+//! Applying a document sets the whole state, whatever was set before it
+//! (by an earlier document, [`rule`](crate::SlidingWindowLayer::rule) or
+//! [`set_limit`](crate::StatsHandle::set_limit)): applying the same
+//! document twice, or after anything else, ends in the same limits.
+//!
+//! Limits are whole numbers from 0 (the key is refused entirely) to
+//! [`MAX_LIMIT`] (2^53, the largest integer that every JSON and YAML reader
+//! keeps exactly). A larger number is refused when the document is applied,
+//! with an error naming the rule and the field; a negative or fractional
+//! number, or text, is not a document at all, and the format's reader
+//! refuses it (TOML's and YAML's errors quote the line).
+//!
+//! The same document in TOML, JSON and YAML (a [`PathKey`](crate::PathKey)
+//! layer: keys are paths):
+//!
+//! ```toml
+//! default = 100
+//!
+//! [limits]
+//! "/login" = 5
+//! "/search" = 20
+//! ```
+//!
+//! ```json
+//! { "default": 100, "limits": { "/login": 5, "/search": 20 } }
+//! ```
+//!
+//! ```yaml
+//! default: 100
+//! limits:
+//!   /login: 5
+//!   /search: 20
+//! ```
+//!
+//! # How keys are written
+//!
+//! A key is text in the document, read into the layer's key type through
+//! [`RuleKey`]:
+//!
+//! | extractor | key type | a key in the document |
+//! |---|---|---|
+//! | [`PathKey`](crate::PathKey) | `String` | the path: `"/login"` |
+//! | [`MethodPathKey`](crate::MethodPathKey), `MatchedPathKey` | `String` | method, space, path: `"POST /login"`, `"GET /users/{id}"` |
+//! | [`HeaderKey`](crate::HeaderKey) | `Option<String>` | the header's value: `"tenant-a"` (requests without the header are on the default limit) |
+//! | [`PeerIpKey`](crate::PeerIpKey), [`ForwardedIpKey`](crate::ForwardedIpKey) | `Option<IpAddr>` | the address as the layer keys it: `"10.0.0.7"`; for IPv6, the network address of the client's prefix: `"2001:db8::"` for any address of `2001:db8::/64` (see [`PeerIpKey::key_of`](crate::PeerIpKey::key_of)) |
+//! | [`GlobalKey`](crate::GlobalKey) | `()` | none: only `default` applies |
+//!
+//! For example, per client address:
+//!
+//! ```toml
+//! default = 50
+//!
+//! [limits]
+//! "10.0.0.7" = 500
+//! "2001:db8:0:7::" = 0   # every address of 2001:db8:0:7::/64
+//! ```
+//!
+//! Text keys are at most [`MAX_KEY_BYTES`](crate::key::MAX_KEY_BYTES)
+//! bytes: the built-in extractors key a longer value by its digest, which
+//! a rule could never name. Two keys that read as the same key (`"::1"`
+//! and `"0::1"`, or `"::ffff:10.0.0.7"` and `"10.0.0.7"`) are an error.
+//!
+//! # Room to grow
+//!
+//! A rule is a number today. Later versions may accept a table in its
+//! place (for more windows per key, or per-client rules by route); a
+//! number will keep meaning what it means now.
+//!
+//! # Example
+//!
+//! ```
+//! use tower_sliding_window::rules::Rules;
+//! use tower_sliding_window::{PathKey, SlidingWindowLayer};
+//!
+//! let layer = SlidingWindowLayer::qps(100).key(PathKey);
+//! let stats = layer.handle();
+//!
+//! let rules = Rules::new().default_limit(50).limit("/login", 5);
+//! stats.apply_rules(&rules).unwrap();
+//! assert_eq!(stats.rules_status().version, 1);
+//!
+//! // All or nothing: the invalid rule leaves every limit as it was.
+//! let bad = Rules::new().default_limit(10).limit(&"x".repeat(300), 1);
+//! let err = stats.apply_rules(&bad).unwrap_err();
+//! assert_eq!(err.field(), Some("key"));
+//! assert_eq!(stats.rules_status().version, 1);
+//! ```
+
+mod error;
+mod key;
+mod status;
+#[cfg(feature = "rules-file")]
+mod watch;
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+pub use error::{RulesError, RulesErrorKind};
+pub use key::RuleKey;
+pub use status::RulesStatus;
+pub(crate) use status::{lock, Status};
+#[cfg(feature = "rules-file")]
+#[cfg_attr(docsrs, doc(cfg(feature = "rules-file")))]
+pub use watch::{RulesParser, RulesWatcher, RulesWatcherBuilder, MAX_RULES_FILE_BYTES};
+
+/// The largest limit a rule may set: 2^53, the largest integer that every
+/// JSON and YAML reader keeps exactly (and the largest a Redis store's
+/// script counts to).
+pub const MAX_LIMIT: u64 = 1 << 53;
+
+/// A rules document: the default limit and the per-key limits (see the
+/// [module docs](self) for the format).
+///
+/// Built in code with [`new`](Self::new), [`default_limit`](Self::default_limit)
+/// and [`limit`](Self::limit), or read with serde (feature `serde`) from
+/// TOML, JSON, YAML or any other format. Nothing is checked until it is
+/// applied: [`StatsHandle::apply_rules`](crate::StatsHandle::apply_rules)
+/// validates the whole document against the layer's key type first.
+///
+/// ```
+/// use tower_sliding_window::rules::Rules;
+///
+/// let rules: Rules = serde_json::from_str(r#"{ "limits": { "/login": 5 } }"#).unwrap();
+/// assert_eq!(rules, Rules::new().limit("/login", 5));
+///
+/// let typo = serde_json::from_str::<Rules>(r#"{ "defualt": 5 }"#).unwrap_err();
+/// assert!(typo.to_string().contains("unknown field `defualt`"));
+/// ```
+#[derive(Clone, Default, PartialEq, Eq)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(deny_unknown_fields)
+)]
+#[non_exhaustive]
+pub struct Rules {
+    /// The limit of every key without its own rule; `None`: the layer's
+    /// own default.
+    #[cfg_attr(
+        feature = "serde",
+        serde(default, skip_serializing_if = "Option::is_none")
+    )]
+    pub default: Option<u64>,
+    /// Each key's own limit, the key written as text (see [`RuleKey`]).
+    #[cfg_attr(
+        feature = "serde",
+        serde(default, skip_serializing_if = "BTreeMap::is_empty")
+    )]
+    pub limits: BTreeMap<String, u64>,
+}
+
+impl Rules {
+    /// An empty document: the layer's own default, no per-key limit.
+    pub fn new() -> Self {
+        Rules::default()
+    }
+
+    /// Sets the default limit.
+    pub fn default_limit(mut self, limit: u64) -> Self {
+        self.default = Some(limit);
+        self
+    }
+
+    /// Sets `key`'s own limit (the key as the document writes it).
+    pub fn limit(mut self, key: impl Into<String>, limit: u64) -> Self {
+        self.limits.insert(key.into(), limit);
+        self
+    }
+}
+
+impl fmt::Debug for Rules {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Rules")
+            .field("default", &self.default)
+            .field("limits", &self.limits)
+            .finish()
+    }
+}
+
+/// A document checked against a key type: what the key table applies.
+#[derive(Debug)]
+pub(crate) struct Checked<K> {
+    pub(crate) default: Option<u64>,
+    pub(crate) limits: Vec<(K, u64)>,
+}
+
+/// Checks every value of `rules` and reads every key into `K`, or names the
+/// first rule and field that is wrong.
+pub(crate) fn check<K: RuleKey + Clone + Eq + std::hash::Hash>(
+    rules: &Rules,
+) -> Result<Checked<K>, RulesError> {
+    if let Some(limit) = rules.default {
+        check_limit(limit).map_err(|reason| RulesError::invalid("default", "limit", reason))?;
+    }
+    let mut seen: std::collections::HashMap<K, &str> =
+        std::collections::HashMap::with_capacity(rules.limits.len());
+    let mut limits = Vec::with_capacity(rules.limits.len());
+    for (text, &limit) in &rules.limits {
+        let rule = || error::rule_name(text);
+        let key =
+            K::from_rule_key(text).map_err(|reason| RulesError::invalid(rule(), "key", reason))?;
+        check_limit(limit).map_err(|reason| RulesError::invalid(rule(), "limit", reason))?;
+        if let Some(first) = seen.get(&key) {
+            return Err(RulesError::invalid(
+                rule(),
+                "key",
+                format!("key names the same key as {}", error::rule_name(first)),
+            ));
+        }
+        seen.insert(key.clone(), text);
+        limits.push((key, limit));
+    }
+    Ok(Checked {
+        default: rules.default,
+        limits,
+    })
+}
+
+fn check_limit(limit: u64) -> Result<(), String> {
+    if limit > MAX_LIMIT {
+        return Err(format!("limit must be at most {MAX_LIMIT} (got {limit})"));
+    }
+    Ok(())
+}
