@@ -99,6 +99,37 @@
 //! background, and joins the shared limit from the first probe that finds
 //! the server up.
 //!
+//! # A server that forgets
+//!
+//! Redis can lose a key's passes in the middle of a window: a `FLUSHALL`,
+//! a restart without persistence (the script cache is empty too: the
+//! script is loaded again on `NOSCRIPT`), a promoted replica that had not
+//! seen the last writes. The script then counts from what is left, and
+//! grants passes it had already granted. A layer with a store does not
+//! take them on trust: a pass Redis grants is admitted only if it also
+//! fits the replica's own window for the key (the one it keeps for its
+//! statistics), at the limit Redis applied. So, whatever Redis answers:
+//!
+//! - each replica admits at most the limit in its own window for a key;
+//! - for the rest of the window in which the state was lost, Redis goes on
+//!   deciding from its new count, which every replica still shares: across
+//!   any number of replicas at most 2 x limit pass in that window (what
+//!   passed before the loss, at most the limit, and what Redis counts
+//!   after it, at most the limit), while the connection holds. A restart
+//!   breaks it, and until it is back the failure policy answers
+//!   ([`StoreFailure::Local`]: the replicas' own windows, at most
+//!   `N x limit`). From the next window the count is exact again.
+//!
+//! A pass Redis granted and the replica's window refused stays counted in
+//! Redis: the cap errs toward fewer passes. The replicas' clocks cut their
+//! own windows, so when they cut buckets at other moments than the Redis
+//! server's clock, a replica's window can hold part of a bucket Redis has
+//! already dropped, and under overload a replica may now and then refuse a
+//! pass Redis granted (at most one bucket's worth).
+//!
+//! The cap is the layer's: [`RedisStore::admit`] called directly has no
+//! window of this process to check against and reports what Redis decided.
+//!
 //! # A server that evicts keys
 //!
 //! A server with a `maxmemory` and an evicting `maxmemory-policy`
