@@ -2,8 +2,11 @@
 //! layer: where each admission is decided when the layer has one.
 //!
 //! With a store, a request's pass or block comes from Redis; the layer's
-//! own window only records it (the key's statistics stay per replica) and
-//! decides in Redis's stead under [`StoreFailure::Local`]. A key the store
+//! own window records it (the key's statistics stay per replica), caps
+//! it (a pass from Redis is admitted only if it also fits this replica's
+//! window at the limit Redis applied, so a Redis that lost its state never
+//! lets one replica past the limit), and decides in Redis's stead under
+//! [`StoreFailure::Local`]. A key the store
 //! knows to be blocked is refused in `call`, with no round trip; any other
 //! request waits at a [`Gate`] for the store's verdict, so the round trip
 //! never blocks a thread, and the inner service is called only after a
@@ -74,27 +77,35 @@ fn gate(
     Box::pin(async move {
         let result = store.admit_id(id, limit, 1).await;
         let now = effective_now(&entry, entry.node.clock().now_millis());
-        let pass = |entry: &Entry| {
-            let _ = entry.node.try_add_pass_at(now, 1, |_| true);
-            Decision::Pass(())
-        };
+        // This replica's own window decides at `limit`: the pass is
+        // recorded only if it fits, in one atomic step.
+        let local =
+            |limit: u64| match flow::window(&entry.node, (now, 0), limit, interval_ms, || {
+                entry.is_overflow()
+            }) {
+                Decision::Pass(_) => Decision::Pass(()),
+                Decision::Block(mut refused) => {
+                    refused.retry_after_ms = refused.retry_after_ms.max(1);
+                    Decision::Block(refused)
+                }
+                Decision::Wait(never) => match never {},
+            };
         match result {
-            Ok(verdict) if verdict.passed => pass(&entry),
+            // A pass from Redis must fit this replica's own window too, at
+            // the limit Redis applied: if Redis lost the key's passes (a
+            // FLUSHALL, a restart without persistence, a promoted replica
+            // that had not seen them), it grants passes it already
+            // granted, and the local window is what keeps this replica at
+            // the limit. A pass refused here stays counted in Redis (it
+            // errs toward fewer passes, never more).
+            Ok(verdict) if verdict.passed => local(verdict.limit),
             Ok(verdict) => Decision::Block(refusal(&verdict, interval_ms)),
             Err(_) => match policy {
-                StoreFailure::Local => {
-                    match flow::window(&entry.node, (now, 0), limit, interval_ms, || {
-                        entry.is_overflow()
-                    }) {
-                        Decision::Pass(_) => Decision::Pass(()),
-                        Decision::Block(mut refused) => {
-                            refused.retry_after_ms = refused.retry_after_ms.max(1);
-                            Decision::Block(refused)
-                        }
-                        Decision::Wait(never) => match never {},
-                    }
+                StoreFailure::Local => local(limit),
+                StoreFailure::Allow => {
+                    let _ = entry.node.try_add_pass_at(now, 1, |_| true);
+                    Decision::Pass(())
                 }
-                StoreFailure::Allow => pass(&entry),
                 StoreFailure::Deny => {
                     Decision::Block(Refusal::new(Reason::Store, store.probe_ms().max(1), limit))
                 }

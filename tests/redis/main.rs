@@ -5,6 +5,7 @@
 #[path = "../support/redis_server.rs"]
 mod redis_server;
 
+mod cluster;
 mod ipv6_prefix;
 mod redis;
 mod redis_layer;

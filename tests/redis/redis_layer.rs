@@ -699,3 +699,178 @@ async fn refusals_decided_in_redis_count_in_top_blocked() {
     assert_eq!(send(&b.app, "/api").await, StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(b.stats.top_blocked(5), [("/api".to_owned(), 2)]);
 }
+
+/// `count` requests for `path`, one after another; how many were answered
+/// 200 (anything but 200/429 panics).
+async fn in_turn(app: &Router, path: &str, count: usize) -> u64 {
+    let mut ok = 0;
+    for _ in 0..count {
+        match send(app, path).await {
+            StatusCode::OK => ok += 1,
+            StatusCode::TOO_MANY_REQUESTS => {}
+            other => panic!("unexpected status {other}"),
+        }
+    }
+    ok
+}
+
+/// One replica on a window of a minute (so that a restart of Redis fits in
+/// it whatever the clock's steps) with a 1 ms probe interval.
+async fn minute_replica(server: &RedisServer, clock: &ManualClock, limit: u64) -> Replica {
+    let store = RedisStore::connect(&server.url())
+        .await
+        .expect("connect")
+        .clock(clock.clone())
+        .timeout(Duration::from_secs(2))
+        .probe_interval(Duration::from_millis(1));
+    let layer = SlidingWindowLayer::qps(limit)
+        .window(Duration::from_secs(60), 60)
+        .key(PathKey)
+        .clock(clock.clone())
+        .store(store)
+        .on_store_error(StoreFailure::Local);
+    let stats = layer.handle();
+    let app = Router::new()
+        .route("/{*path}", get(|| async { "ok" }))
+        .layer(layer);
+    Replica { app, stats }
+}
+
+/// Redis forgets a key's passes mid-window (FLUSHALL, or a restart without
+/// persistence): whatever it grants afterwards, one replica never admits
+/// more than the limit in its own window.
+#[ignore = "needs redis-server"]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_losing_its_state_mid_window_never_lets_one_replica_past_the_limit() {
+    let mut server = RedisServer::start();
+    let mut conn = redis_server::raw(&server.url()).await;
+    let clock = ManualClock::new(20_000_000);
+    let replica = minute_replica(&server, &clock, 10).await;
+
+    // FLUSHALL: the data is gone, the connection and the script stay.
+    assert_eq!(in_turn(&replica.app, "/flushed", 10).await, 10);
+    let _: () = redis::cmd("FLUSHALL")
+        .query_async(&mut conn)
+        .await
+        .expect("flushall");
+    clock.advance(Duration::from_millis(500));
+    assert_eq!(
+        in_turn(&replica.app, "/flushed", 20).await,
+        0,
+        "after FLUSHALL: 10 passed already in this replica's window"
+    );
+    let snapshot = replica.stats.snapshot("/flushed").expect("seen");
+    assert_eq!((snapshot.pass, snapshot.block), (10, 20));
+
+    // A restart with empty memory: the connection breaks, the script
+    // cache is empty (NOSCRIPT), the data is gone.
+    assert_eq!(in_turn(&replica.app, "/restarted", 10).await, 10);
+    server.restart();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while replica.stats.store_status().expect("a store").mode != StoreMode::Remote
+        || replica.stats.store_status().expect("a store").failures == 0
+    {
+        assert!(Instant::now() < deadline, "never recovered");
+        clock.advance(Duration::from_millis(2));
+        let _ = send(&replica.app, "/probe").await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        in_turn(&replica.app, "/restarted", 20).await,
+        0,
+        "after a restart: 10 passed already in this replica's window"
+    );
+    let status = replica.stats.store_status().expect("a store");
+    assert_eq!(status.mode, StoreMode::Remote);
+
+    // The next window is Redis's again, exactly.
+    clock.advance(Duration::from_secs(61));
+    assert_eq!(in_turn(&replica.app, "/restarted", 20).await, 10);
+}
+
+/// The bound across replicas: in the window in which Redis loses a key's
+/// passes, the replicas admit at most twice the limit in all (what passed
+/// before the loss, at most the limit, and what Redis counts after it, at
+/// most the limit), and each at most the limit.
+#[ignore = "needs redis-server"]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_flushall_three_replicas_admit_at_most_twice_the_limit_in_the_window() {
+    let server = RedisServer::start();
+    let mut conn = redis_server::raw(&server.url()).await;
+    let clock = ManualClock::new(30_000_000);
+    let limit = 10;
+    let mut replicas = Vec::new();
+    for _ in 0..3 {
+        replicas.push(minute_replica(&server, &clock, limit).await);
+    }
+    // Before the loss: the whole limit through replica 0.
+    assert_eq!(in_turn(&replicas[0].app, "/api", 10).await, 10);
+    let _: () = redis::cmd("FLUSHALL")
+        .query_async(&mut conn)
+        .await
+        .expect("flushall");
+    clock.advance(Duration::from_secs(1));
+    // After it: Redis counts from 0 again and shares that count.
+    let after = burst(&replicas[1..], "/api", 20).await;
+    assert_eq!(after, limit, "replicas 1 and 2 share Redis's new count");
+    assert_eq!(burst(&replicas, "/api", 20).await, 0);
+    let passes: Vec<u64> = replicas
+        .iter()
+        .map(|r| r.stats.snapshot("/api").expect("seen").pass)
+        .collect();
+    for (i, pass) in passes.iter().enumerate() {
+        assert!(*pass <= limit, "replica {i} admitted {pass}");
+    }
+    let total: u64 = passes.iter().sum();
+    assert_eq!(total, 2 * limit, "passes per replica {passes:?}");
+
+    // The same with every replica in the burst after the loss: replica 0's
+    // share of Redis's new count is refused by its own full window.
+    assert_eq!(in_turn(&replicas[0].app, "/all", 10).await, 10);
+    let _: () = redis::cmd("FLUSHALL")
+        .query_async(&mut conn)
+        .await
+        .expect("flushall");
+    let after = burst(&replicas, "/all", 20).await;
+    let passes: Vec<u64> = replicas
+        .iter()
+        .map(|r| r.stats.snapshot("/all").expect("seen").pass)
+        .collect();
+    assert_eq!(passes[0], limit, "replica 0: nothing after the loss");
+    assert!(after <= limit, "Redis's new count: {after}");
+    assert!(passes.iter().sum::<u64>() <= 2 * limit, "{passes:?}");
+}
+
+/// Someone flushes the script cache (SCRIPT FLUSH) while the data stays:
+/// the store loads the script again on NOSCRIPT and the count goes on
+/// where it was, exact, with no failure.
+#[ignore = "needs redis-server"]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flushed_script_cache_is_reloaded_and_the_count_goes_on() {
+    let server = RedisServer::start();
+    let mut conn = redis_server::raw(&server.url()).await;
+    let clock = ManualClock::new(40_000_000);
+    let mut replicas = Vec::new();
+    for _ in 0..2 {
+        replicas.push(minute_replica(&server, &clock, 10).await);
+    }
+    assert_eq!(in_turn(&replicas[0].app, "/api", 4).await, 4);
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut conn)
+        .await
+        .expect("script flush");
+    // Another script in the cache changes nothing: scripts are called by
+    // their SHA-1, which names this store's script alone.
+    let _: String = redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg("return {1, 0, 0, 1000000, ''}")
+        .query_async(&mut conn)
+        .await
+        .expect("script load");
+    assert_eq!(burst(&replicas, "/api", 10).await, 6);
+    for replica in &replicas {
+        let status = replica.stats.store_status().expect("a store");
+        assert_eq!((status.mode, status.failures), (StoreMode::Remote, 0));
+    }
+}

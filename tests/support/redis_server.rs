@@ -168,6 +168,128 @@ fn unique() -> u64 {
     NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
+/// A Redis Cluster of throwaway servers: each a [`RedisServer`] with
+/// cluster mode on (its `nodes.conf` in its own temporary directory), the
+/// slots spread over all of them as primaries with no replicas, by
+/// `redis-cli --cluster create`. Stopped with its servers on drop.
+///
+/// It runs Redis's `redis-server` and `redis-cli` (Debian packages
+/// `redis-server` and `redis-tools`); Valkey is not used, Debian 12 has no
+/// `valkey-server` package.
+pub struct RedisCluster {
+    nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    /// Starts `primaries` servers (at least 3, as Redis requires), makes
+    /// them one cluster and waits until every node reports
+    /// `cluster_state:ok`.
+    ///
+    /// # Panics
+    ///
+    /// When no cluster can be made here.
+    pub fn start(primaries: usize) -> RedisCluster {
+        if let Err(err) = Command::new("redis-cli").arg("--version").output() {
+            unavailable(&format!("cannot run redis-cli: {err}"));
+        }
+        let settings = [
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            "nodes.conf",
+            // A dead primary is known to the others within a second.
+            "--cluster-node-timeout",
+            "1000",
+        ];
+        let nodes: Vec<RedisServer> = (0..primaries)
+            .map(|_| RedisServer::start_with(&settings))
+            .collect();
+        let mut create = Command::new("redis-cli");
+        create.arg("--cluster").arg("create");
+        for node in &nodes {
+            create.arg(format!("127.0.0.1:{}", node.port()));
+        }
+        let created = create
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap_or_else(|err| unavailable(&format!("cannot run redis-cli: {err}")));
+        if !created.status.success() {
+            unavailable(&format!(
+                "redis-cli --cluster create failed: {}{}",
+                String::from_utf8_lossy(&created.stdout),
+                String::from_utf8_lossy(&created.stderr)
+            ));
+        }
+        let cluster = RedisCluster { nodes };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !cluster.is_ok() {
+            if Instant::now() > deadline {
+                unavailable("the cluster never reported cluster_state:ok within 30 s");
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        cluster
+    }
+
+    /// Whether every running node reports `cluster_state:ok`.
+    pub fn is_ok(&self) -> bool {
+        self.nodes.iter().filter(|n| n.child.is_some()).all(|node| {
+            Command::new("redis-cli")
+                .args(["-h", "127.0.0.1", "-p", &node.port().to_string()])
+                .args(["cluster", "info"])
+                .output()
+                .map(|out| String::from_utf8_lossy(&out.stdout).contains("cluster_state:ok"))
+                .unwrap_or(false)
+        })
+    }
+
+    /// Moves every slot of node `from`, with its keys, to node `to`
+    /// (`redis-cli --cluster reshard`): clients that knew the old map are
+    /// answered `MOVED` (or `ASK` while a slot is half moved).
+    ///
+    /// # Panics
+    ///
+    /// When the move fails.
+    pub fn move_all_slots(&self, from: usize, to: usize) {
+        let id = |i: usize| {
+            let out = Command::new("redis-cli")
+                .args(["-h", "127.0.0.1", "-p", &self.nodes[i].port().to_string()])
+                .args(["cluster", "myid"])
+                .output()
+                .expect("redis-cli cluster myid");
+            String::from_utf8_lossy(&out.stdout).trim().to_owned()
+        };
+        let out = Command::new("redis-cli")
+            .arg("--cluster")
+            .arg("reshard")
+            .arg(format!("127.0.0.1:{}", self.nodes[from].port()))
+            .args(["--cluster-from", &id(from)])
+            .args(["--cluster-to", &id(to)])
+            .args(["--cluster-slots", "16384"])
+            .arg("--cluster-yes")
+            .stdin(Stdio::null())
+            .output()
+            .expect("redis-cli --cluster reshard");
+        assert!(
+            out.status.success(),
+            "reshard failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// The nodes' URLs.
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(RedisServer::url).collect()
+    }
+
+    /// Node `i`.
+    pub fn node(&mut self, i: usize) -> &mut RedisServer {
+        &mut self.nodes[i]
+    }
+}
+
 /// A plain connection for the test to look into Redis (or to slow it
 /// down), with no response timeout of its own.
 pub async fn raw(url: &str) -> redis::aio::MultiplexedConnection {

@@ -81,6 +81,18 @@
 //! every replica passes for that key, so one call reaches every replica
 //! (from their next request). [`RedisStore::remove_limit`] deletes it.
 //!
+//! # Redis Cluster
+//!
+//! [`connect_cluster`](RedisStore::connect_cluster) (feature
+//! `redis-cluster`) makes the same store on a Redis Cluster: a key's names
+//! share its id as their hash tag, so each script call touches one slot and
+//! runs on the primary that holds it, and keys spread over every primary.
+//! The script is loaded on every primary at connect, and again on
+//! `NOSCRIPT` (a primary that restarted, or took over); the client follows
+//! `MOVED` and `ASK` while slots move. A primary that cannot be reached is
+//! a failure as below: the whole store switches to fallback until a probe
+//! succeeds.
+//!
 //! # Failures
 //!
 //! Every round trip is bounded by a [`timeout`](RedisStore::timeout)
@@ -98,6 +110,37 @@
 //! returns at once: the store starts in fallback, connects in the
 //! background, and joins the shared limit from the first probe that finds
 //! the server up.
+//!
+//! # A server that forgets
+//!
+//! Redis can lose a key's passes in the middle of a window: a `FLUSHALL`,
+//! a restart without persistence (the script cache is empty too: the
+//! script is loaded again on `NOSCRIPT`), a promoted replica that had not
+//! seen the last writes. The script then counts from what is left, and
+//! grants passes it had already granted. A layer with a store does not
+//! take them on trust: a pass Redis grants is admitted only if it also
+//! fits the replica's own window for the key (the one it keeps for its
+//! statistics), at the limit Redis applied. So, whatever Redis answers:
+//!
+//! - each replica admits at most the limit in its own window for a key;
+//! - for the rest of the window in which the state was lost, Redis goes on
+//!   deciding from its new count, which every replica still shares: across
+//!   any number of replicas at most 2 x limit pass in that window (what
+//!   passed before the loss, at most the limit, and what Redis counts
+//!   after it, at most the limit), while the connection holds. A restart
+//!   breaks it, and until it is back the failure policy answers
+//!   ([`StoreFailure::Local`]: the replicas' own windows, at most
+//!   `N x limit`). From the next window the count is exact again.
+//!
+//! A pass Redis granted and the replica's window refused stays counted in
+//! Redis: the cap errs toward fewer passes. The replicas' clocks cut their
+//! own windows, so when they cut buckets at other moments than the Redis
+//! server's clock, a replica's window can hold part of a bucket Redis has
+//! already dropped, and under overload a replica may now and then refuse a
+//! pass Redis granted (at most one bucket's worth).
+//!
+//! The cap is the layer's: [`RedisStore::admit`] called directly has no
+//! window of this process to check against and reports what Redis decided.
 //!
 //! # A server that evicts keys
 //!
@@ -121,6 +164,7 @@
 //! [`PEXPIRE`]: https://redis.io/docs/latest/commands/pexpire/
 
 mod blocked;
+mod connection;
 mod error;
 mod identity;
 mod status;
@@ -137,6 +181,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::Script;
 
 use self::blocked::{Blocked, BlockedKeys};
+use self::connection::{policy_in, Connection};
 use self::identity::redis_names;
 pub(crate) use self::identity::{identity, KeyId};
 use self::status::{Health, Route};
@@ -217,7 +262,7 @@ impl RemoteWindow {
 /// What every clone of a store shares: the connection, the script and the
 /// health of the link (with what is known of the server's eviction policy).
 struct Link {
-    connection: ConnectionManager,
+    connection: Connection,
     script: Script,
     health: Health,
 }
@@ -321,28 +366,100 @@ impl RedisStore {
     pub async fn connect(url: &str) -> Result<RedisStore, StoreError> {
         let client = client(url)?;
         let connect = async {
-            let mut connection = ConnectionManager::new_with_config(client, manager_config())
+            let connection = ConnectionManager::new_with_config(client, manager_config())
                 .await
                 .map_err(|err| StoreError::redis(StoreErrorKind::Connect, err))?;
-            let script = Script::new(ADMIT_LUA);
-            script
-                .prepare_invoke()
-                .load_async(&mut connection)
-                .await
-                .map_err(|err| StoreError::redis(StoreErrorKind::Connect, err))?;
-            let policy = read_policy(&mut connection).await?;
-            Ok::<_, StoreError>((connection, script, policy))
+            prepare(Connection::Single(connection)).await
         };
-        let (connection, script, policy) = tokio::time::timeout(CONNECT_TIMEOUT, connect)
+        RedisStore::connected(connect).await
+    }
+
+    /// Connects to a Redis Cluster (or a Valkey cluster) through any of
+    /// its `nodes` (URLs as [`connect`](Self::connect) takes; one reachable
+    /// node is enough, the client learns the others from it), loads the
+    /// admission script on every primary and reads their eviction policies
+    /// (one evicting primary is enough for the store to refuse the
+    /// cluster, see [a server that evicts keys](self#a-server-that-evicts-keys)).
+    /// Feature `redis-cluster`.
+    ///
+    /// The store then decides as on one server: every name of a key (its
+    /// buckets and its shared limit) carries the key's id as its hash tag,
+    /// so each script call touches one slot, and goes to the primary that
+    /// holds it. The client follows `MOVED` and `ASK` redirections while
+    /// slots move, and a primary that answers `NOSCRIPT` (a new one after a
+    /// failover, say) gets the script again before the call is repeated.
+    /// A primary that cannot be reached is a failure like any other: the
+    /// store switches to fallback, the failure policy answers, and the
+    /// probes bring it back once the cluster serves every slot again.
+    ///
+    /// Fails if `nodes` is empty or holds an invalid URL, or if the
+    /// cluster cannot be reached within 5 s.
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use tower_sliding_window::store::RedisStore;
+    ///
+    /// let store = RedisStore::connect_cluster([
+    ///     "redis://10.0.0.1:6379/",
+    ///     "redis://10.0.0.2:6379/",
+    ///     "redis://10.0.0.3:6379/",
+    /// ])
+    /// .await?;
+    /// let verdict = store.admit("/search", 100).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[cfg(feature = "redis-cluster")]
+    pub async fn connect_cluster<I, U>(nodes: I) -> Result<RedisStore, StoreError>
+    where
+        I: IntoIterator<Item = U>,
+        U: AsRef<str>,
+    {
+        let nodes: Vec<String> = nodes
+            .into_iter()
+            .map(|url| url.as_ref().to_owned())
+            .collect();
+        if nodes.is_empty() {
+            return Err(StoreError::new(
+                StoreErrorKind::InvalidUrl,
+                "RedisStore::connect_cluster: nodes must hold at least one URL",
+            ));
+        }
+        let client = redis::cluster::ClusterClient::builder(nodes)
+            .connection_timeout(CONNECT_TIMEOUT)
+            // Each round trip is bounded by the store's own timeout.
+            .response_timeout(CONNECT_TIMEOUT)
+            // A few quick retries (a redirection, a node coming back);
+            // the store's timeout ends a call that takes longer.
+            .retries(3)
+            .min_retry_wait(10)
+            .max_retry_wait(200)
+            .build()
+            .map_err(|err| StoreError::redis(StoreErrorKind::InvalidUrl, err))?;
+        let connect = async {
+            let connection = client
+                .get_async_connection()
+                .await
+                .map_err(|err| StoreError::redis(StoreErrorKind::Connect, err))?;
+            prepare(Connection::Cluster(connection)).await
+        };
+        RedisStore::connected(connect).await
+    }
+
+    /// The store on a connection `connect` makes and prepares, within the
+    /// connect timeout.
+    async fn connected(
+        connect: impl std::future::Future<Output = Result<(Connection, String), StoreError>>,
+    ) -> Result<RedisStore, StoreError> {
+        let (connection, policy) = tokio::time::timeout(CONNECT_TIMEOUT, connect)
             .await
-            .map_err(|_| {
-            StoreError::new(StoreErrorKind::Connect, "no connection within 5 s")
-        })??;
+            .map_err(|_| StoreError::new(StoreErrorKind::Connect, "no connection within 5 s"))??;
         let health = Health::default();
         health.set_policy(&policy);
         Ok(RedisStore::with_link(Link {
             connection,
-            script,
+            script: Script::new(ADMIT_LUA),
             health,
         }))
     }
@@ -386,8 +503,10 @@ impl RedisStore {
                 "RedisStore::connect_lazy needs a tokio runtime (call it inside one)",
             ));
         };
-        let connection = ConnectionManager::new_lazy_with_config(client, manager_config())
-            .map_err(|err| StoreError::redis(StoreErrorKind::Connect, err))?;
+        let connection = Connection::Single(
+            ConnectionManager::new_lazy_with_config(client, manager_config())
+                .map_err(|err| StoreError::redis(StoreErrorKind::Connect, err))?,
+        );
         let store = RedisStore::with_link(Link {
             connection,
             script: Script::new(ADMIT_LUA),
@@ -931,20 +1050,29 @@ fn parse_reply(reply: Vec<redis::Value>) -> Result<Reply, StoreError> {
     })
 }
 
+/// Loads the admission script (on every primary of a cluster) and reads
+/// the eviction policy.
+async fn prepare(mut connection: Connection) -> Result<(Connection, String), StoreError> {
+    Script::new(ADMIT_LUA)
+        .prepare_invoke()
+        .load_async(&mut connection)
+        .await
+        .map_err(|err| StoreError::redis(StoreErrorKind::Connect, err))?;
+    let policy = read_policy(&mut connection).await?;
+    Ok((connection, policy))
+}
+
 /// Reads the server's `maxmemory-policy` with `INFO memory`: `Ok("")` when
 /// the server answers without it (or refuses `INFO`: the policy is then
-/// unknown, and trusted).
-async fn read_policy(connection: &mut ConnectionManager) -> Result<String, StoreError> {
-    let info: Result<String, redis::RedisError> = redis::cmd("INFO")
+/// unknown, and trusted). On a cluster every primary answers, and an
+/// evicting one's policy is the one returned.
+async fn read_policy(connection: &mut Connection) -> Result<String, StoreError> {
+    let info: Result<redis::Value, redis::RedisError> = redis::cmd("INFO")
         .arg("memory")
         .query_async(connection)
         .await;
     match info {
-        Ok(info) => Ok(info
-            .lines()
-            .find_map(|line| line.strip_prefix("maxmemory_policy:"))
-            .map(|policy| policy.trim().to_owned())
-            .unwrap_or_default()),
+        Ok(info) => Ok(policy_in(&info)),
         // An error reply (INFO refused by an ACL, say): the link works.
         Err(err) if err.code().is_some() => {
             tracing::warn!(
