@@ -30,6 +30,12 @@ pub enum Mode {
     /// The service's latency and throughput with and without readers of
     /// the dashboard (feature `dashboard`).
     Dashboard,
+    /// Resident memory per key of our tiers and governor's keyed limiter,
+    /// each in a child process of its own.
+    Memory,
+    /// Admission latency with a full key table turning over, against one
+    /// with room.
+    Eviction,
 }
 
 impl Mode {
@@ -45,6 +51,8 @@ impl Mode {
             "all" => Mode::All,
             "redis" => Mode::Redis,
             "dashboard" => Mode::Dashboard,
+            "memory" => Mode::Memory,
+            "eviction" => Mode::Eviction,
             _ => return None,
         })
     }
@@ -93,6 +101,14 @@ pub struct Config {
     pub soak_max_keys: usize,
     /// Run only the contenders with these slugs (all when empty).
     pub only: Vec<String>,
+    /// Keys per subject in `memory` (and the `max_keys` of ours).
+    pub memory_keys: u64,
+    /// Keys inserted into the full tier in `memory`.
+    pub memory_full_keys: u64,
+    /// Keys per round of the compact tier in `eviction`.
+    pub eviction_keys: usize,
+    /// Keys per round of the full tier in `eviction`.
+    pub eviction_full_keys: usize,
 }
 
 impl Config {
@@ -128,6 +144,10 @@ impl Config {
             soak_keys: 100_000,
             soak_max_keys: 10_000,
             only: Vec::new(),
+            memory_keys: 1_000_000,
+            memory_full_keys: 100_000,
+            eviction_keys: 1_000_000,
+            eviction_full_keys: 20_000,
         }
     }
 }
@@ -156,6 +176,13 @@ modes:
              dashboard, on by default); reads --rounds, --bench-secs,
              --warmup-secs, --connections, --server-threads; fails when
              the p99 grows over 2x or throughput falls under 0.8x
+  memory     resident memory per key (growth of RSS over the keys) of
+             our tiers and governor's keyed limiter, each subject in a
+             child process of its own; reads --memory-keys and
+             --memory-full-keys
+  eviction   admission latency (p50 to max) of a key table that is full
+             and evicting idle keys, against one with room; reads
+             --eviction-keys and --eviction-full-keys
 
 options (defaults in brackets):
   --out DIR               charts and report [target/load]
@@ -177,6 +204,10 @@ options (defaults in brackets):
   --hostile               soak with hostile keys (takes no value)
   --soak-keys N           distinct keys in the soak [100000]
   --soak-max-keys N       registry bound in the soak [10000]
+  --memory-keys N         keys per subject in memory [1000000]
+  --memory-full-keys N    keys of the full tier in memory [100000]
+  --eviction-keys N       keys per round, compact tier, eviction [1000000]
+  --eviction-full-keys N  keys per round, full tier, eviction [20000]
   --only SLUG,SLUG        run only these contenders (bare, noop, ours-global,
                           ours-path, ours-strict, ours-throttle,
                           governor-usual, governor-burst1,
@@ -250,6 +281,10 @@ fn apply(config: &mut Config, flag: &str, value: &str) -> Result<(), String> {
         "--soak-secs" | "--seconds" => config.soak_time = secs()?,
         "--soak-keys" => config.soak_keys = count()?,
         "--soak-max-keys" => config.soak_max_keys = count()?,
+        "--memory-keys" => config.memory_keys = count()? as u64,
+        "--memory-full-keys" => config.memory_full_keys = count()? as u64,
+        "--eviction-keys" => config.eviction_keys = count()?,
+        "--eviction-full-keys" => config.eviction_full_keys = count()?,
         "--only" => config.only = value.split(',').map(|s| s.trim().to_owned()).collect(),
         _ => return Err(format!("unknown option `{flag}`\n\n{USAGE}")),
     }
