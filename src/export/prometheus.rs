@@ -332,7 +332,9 @@ impl<K: KeyLabel + Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
         PrometheusCollector {
             parts: vec![Part {
                 layer: None,
-                per_key: true,
+                // A compact layer keeps no lifetime totals per key: its
+                // collector exports the layer's totals.
+                per_key: !self.is_compact(),
                 top_keys: DEFAULT_TOP_KEYS,
                 source: Box::new(self.clone()),
                 other: Mutex::new(OtherState::default()),
@@ -381,7 +383,12 @@ impl<K: KeyLabel + Clone + Eq + Hash + Send + Sync + 'static> Source for StatsHa
             evicted,
             keys,
             overflow: self.overflow_lifetime(),
-            histogram: self.rt_slot().get().map(RtHistogram::read),
+            // A compact layer records no response times.
+            histogram: if self.is_compact() {
+                None
+            } else {
+                self.rt_slot().get().map(RtHistogram::read)
+            },
         }
     }
 }

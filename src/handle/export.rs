@@ -57,15 +57,36 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
         self.registry().window().interval_ms
     }
 
-    /// The lifetime totals of every entry evicted so far, summed.
+    /// Whether the layer is compact (`SlidingWindowLayer::compact`).
+    #[cfg(feature = "prometheus")]
+    pub(crate) fn is_compact(&self) -> bool {
+        self.compact().is_some()
+    }
+
+    /// The lifetime totals of every entry evicted so far, summed. A compact
+    /// layer keeps no lifetime totals per key: every key's passes and
+    /// blocks (in the table or with their own limit, evicted or not) are
+    /// counted here, the overflow's apart.
     #[cfg(feature = "prometheus")]
     pub(crate) fn evicted_lifetime(&self) -> Counts {
+        if let Some(keys) = self.compact() {
+            let (pass, block) = keys.keys_lifetime();
+            return Counts {
+                pass,
+                block,
+                ..Counts::default()
+            };
+        }
         self.registry().evicted_totals()
     }
 
-    /// Calls `f` with every key holding an entry and its lifetime totals.
+    /// Calls `f` with every key holding an entry and its lifetime totals
+    /// (none for a compact layer: see [`evicted_lifetime`](Self::evicted_lifetime)).
     #[cfg(feature = "prometheus")]
     pub(crate) fn for_each_lifetime(&self, mut f: impl FnMut(&K, Lifetime)) {
+        if self.compact().is_some() {
+            return;
+        }
         self.registry()
             .for_each_entry(|key, entry| f(key, Lifetime::of(entry)));
     }
@@ -79,6 +100,21 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
     /// The overflow entry's lifetime totals.
     #[cfg(feature = "prometheus")]
     pub(crate) fn overflow_lifetime(&self) -> Lifetime {
+        if let Some(keys) = self.compact() {
+            let place = keys.table().overflow_place();
+            let (pass, block) = place.totals.get();
+            return Lifetime {
+                counts: Counts {
+                    pass,
+                    block,
+                    ..Counts::default()
+                },
+                concurrency: 0,
+                limit: place.limit,
+                breakers_not_closed: 0,
+                own_limit: false,
+            };
+        }
         Lifetime::of(self.registry().overflow())
     }
 
@@ -90,6 +126,28 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
     /// only for the rows it keeps.
     #[cfg(feature = "dashboard")]
     pub(crate) fn rows<T>(&self, now: u64, mut key: impl FnMut(&K) -> T) -> Vec<KeyRow<T>> {
+        if let Some(keys) = self.compact() {
+            let mut rows = Vec::new();
+            keys.table().for_each(
+                |k, place| {
+                    let (pass, block) = keys.counts(place.value, now);
+                    let counts = Counts {
+                        pass,
+                        block,
+                        ..Counts::default()
+                    };
+                    KeyRow {
+                        key: Some(key(k)),
+                        snapshot: Snapshot::compact((pass, block), place.limit),
+                        counts,
+                        in_total: true,
+                        entry: None,
+                    }
+                },
+                |row| rows.push(row),
+            );
+            return rows;
+        }
         // Room for every entry and the overflow row: no regrowth.
         let mut rows = Vec::with_capacity(self.registry().entries_len() + 1);
         self.registry().for_each_entry(|k, entry| {
@@ -102,6 +160,24 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
     /// (anything in flight or in its windows) or has history.
     #[cfg(feature = "dashboard")]
     pub(crate) fn overflow_row<T>(&self, now: u64) -> Option<KeyRow<T>> {
+        if let Some(keys) = self.compact() {
+            if keys.overflow_idle(now) {
+                return None;
+            }
+            let place = keys.table().overflow_place();
+            let (pass, block) = keys.counts(place.value, now);
+            return Some(KeyRow {
+                key: None,
+                snapshot: Snapshot::compact((pass, block), place.limit),
+                counts: Counts {
+                    pass,
+                    block,
+                    ..Counts::default()
+                },
+                in_total: true,
+                entry: None,
+            });
+        }
         let overflow = self.registry().overflow();
         let at = effective_now(overflow, now);
         if overflow.node.is_idle_at(at) && overflow.node.history(at).is_empty() {
@@ -125,7 +201,8 @@ pub(crate) struct KeyRow<T> {
     counts: Counts,
     /// Whether [`total`] counts this row (the idle overflow entry does not).
     in_total: bool,
-    entry: Arc<Entry>,
+    /// The full entry (`None` for a compact key: no breakers, no history).
+    entry: Option<Arc<Entry>>,
 }
 
 /// Every row that counts summed, as [`StatsHandle::total`] sums the
@@ -167,7 +244,7 @@ impl<T> KeyRow<T> {
             snapshot,
             counts,
             in_total,
-            entry: Arc::clone(entry),
+            entry: Some(Arc::clone(entry)),
         }
     }
 
@@ -175,10 +252,11 @@ impl<T> KeyRow<T> {
     /// first: `open` if any is open, else `half_open` if any is, else
     /// `closed`; `None` when the layer has no breakers.
     pub(crate) fn breaker(&self, now: u64) -> Option<&'static str> {
-        if self.entry.breakers.is_empty() {
+        let entry = self.entry.as_ref()?;
+        if entry.breakers.is_empty() {
             return None;
         }
-        let states = self.entry.breakers.states(effective_now(&self.entry, now));
+        let states = entry.breakers.states(effective_now(entry, now));
         let rank = |state: &BreakerState| match state {
             BreakerState::Open { .. } => 2,
             BreakerState::HalfOpen => 1,
@@ -192,6 +270,9 @@ impl<T> KeyRow<T> {
 
     /// The entry's history at `now` (see [`StatsHandle::history`]).
     pub(crate) fn history(&self, now: u64) -> Vec<MetricNode> {
-        self.entry.node.history(effective_now(&self.entry, now))
+        match &self.entry {
+            Some(entry) => entry.node.history(effective_now(entry, now)),
+            None => Vec::new(),
+        }
     }
 }

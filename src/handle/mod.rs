@@ -20,7 +20,7 @@ use std::sync::Arc;
 use crate::flow::breaker::BreakerState;
 use crate::key::IntoKey;
 use crate::stat::{Counts, MetricNode};
-use crate::store::{effective_now, Entry, Registry, RemoteSlot, Store};
+use crate::store::{effective_now, CompactKeys, Entry, Registry, RemoteSlot, Store};
 
 /// A cloneable handle on a [`SlidingWindowLayer`](crate::SlidingWindowLayer)'s
 /// live statistics and limits.
@@ -104,6 +104,24 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
         self.registry().clock().now_millis()
     }
 
+    /// The compact table, if the layer is compact.
+    fn compact(&self) -> Option<&CompactKeys<K>> {
+        self.store.compact().map(|keys| &**keys)
+    }
+
+    /// Calls `f` with every key of a compact layer and its snapshot at
+    /// `now`, a group of the table at a time: the keys of a group are
+    /// cloned under its read lock, and `f` runs with no lock held.
+    fn for_each_compact(&self, keys: &CompactKeys<K>, now: u64, mut f: impl FnMut(&K, Snapshot)) {
+        keys.table().for_each(
+            |key, place| {
+                let snapshot = Snapshot::compact(keys.counts(place.value, now), place.limit);
+                (key.clone(), snapshot)
+            },
+            |(key, snapshot)| f(&key, snapshot),
+        );
+    }
+
     /// Statistics of `key` in its current window, or `None` if the key has
     /// no entry (never seen, evicted, or sharing the overflow entry).
     pub fn snapshot<Q>(&self, key: &Q) -> Option<Snapshot>
@@ -111,6 +129,12 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
+        if let Some(keys) = self.compact() {
+            let now = self.now();
+            return keys.table().get(key, |place| {
+                Snapshot::compact(keys.counts(place.value, now), place.limit)
+            });
+        }
         let entry = self.registry().get(key)?;
         Some(Snapshot::of(&entry, self.now()))
     }
@@ -154,6 +178,9 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
+        if self.compact().is_some() {
+            return Vec::new();
+        }
         match self.registry().get(key) {
             Some(entry) => entry.node.history(self.now()),
             None => Vec::new(),
@@ -186,6 +213,9 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
+        if self.compact().is_some() {
+            return Vec::new();
+        }
         match self.registry().get(key) {
             Some(entry) => entry.breakers.states(effective_now(&entry, self.now())),
             None => Vec::new(),
@@ -197,6 +227,11 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
     /// The keys are cloned after each shard's lock is released (see
     /// [`for_each`](Self::for_each)).
     pub fn keys(&self) -> Vec<K> {
+        if let Some(compact) = self.compact() {
+            let mut keys = Vec::new();
+            compact.table().for_each(|key, _| key.clone(), |key| keys.push(key));
+            return keys;
+        }
         let mut keys = Vec::new();
         self.registry()
             .for_each_entry(|key, _| keys.push(K::clone(key)));
@@ -207,6 +242,10 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
     pub fn snapshots(&self) -> Vec<(K, Snapshot)> {
         let now = self.now();
         let mut all = Vec::new();
+        if let Some(keys) = self.compact() {
+            self.for_each_compact(keys, now, |key, snapshot| all.push((key.clone(), snapshot)));
+            return all;
+        }
         self.registry().for_each_entry(|key, entry| {
             all.push((K::clone(key), Snapshot::of(entry, now)));
         });
@@ -238,6 +277,9 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
     /// ```
     pub fn for_each(&self, mut f: impl FnMut(&K, Snapshot)) {
         let now = self.now();
+        if let Some(keys) = self.compact() {
+            return self.for_each_compact(keys, now, f);
+        }
         self.registry()
             .for_each_entry(|key, entry| f(key, Snapshot::of(entry, now)));
     }
@@ -245,6 +287,10 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
     /// Statistics of the overflow entry: keys that found no room (see
     /// [`max_keys`](crate::SlidingWindowLayer::max_keys)).
     pub fn overflow(&self) -> Snapshot {
+        if let Some(keys) = self.compact() {
+            let place = keys.table().overflow_place();
+            return Snapshot::compact(keys.counts(place.value, self.now()), place.limit);
+        }
         Snapshot::of(self.registry().overflow(), self.now())
     }
 
@@ -252,6 +298,10 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
     /// overflow entry while it is in use (anything in flight or in its
     /// windows). Never more than `max_keys` + 1 + keys with their own limit.
     pub fn len(&self) -> usize {
+        if let Some(keys) = self.compact() {
+            let in_use = !keys.overflow_idle(self.now());
+            return keys.table().len() + usize::from(in_use);
+        }
         let overflow = self.registry().overflow();
         let in_use = !overflow
             .node
@@ -269,6 +319,23 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
     /// smallest and `avg_rt` is weighted by successes. No key is cloned.
     pub fn total(&self) -> Snapshot {
         let now = self.now();
+        if let Some(keys) = self.compact() {
+            let (mut pass, mut block, mut limit) = (0u64, 0u64, 0u64);
+            let mut add = |snapshot: Snapshot| {
+                pass = pass.saturating_add(snapshot.pass);
+                block = block.saturating_add(snapshot.block);
+                limit = limit.saturating_add(snapshot.limit);
+            };
+            keys.table().for_each(
+                |_, place| Snapshot::compact(keys.counts(place.value, now), place.limit),
+                &mut add,
+            );
+            if !keys.overflow_idle(now) {
+                let place = keys.table().overflow_place();
+                add(Snapshot::compact(keys.counts(place.value, now), place.limit));
+            }
+            return Snapshot::compact((pass, block), limit);
+        }
         let registry = self.registry();
         let mut counts = Counts::default();
         let (mut concurrency, mut waiting, mut limit) = (0u64, 0u64, 0u64);
@@ -319,6 +386,9 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
         let key = key.into_key();
         #[cfg(feature = "redis")]
         self.write_remote_limit(&key, Some(limit));
+        if let Some(keys) = self.compact() {
+            return keys.set_limit(key, limit, self.now());
+        }
         self.registry().set_limit(key, limit);
     }
 
@@ -336,6 +406,9 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
         #[cfg(feature = "redis")]
         if let Some(owned) = self.registry().own_limit_key(key) {
             self.write_remote_limit(&owned, None);
+        }
+        if let Some(keys) = self.compact() {
+            return keys.remove_limit(key, self.now());
         }
         self.registry().remove_limit(key)
     }

@@ -64,6 +64,17 @@ impl Snapshot {
         snapshot
     }
 
+    /// A compact key's statistics: its window's passes and blocks and its
+    /// limit; nothing else is recorded (see `SlidingWindowLayer::compact`).
+    pub(crate) fn compact((pass, block): (u64, u64), limit: u64) -> Snapshot {
+        Snapshot {
+            pass,
+            block,
+            limit,
+            ..Snapshot::default()
+        }
+    }
+
     pub(crate) fn from_counts(counts: &Counts, concurrency: u64, limit: u64) -> Snapshot {
         Snapshot {
             pass: counts.pass,

@@ -143,7 +143,10 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
                  than 0 (got 0)"
             );
         };
-        self.configure(|s| s.window.behaviours.max_concurrency = Some(n))
+        self.configure(|s| {
+            refuse_on_compact(s.compact, "max_concurrency", CONCURRENCY_WHY);
+            s.window.behaviours.max_concurrency = Some(n)
+        })
     }
 
     /// Paces each key's passes uniformly, `interval / limit` apart
@@ -207,7 +210,10 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
     #[cfg(feature = "tokio")]
     #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
     pub fn throttle(self, max_wait: Duration) -> Self {
-        self.configure(|s| s.window.behaviours.throttle = Some(max_wait))
+        self.configure(|s| {
+            refuse_on_compact(s.compact, "throttle", THROTTLE_WHY);
+            s.window.behaviours.throttle = Some(max_wait)
+        })
     }
 
     /// Warms each key up after it has been idle (Sentinel's warm-up
@@ -269,6 +275,7 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
             );
         }
         self.configure(|s| {
+            refuse_on_compact(s.compact, "warm_up", WARM_UP_WHY);
             s.window.behaviours.warm_up = Some(WarmUpSettings {
                 period_ms,
                 cold_factor: crate::flow::warm_up::DEFAULT_COLD_FACTOR,
@@ -334,6 +341,9 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
     where
         P: Fn(&Parts) -> bool + Clone + Send + Sync + 'static,
     {
+        if self.is_compact() {
+            refuse_on_compact(true, "prioritized", PRIORITIZED_WHY);
+        }
         self.priority = Some(Arc::new(pred));
         self
     }
@@ -370,6 +380,7 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
     /// When the layer would have more than 64 breakers.
     pub fn breaker(self, breaker: Breaker) -> Self {
         self.configure(|s| {
+            refuse_on_compact(s.compact, "breaker", BREAKER_WHY);
             assert!(
                 s.breakers.len() < MAX_BREAKERS,
                 "SlidingWindowLayer::breaker: invalid `breaker`: at most {MAX_BREAKERS} per \
@@ -377,5 +388,29 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
             );
             s.breakers.push(breaker);
         })
+    }
+}
+
+/// Why a compact layer cannot have each setting (see
+/// [`SlidingWindowLayer::compact`]).
+pub(super) const BREAKER_WHY: &str =
+    "a compact key keeps no completions (success, failure, response time) for a breaker to judge";
+pub(super) const CONCURRENCY_WHY: &str = "a compact key keeps no gauge of requests in flight";
+pub(super) const WARM_UP_WHY: &str = "a compact key keeps no warm-up state";
+pub(super) const PRIORITIZED_WHY: &str =
+    "a compact key keeps no borrowed passes for a later bucket";
+pub(super) const THROTTLE_WHY: &str = "a compact key keeps no pacing turns";
+#[cfg(feature = "redis")]
+pub(super) const STORE_WHY: &str =
+    "a compact key keeps no local window beside the store's for the failure policy to fall back on";
+
+/// Panics, naming `setting` and `compact`, when a layer that is `compact`
+/// is given `setting`, which a compact key cannot support (`why`).
+pub(super) fn refuse_on_compact(compact: bool, setting: &str, why: &str) {
+    if compact {
+        panic!(
+            "SlidingWindowLayer::{setting}: invalid `{setting}` on a `compact` layer: {why}; \
+             drop `compact` (a full key records everything) or `{setting}`"
+        );
     }
 }

@@ -18,7 +18,8 @@ use crate::handle::StatsHandle;
 use crate::key::{GlobalKey, IntoKey, KeyExtractor};
 use crate::response::{validate_policy_name, Rejection, ResponseConfig};
 use crate::stat::validate_window;
-use crate::store::{RemoteSlot, Settings, Store, Window};
+use crate::stat::compact::{COMPACT_MAX_BUCKETS, COMPACT_MAX_LIMIT};
+use crate::store::{RemoteSlot, Settings, Store, Window, COMPACT_DEFAULT_MAX_KEYS};
 
 /// The classifier used unless [`classify`](SlidingWindowLayer::classify) picks
 /// another: 5xx responses and inner errors are failures.
@@ -125,6 +126,11 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
         self.store.settings().window
     }
 
+    /// Whether the limiter settings are compact now.
+    pub(super) fn is_compact(&self) -> bool {
+        self.store.settings().compact
+    }
+
     /// Applies a change to the limiter settings (see "Shared state").
     pub(super) fn configure(mut self, change: impl FnOnce(&mut Settings<X::Key>)) -> Self {
         self.store = Store::configure(self.store, change);
@@ -198,6 +204,9 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
         if self.current_window().strict {
             check_strict_span("window", interval_ms, sample_count);
         }
+        if self.is_compact() {
+            check_compact_buckets("window", sample_count);
+        }
         self.configure(|s| {
             s.window = Window {
                 sample_count,
@@ -218,6 +227,9 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
     /// [`PeerIpKey`](crate::PeerIpKey).
     pub fn rule(self, key: impl IntoKey<X::Key>, limit: u64) -> Self {
         let key = key.into_key();
+        if self.is_compact() {
+            check_compact_limit("rule", "limit", limit);
+        }
         self.configure(move |s| {
             s.rules.insert(key, limit);
         })
@@ -287,7 +299,171 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
             n > 0,
             "SlidingWindowLayer::max_keys: invalid `max_keys`: must be greater than 0 (got 0)"
         );
-        self.configure(|s| s.max_keys = n)
+        self.configure(|s| {
+            s.max_keys = n;
+            s.max_keys_given = true;
+        })
+    }
+
+    /// Makes every key keep only what admission needs: its window's passes
+    /// and blocks, in a fixed-size table whose slots hold the key itself,
+    /// so that a per-client limit on a public listener (one key per
+    /// address or API key, a million of them) costs a few dozen bytes per
+    /// key instead of a full key's statistics (about 5 KiB, see
+    /// [`max_keys`](Self::max_keys)).
+    ///
+    /// # Which tier
+    ///
+    /// - **Full** (the default): for keys you know and want to watch
+    ///   (routes, tenants): every key records its window's passes, blocks,
+    ///   successes, exceptions, response times and concurrency, a minute
+    ///   of history, and can have breakers, a concurrency limit, warm-up,
+    ///   pacing, borrowing and a shared store.
+    /// - **Compact**: for many keys you only limit (client addresses, API
+    ///   keys): admission is exactly a full key's (same window and buckets,
+    ///   [`strict`](Self::strict), [`rule`](Self::rule),
+    ///   [`StatsHandle::set_limit`], the same `Retry-After` and RateLimit
+    ///   fields for the same requests at the same times, exact under
+    ///   concurrency), and the key records its window's passes and blocks.
+    ///
+    /// # What a compact key records
+    ///
+    /// A [`Snapshot`](crate::Snapshot) of a compact key has `pass`, `block`
+    /// and `limit`; `success`, `exception`, `concurrency` and `waiting` are
+    /// 0 and the response times `None`. [`StatsHandle::history`] and
+    /// [`StatsHandle::breakers`] are empty. [`StatsHandle::total`] sums
+    /// passes and blocks of the keys in the table. A Prometheus collector
+    /// of a compact layer exports the layer's lifetime passes and blocks
+    /// (every key's, evicted keys' and the overflow's included) without a
+    /// key label; the dashboard lists each key's passes and blocks.
+    ///
+    /// # Keys and memory
+    ///
+    /// The table is made once with room for [`max_keys`](Self::max_keys)
+    /// keys (default for a compact layer: 1 048 576 = 2^20, unless
+    /// `max_keys` is given) at a load of at most 7/8: 8/7 slots per key,
+    /// in groups of 16 slots that share a lock. A group's slots are
+    /// allocated when its first key arrives, so memory grows with the keys
+    /// seen, up to the table's size, and never beyond it. A key may live in
+    /// one of two groups (chosen by a randomly seeded hash); a new key
+    /// takes an empty slot there, or evicts an idle key there (one with no
+    /// pass left in its window, the bucket `strict` counts included: an
+    /// evicted client never comes back with a fresh allowance), examining
+    /// those 32 slots at most, never the table. With neither, it shares
+    /// the overflow entry, as in a full table: limited by
+    /// [`overflow_limit`](Self::overflow_limit) and named `"overflow"` in
+    /// its RateLimit fields. Keys with their own limit (a
+    /// [`rule`](Self::rule), [`StatsHandle::set_limit`]) live apart, are
+    /// never evicted or overflowed, and do not count against `max_keys`.
+    ///
+    /// # Limits
+    ///
+    /// A compact key counts at most 65 535 passes per bucket and per
+    /// window, and keeps at most 10 buckets: the default limit, rules and
+    /// the overflow limit must be at most 65 535 and the window at most 10
+    /// buckets. A limit above 65 535 given at run time with
+    /// [`StatsHandle::set_limit`] is taken as 65 535 (a `warn` event says
+    /// so); it never panics.
+    ///
+    /// # Not with compact
+    ///
+    /// [`breaker`](Self::breaker), [`max_concurrency`](Self::max_concurrency),
+    /// `warm_up`, `prioritized` and `throttle` need per-key state that a
+    /// compact key does not keep (completions, a gauge of requests in
+    /// flight, warm-up tokens, borrowed passes, pacing turns); the shared
+    /// `store` (feature `redis`) needs the local window its failure policy
+    /// falls back on and the statistics it records per key. Use a full
+    /// layer for them: a layer with `compact` and any of them panics when
+    /// it is configured, whatever the order of the calls, with a message
+    /// naming both.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use std::convert::Infallible;
+    /// use http::{HeaderName, Request, Response, StatusCode};
+    /// use tower::{Layer, ServiceExt};
+    /// use tower_sliding_window::{HeaderKey, SlidingWindowLayer};
+    ///
+    /// // Two requests per second per API key, for up to a million keys.
+    /// let layer = SlidingWindowLayer::qps(2)
+    ///     .key(HeaderKey::new(HeaderName::from_static("x-api-key")))
+    ///     .compact();
+    /// let stats = layer.handle();
+    /// let service = layer.layer(tower::service_fn(|_: Request<()>| async {
+    ///     Ok::<_, Infallible>(Response::new(String::from("hi")))
+    /// }));
+    /// let send = |key: &str| {
+    ///     let request = Request::get("/").header("x-api-key", key).body(()).unwrap();
+    ///     service.clone().oneshot(request)
+    /// };
+    /// assert_eq!(send("a").await.unwrap().status(), StatusCode::OK);
+    /// assert_eq!(send("a").await.unwrap().status(), StatusCode::OK);
+    /// let refused = send("a").await.unwrap();
+    /// assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    /// assert!(refused.headers().contains_key("retry-after"));
+    /// assert_eq!(send("b").await.unwrap().status(), StatusCode::OK);
+    ///
+    /// let a = stats.snapshot(&Some("a".to_owned())).unwrap();
+    /// assert_eq!((a.pass, a.block, a.limit), (2, 1, 2));
+    /// assert_eq!(a.success, 0); // a compact key records no completions
+    /// assert_eq!(stats.len(), 2);
+    /// # }
+    /// ```
+    ///
+    /// # Panics
+    ///
+    /// When the layer has a breaker, `max_concurrency`, `warm_up`,
+    /// `prioritized`, `throttle` or a `store`; when the window has more than
+    /// 10 buckets; when the default limit, a rule or the overflow limit is
+    /// above 65 535.
+    pub fn compact(self) -> Self {
+        use super::behaviours::{
+            BREAKER_WHY, CONCURRENCY_WHY, PRIORITIZED_WHY, THROTTLE_WHY,
+            WARM_UP_WHY,
+        };
+        let settings = self.store.settings();
+        let conflicts = [
+            (!settings.breakers.is_empty(), "breaker", BREAKER_WHY),
+            (
+                settings.window.behaviours.max_concurrency.is_some(),
+                "max_concurrency",
+                CONCURRENCY_WHY,
+            ),
+            (settings.window.behaviours.warm_up.is_some(), "warm_up", WARM_UP_WHY),
+            (settings.window.behaviours.throttle.is_some(), "throttle", THROTTLE_WHY),
+            (self.priority.is_some(), "prioritized", PRIORITIZED_WHY),
+        ];
+        for (set, setting, why) in conflicts {
+            if set {
+                panic!(
+                    "SlidingWindowLayer::compact: invalid `compact` with `{setting}`: {why}; \
+                     drop `compact` (a full key records everything) or `{setting}`"
+                );
+            }
+        }
+        #[cfg(feature = "redis")]
+        if self.remote.remote.is_some() {
+            panic!(
+                "SlidingWindowLayer::compact: invalid `compact` with `store`: {}; drop `compact` \
+                 (a full key records everything) or `store`",
+                super::behaviours::STORE_WHY
+            );
+        }
+        check_compact_buckets("compact", settings.window.sample_count);
+        check_compact_limit("compact", "limit (qps)", settings.default_limit);
+        if let Some(limit) = settings.overflow_limit {
+            check_compact_limit("compact", "overflow_limit", limit);
+        }
+        if let Some(limit) = settings.rules.values().copied().max() {
+            check_compact_limit("compact", "rule", limit);
+        }
+        self.configure(|s| {
+            s.compact = true;
+            if !s.max_keys_given {
+                s.max_keys = COMPACT_DEFAULT_MAX_KEYS;
+            }
+        })
     }
 
     /// Sets the limit of the overflow entry, which the keys that found no
@@ -307,6 +483,9 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
     /// # let _ = layer;
     /// ```
     pub fn overflow_limit(self, limit: u64) -> Self {
+        if self.is_compact() {
+            check_compact_limit("overflow_limit", "limit", limit);
+        }
         self.configure(|s| s.overflow_limit = Some(limit))
     }
 
@@ -375,6 +554,9 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
     where
         X::Key: crate::store::StoreKey,
     {
+        if self.is_compact() {
+            super::behaviours::refuse_on_compact(true, "store", super::behaviours::STORE_WHY);
+        }
         self.remote = self.remote.with_store(store);
         self
     }
@@ -607,6 +789,28 @@ pub(super) fn check_strict_span(method: &str, interval_ms: u64, sample_count: us
             "SlidingWindowLayer::{method}: invalid `interval`: under `strict`, the interval plus \
              one bucket must be at most u64::MAX ms (got {interval_ms} ms in {sample_count} \
              buckets)"
+        );
+    }
+}
+
+/// Panics, naming `method` and `compact`, when a compact window would have
+/// more buckets than a compact key keeps.
+pub(super) fn check_compact_buckets(method: &str, sample_count: usize) {
+    if sample_count > COMPACT_MAX_BUCKETS {
+        panic!(
+            "SlidingWindowLayer::{method}: invalid `sample_count` on a `compact` layer: at most \
+             {COMPACT_MAX_BUCKETS} buckets (got {sample_count})"
+        );
+    }
+}
+
+/// Panics, naming `method`, `setting` and `compact`, when a limit is above
+/// what a compact window counts.
+pub(super) fn check_compact_limit(method: &str, setting: &str, limit: u64) {
+    if limit > COMPACT_MAX_LIMIT {
+        panic!(
+            "SlidingWindowLayer::{method}: invalid `{setting}` on a `compact` layer: at most \
+             {COMPACT_MAX_LIMIT} per window (got {limit})"
         );
     }
 }

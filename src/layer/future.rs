@@ -90,6 +90,14 @@ impl<F, C> Deferred<F, C> {
             response,
         } = self;
         let now_us = entry.node.clock().now_micros();
+        let quota = response.headers_on_pass.then(|| {
+            let limit = entry.limit();
+            let now = entry.node.clock().now_millis();
+            let window_pass = entry.node.window_counts(now).pass;
+            // As for a request that passed at once.
+            let reset = flow::pass_reset_ms(&entry.node, now, 0, limit, window_pass);
+            Box::new(quota(&*entry, &response, limit, window_pass, reset))
+        });
         let mut in_flight = match reserved {
             // The response time starts now, after the wait.
             Some(mut in_flight) => {
@@ -98,15 +106,6 @@ impl<F, C> Deferred<F, C> {
             }
             None => InFlight::start(entry, now_us),
         };
-        let quota = response.headers_on_pass.then(|| {
-            let entry = in_flight.entry();
-            let limit = entry.limit();
-            let now = entry.node.clock().now_millis();
-            let window_pass = entry.node.window_counts(now).pass;
-            // As for a request that passed at once.
-            let reset = flow::pass_reset_ms(&entry.node, now, 0, limit, window_pass);
-            Box::new(quota(entry, &response, limit, window_pass, reset))
-        });
         in_flight.enter_user_code();
         let future = call();
         in_flight.leave_user_code();
@@ -125,7 +124,7 @@ impl<F, C> Deferred<F, C> {
     /// now, with the answer (see `quota::refuse`).
     fn refuse(self, refusal: Refusal) -> Response<Bytes> {
         let at = effective_now(&self.entry, self.entry.node.clock().now_millis());
-        refuse(&self.entry, at, refusal, &self.response)
+        refuse(&*self.entry, at, refusal, &self.response)
     }
 }
 

@@ -13,7 +13,9 @@ use crate::store::{Entry, Probe};
 /// Dropping it always releases the place, so a request whose future or body
 /// is dropped (client gone, timeout) or whose handler panics cannot leak it.
 pub(crate) struct InFlight {
-    entry: Arc<Entry>,
+    /// The key whose gauge holds the place; `None` for a compact key, which
+    /// keeps no concurrency gauge and records no completion.
+    entry: Option<Arc<Entry>>,
     /// `Clock::now_micros` at admission.
     started_us: u64,
     /// Set while the inner service's code runs (its `call`, a poll of its
@@ -46,10 +48,23 @@ impl InFlight {
             .map(|()| Self::holding(Arc::clone(entry), started_us))
     }
 
+    /// The guard of a request of a compact key: it holds no place and
+    /// records nothing (a compact key keeps only its window's passes and
+    /// blocks).
+    pub(crate) fn untracked() -> Self {
+        InFlight {
+            entry: None,
+            started_us: 0,
+            in_user_code: false,
+            completed: false,
+            probe: None,
+        }
+    }
+
     /// The guard of a place already taken in `entry`'s gauge.
     fn holding(entry: Arc<Entry>, started_us: u64) -> Self {
         InFlight {
-            entry,
+            entry: Some(entry),
             started_us,
             in_user_code: false,
             completed: false,
@@ -61,11 +76,6 @@ impl InFlight {
     #[inline]
     pub(crate) fn hold_probe(&mut self, probe: Option<Probe>) {
         self.probe = probe;
-    }
-
-    /// The key this request belongs to.
-    pub(crate) fn entry(&self) -> &Entry {
-        &self.entry
     }
 
     /// Starts the response time again at `now_us`: a place taken before a
@@ -87,21 +97,24 @@ impl InFlight {
     /// Records a completion: one success with its response time, and an
     /// exception on top when it failed.
     pub(crate) fn complete(&mut self, failed: bool) {
-        let node = &self.entry.node;
+        let Some(entry) = &self.entry else {
+            self.completed = true;
+            return;
+        };
+        let node = &entry.node;
         // One clock reading serves the response time and the bucket.
         let (now_ms, now_us) = node.clock().now_both();
         let rt_us = now_us.saturating_sub(self.started_us);
         node.record_completion_at(now_ms, Duration::from_micros(rt_us), failed);
         // The layer's histogram, once an exporter wants it: two relaxed
         // adds on counters the layer shares (see `RtHistogram`).
-        if let Some(histogram) = self.entry.rt_histogram.get() {
+        if let Some(histogram) = entry.rt_histogram.get() {
             histogram.record(rt_us);
         }
         // Closed breakers that count on the key's statistics have nothing
         // to do for a good completion: the key has just recorded it.
-        if self.probe.is_some() || self.entry.breakers.want(rt_us, failed) {
-            self.entry
-                .complete_breakers(now_ms, rt_us, failed, false, self.probe.take());
+        if self.probe.is_some() || entry.breakers.want(rt_us, failed) {
+            entry.complete_breakers(now_ms, rt_us, failed, false, self.probe.take());
         }
         self.completed = true;
     }
@@ -109,16 +122,18 @@ impl InFlight {
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        let node = &self.entry.node;
+        let Some(entry) = &self.entry else {
+            return;
+        };
+        let node = &entry.node;
         if !self.completed && self.in_user_code {
             // The inner service panicked: a failure, not a success, for
             // the breakers too (a probe that panics failed).
             node.increase_exception_qps(1);
-            if !self.entry.breakers.is_empty() {
+            if !entry.breakers.is_empty() {
                 let (now_ms, now_us) = node.clock().now_both();
                 let rt_us = now_us.saturating_sub(self.started_us);
-                self.entry
-                    .complete_breakers(now_ms, rt_us, true, true, self.probe.take());
+                entry.complete_breakers(now_ms, rt_us, true, true, self.probe.take());
             }
         }
         // Matched by the increase in `InFlight::start`.

@@ -22,6 +22,8 @@ use std::task::{Context, Poll};
 #[cfg(feature = "tokio")]
 use std::time::Duration;
 
+use bytes::Bytes;
+use http::request::Parts;
 use http::{Request, Response};
 use tower_http::classify::{
     ClassifyResponse, MakeClassifier, ServerErrorsAsFailures, SharedClassifier,
@@ -34,7 +36,7 @@ use super::future::Deferred;
 use super::future::{Completion, ResponseFuture};
 use super::in_flight::InFlight;
 use super::priority::Priority;
-use super::quota::{quota, refuse};
+use super::quota::{quota, refuse, CompactCounted};
 #[cfg(feature = "redis")]
 use super::remote;
 use super::wait::Gate;
@@ -52,7 +54,11 @@ use crate::response::{Quota, ResponseConfig};
 use crate::store::redis::RemoteWindow;
 #[cfg(feature = "redis")]
 use crate::store::RemoteLookup;
-use crate::store::{effective_now, Entry, Lookup, Registry, RemoteSlot, Store, Window};
+use crate::stat::compact::{CompactShape, CompactWindow};
+use crate::store::{
+    effective_now, CompactKeys, CompactLookup, Entry, Lookup, Place, Registry, RemoteSlot, Store,
+    Window,
+};
 /// Limits requests per key with a sliding window; made by
 /// [`SlidingWindowLayer`](crate::SlidingWindowLayer).
 ///
@@ -72,6 +78,9 @@ pub struct SlidingWindow<
     /// that requests reach it without going through the store.
     registry: Arc<Registry<X::Key>>,
     store: Arc<Store<X::Key>>,
+    /// The compact table, when the layer is compact: `call` then takes the
+    /// compact path (see `compact_decide`).
+    compact: Option<Arc<CompactKeys<X::Key>>>,
     /// Which requests may borrow quota (`prioritized`).
     priority: Option<Priority>,
     /// The shared store, if any (feature `redis`).
@@ -133,6 +142,7 @@ impl<S, X: KeyExtractor, M, R> SlidingWindow<S, X, M, R> {
         #[allow(unused_mut)] mut remote: RemoteSlot<X::Key>,
     ) -> Self {
         let registry = Arc::clone(store.registry());
+        let compact = store.compact().cloned();
         // The store decides on this layer's window, as it is once built.
         #[cfg(feature = "redis")]
         if let Some(remote) = &mut remote.remote {
@@ -150,6 +160,7 @@ impl<S, X: KeyExtractor, M, R> SlidingWindow<S, X, M, R> {
             response,
             registry,
             store,
+            compact,
             priority,
             remote,
             body: PhantomData,
@@ -198,6 +209,17 @@ where
     }
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
+        // A compact layer's requests take their own path, decided once
+        // here: a full layer pays one predictable branch for it.
+        if let Some(keys) = &self.compact {
+            let (parts, body) = request.into_parts();
+            let outcome = self.compact_decide(keys, &parts);
+            let request = Request::from_parts(parts, body);
+            return match outcome {
+                CompactOutcome::Pass(quota) => self.forward(request, InFlight::untracked(), quota),
+                CompactOutcome::Refused(response) => ResponseFuture::blocked(response),
+            };
+        }
         let registry = &*self.registry;
         // One clock reading: the window's time and the start of the
         // response time.
@@ -264,6 +286,78 @@ where
             Decision::Wait(gate) => self.defer(request, entry, held, gate),
             Decision::Block(refusal) => self.refused(request, entry, held, at, refusal),
         }
+    }
+}
+
+/// What the compact path decided for a request: a pass (with its RateLimit
+/// fields, when the layer sends them on passes), or the answer to its
+/// refusal, already recorded.
+enum CompactOutcome {
+    Pass(Option<Box<Quota>>),
+    Refused(Response<Bytes>),
+}
+
+/// # The compact path
+impl<S, X: KeyExtractor, M: MakeClassifier, R> SlidingWindow<S, X, M, R> {
+    /// The decision on a request of a compact layer: the key's window
+    /// admits it or not, under the lock of the key's group (so its slot is
+    /// never reused meanwhile), and everything its answer needs is read
+    /// there too. A compact layer has no breakers, concurrency, warm-up,
+    /// pacing, borrowing or shared store (its builder refuses them), so the
+    /// window is the only controller.
+    #[inline(never)]
+    fn compact_decide(&self, keys: &CompactKeys<X::Key>, parts: &Parts) -> CompactOutcome {
+        let registry = &*self.registry;
+        let now = registry.clock().now_millis();
+        let decide = |place: Place<'_, CompactWindow>, shape: &CompactShape| {
+            if place.overflow {
+                registry.note_overflow(now);
+            }
+            let window = place.value;
+            // As for a full key (see `call`): a reading behind the key's
+            // newest bucket is moved forward to it.
+            let at = window.effective_now(shape, now);
+            let behind = window.lag(shape, now, at);
+            let counted = CompactCounted {
+                window,
+                shape,
+                tag: place.tag,
+                overflow: place.overflow,
+            };
+            match window.decide(shape, (at, behind), place.limit, place.overflow) {
+                Decision::Pass(pass) => {
+                    place.totals.add_pass();
+                    CompactOutcome::Pass(self.response.headers_on_pass.then(|| {
+                        let window_pass = pass
+                            .window_pass
+                            .unwrap_or_else(|| window.window_counts(shape, at).0);
+                        let reset = pass.reset_ms.unwrap_or_else(|| {
+                            window.pass_reset_ms(shape, at, behind, pass.limit, window_pass)
+                        });
+                        Box::new(quota(
+                            &counted,
+                            &self.response,
+                            pass.limit,
+                            window_pass,
+                            reset,
+                        ))
+                    }))
+                }
+                Decision::Block(refusal) => {
+                    place.totals.add_block();
+                    CompactOutcome::Refused(self.refused_compact(&counted, at, refusal))
+                }
+                Decision::Wait(never) => match never {},
+            }
+        };
+        self.extractor.visit(parts, CompactLookup { keys, now, decide })
+    }
+
+    /// Answers a refused request of a compact key (see `quota::refuse`,
+    /// where its block is recorded); the inner service is not called.
+    #[inline(never)]
+    fn refused_compact(&self, key: &CompactCounted<'_>, at: u64, refusal: Refusal) -> Response<Bytes> {
+        refuse(key, at, refusal, &self.response)
     }
 }
 
@@ -632,7 +726,7 @@ impl<S, X: KeyExtractor, M: MakeClassifier, R> SlidingWindow<S, X, M, R> {
         drop(request);
         // Gives the concurrency place and the probe slot back first.
         drop(held);
-        ResponseFuture::blocked(refuse(&entry, at, refusal, &self.response))
+        ResponseFuture::blocked(refuse(&*entry, at, refusal, &self.response))
     }
 }
 
@@ -645,6 +739,7 @@ impl<S: Clone, X: KeyExtractor, M: Clone, R> Clone for SlidingWindow<S, X, M, R>
             response: Arc::clone(&self.response),
             registry: Arc::clone(&self.registry),
             store: Arc::clone(&self.store),
+            compact: self.compact.clone(),
             priority: self.priority.clone(),
             remote: self.remote.clone(),
             body: PhantomData,

@@ -69,6 +69,7 @@
 mod admission;
 mod array_metric;
 mod bucket;
+pub(crate) mod compact;
 mod counts;
 mod histogram;
 mod leap_array;

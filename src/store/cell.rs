@@ -7,6 +7,7 @@ use std::fmt;
 use std::hash::Hash;
 use std::sync::{Arc, OnceLock};
 
+use super::compact::CompactKeys;
 use super::Registry;
 use crate::clock::SharedClock;
 use crate::flow::breaker::Breaker;
@@ -15,6 +16,9 @@ use crate::sync::{read, write, RwLock};
 
 /// Default `max_keys`: see `SlidingWindowLayer::max_keys`.
 pub(crate) const DEFAULT_MAX_KEYS: usize = 4096;
+
+/// Default `max_keys` of a compact layer: see `SlidingWindowLayer::compact`.
+pub(crate) const COMPACT_DEFAULT_MAX_KEYS: usize = 1 << 20;
 
 /// Shape of every key's second window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,10 +61,15 @@ pub(crate) struct Settings<K> {
     pub(crate) window: Window,
     pub(crate) clock: SharedClock,
     pub(crate) max_keys: usize,
+    /// `max_keys` was given (not the default): `compact` keeps it.
+    pub(crate) max_keys_given: bool,
     pub(crate) rules: HashMap<K, u64>,
     /// Every key's circuit breakers are built from these, in this order
     /// (`SlidingWindowLayer::breaker`).
     pub(crate) breakers: Vec<Breaker>,
+    /// Keys keep only what admission needs, in a compact table
+    /// (`SlidingWindowLayer::compact`).
+    pub(crate) compact: bool,
 }
 
 impl<K> Settings<K> {
@@ -71,8 +80,10 @@ impl<K> Settings<K> {
             window: Window::default(),
             clock: SharedClock::system(),
             max_keys: DEFAULT_MAX_KEYS,
+            max_keys_given: false,
             rules: HashMap::new(),
             breakers: Vec::new(),
+            compact: false,
         }
     }
 
@@ -105,8 +116,10 @@ impl<K> Settings<K> {
             window: self.window,
             clock: self.clock,
             max_keys: self.max_keys,
+            max_keys_given: self.max_keys_given,
             rules,
             breakers: self.breakers,
+            compact: self.compact,
         }
     }
 }
@@ -126,7 +139,16 @@ pub(crate) struct Store<K> {
     /// read when the table is built; the lock makes both safe without
     /// relying on that.
     settings: RwLock<Settings<K>>,
-    built: OnceLock<Arc<Registry<K>>>,
+    built: OnceLock<Built<K>>,
+}
+
+/// What a store builds from its settings.
+struct Built<K> {
+    /// The full key table. A compact layer's holds no key: its window and
+    /// clock are the layer's, and its overflow warnings are the layer's.
+    registry: Arc<Registry<K>>,
+    /// The compact table, for a compact layer.
+    compact: Option<Arc<CompactKeys<K>>>,
 }
 
 impl<K: Clone + Eq + Hash + Send + Sync + 'static> Store<K> {
@@ -139,8 +161,25 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Store<K> {
 
     /// The key table, built from the settings on first use.
     pub(crate) fn registry(&self) -> &Arc<Registry<K>> {
-        self.built
-            .get_or_init(|| Arc::new(Registry::new(&read(&self.settings))))
+        &self.built().registry
+    }
+
+    /// The compact table, if the layer is compact (built on first use, as
+    /// the registry).
+    pub(crate) fn compact(&self) -> Option<&Arc<CompactKeys<K>>> {
+        self.built().compact.as_ref()
+    }
+
+    fn built(&self) -> &Built<K> {
+        self.built.get_or_init(|| {
+            let settings = read(&self.settings);
+            Built {
+                registry: Arc::new(Registry::new(&settings)),
+                compact: settings
+                    .compact
+                    .then(|| Arc::new(CompactKeys::new(&settings))),
+            }
+        })
     }
 
     /// Applies `change` to the settings: in place when `store` is this
@@ -173,7 +212,11 @@ impl<K> fmt::Debug for Store<K> {
         match self.built.get() {
             // Once built, the table is the truth: limits set at run time
             // count, and the settings' rules are only where it started.
-            Some(registry) => out.field("registry", registry),
+            Some(Built {
+                compact: Some(compact),
+                ..
+            }) => out.field("compact", compact),
+            Some(built) => out.field("registry", &built.registry),
             None => {
                 let settings = read(&self.settings);
                 out.field("default_limit", &settings.default_limit)
@@ -182,6 +225,7 @@ impl<K> fmt::Debug for Store<K> {
                     .field("max_keys", &settings.max_keys)
                     .field("rules", &settings.rules.len())
                     .field("breakers", &settings.breakers)
+                    .field("compact", &settings.compact)
                     .field("built", &false)
             }
         };

@@ -17,6 +17,7 @@
 // - `Entry`: one key's statistics, limit and circuit breakers.
 
 mod cell;
+mod compact;
 mod entry;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
@@ -30,7 +31,8 @@ pub use self::redis::{
     StoreStatus, Verdict,
 };
 
-pub(crate) use cell::{Settings, Store, Window};
+pub(crate) use cell::{Settings, Store, Window, COMPACT_DEFAULT_MAX_KEYS};
+pub(crate) use compact::{CompactKeys, CompactLookup, Place};
 pub(crate) use entry::{Entry, Probe};
 pub(crate) use registry::{effective_now, Lookup, Registry};
 #[cfg(feature = "redis")]

@@ -177,6 +177,8 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
             max_keys,
             ref rules,
             ref breakers,
+            compact: _,
+            max_keys_given: _,
         } = *settings;
         let breakers: Arc<[Breaker]> = Arc::from(breakers.as_slice());
         let hasher = RandomState::new();
@@ -338,7 +340,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
     /// the overflow entry since the last one. A clock stepped back by more
     /// than that interval logs again rather than going quiet.
     #[cold]
-    fn note_overflow(&self, now: u64) {
+    pub(crate) fn note_overflow(&self, now: u64) {
         self.overflowed.fetch_add(1, Ordering::Relaxed);
         let last = self.overflow_warned.load(Ordering::Relaxed);
         let due = last == 0 || now.abs_diff(last - 1) >= OVERFLOW_WARN_EVERY_MS;

@@ -1,0 +1,971 @@
+//! `CompactTable`: a fixed-capacity table of keys stored inline next to
+//! their admission state, in groups of [`GROUP`] slots with one lock each.
+//!
+//! # Layout
+//!
+//! The table is an array of groups, made when the table is built: a
+//! group is its read-write lock, two lifetime counters (passes and blocks
+//! of every key that has lived in the group, for exporters' counters) and
+//! a pointer to its [`GROUP`] slots, allocated (in one block) when the
+//! group's first key is inserted: a group no key has used costs its
+//! header (about 40 bytes, under 3 bytes a slot), not its slots. A slot is
+//! its key (inline: `Option<K>`, which costs no byte more than `K` for the
+//! key types of the crate's extractors), a tag byte (0: empty; otherwise 7
+//! bits of the key's hash with the high bit set, compared before the key)
+//! and the value `V` (one key's admission state).
+//!
+//! # Placement
+//!
+//! A key may live in either of two groups, chosen by the two 32-bit halves
+//! of a randomly seeded hash of the key (so client-chosen keys cannot be
+//! crafted to fall in the same groups). A lookup read-locks the first group,
+//! then the second, comparing tags then keys; the caller's closure runs
+//! with that group's read lock held, so the slot it is given cannot be
+//! emptied or reused while it runs. A new key write-locks both groups
+//! (lower index first, so two inserts never deadlock), checks again that
+//! nobody inserted it meanwhile, and takes an empty slot of the group with
+//! more empty slots; with none, an idle slot (as the caller's `idle` judges
+//! it) of either group, whose key is dropped and whose value is reset. At
+//! most the `2 * GROUP` slots of the two groups are examined: a new key
+//! never pays for a scan of the table. With neither, the key is counted on
+//! the overflow value, shared by every key that found no room.
+//!
+//! # Keys with their own limit
+//!
+//! Keys given a limit of their own (a rule, `set_limit`) live in a side map
+//! instead, never evicted and never sent to the overflow value, as in the
+//! full key table: a flood of other keys cannot dilute a strict rule. Their
+//! number is bounded by the limits the operator sets. The side map is
+//! consulted only while it is not empty.
+//!
+//! # Lock order
+//!
+//! A group's lock is never taken while another group's lock is held, except
+//! for the two groups of one key, taken in index order; the side map's lock
+//! is taken after the group locks (inserts re-check the side map, limit
+//! changes move a key between the two), never before them. A lookup holds
+//! at most one lock at a time.
+
+use std::borrow::Borrow;
+use std::collections::HashMap;
+use std::fmt;
+use std::hash::{BuildHasher, Hash, RandomState};
+
+use crate::store::registry::PendingKey;
+use crate::sync::{read, write, AtomicU64, AtomicUsize, Ordering, RwLock, RwLockWriteGuard};
+
+/// Slots per group (and per lock).
+pub(crate) const GROUP: usize = 16;
+
+/// The table's state for one key.
+pub(crate) trait SlotValue: Send + Sync {
+    /// The value of a key that has just been inserted.
+    fn empty() -> Self;
+}
+
+/// Lifetime totals of the keys counted in one place (a group, the side map,
+/// the overflow value). Relaxed: counters, each read on its own; they only
+/// grow.
+#[derive(Debug)]
+pub(crate) struct Totals {
+    pass: AtomicU64,
+    block: AtomicU64,
+}
+
+impl Totals {
+    fn new() -> Self {
+        Totals {
+            pass: AtomicU64::new(0),
+            block: AtomicU64::new(0),
+        }
+    }
+
+    #[inline]
+    pub(crate) fn add_pass(&self) {
+        self.pass.fetch_add(1, Ordering::Relaxed);
+    }
+
+    #[inline]
+    pub(crate) fn add_block(&self) {
+        self.block.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// (passes, blocks) so far.
+    pub(crate) fn get(&self) -> (u64, u64) {
+        (
+            self.pass.load(Ordering::Relaxed),
+            self.block.load(Ordering::Relaxed),
+        )
+    }
+}
+
+/// One slot: a key and its value, or nothing (`key` is `None`).
+struct Slot<K, V> {
+    /// 0 when empty; otherwise `0x80 | (hash & 0x7F)` of the key.
+    tag: u8,
+    key: Option<K>,
+    value: V,
+}
+
+type Slots<K, V> = Box<[Slot<K, V>; GROUP]>;
+
+/// A group's slots, write-locked.
+type WriteGuard<'a, K, V> = RwLockWriteGuard<'a, Option<Slots<K, V>>>;
+
+/// A group of slots, allocated on its first key, behind its lock. Tags and
+/// keys are read under the read lock and written under the write lock;
+/// a value's atomics are updated by the caller's closure under the read
+/// lock, so a slot is never emptied or reused while a request uses it.
+struct Group<K, V> {
+    slots: RwLock<Option<Slots<K, V>>>,
+    totals: Totals,
+}
+
+impl<K, V: SlotValue> Group<K, V> {
+    fn new() -> Self {
+        Group {
+            slots: RwLock::new(None),
+            totals: Totals::new(),
+        }
+    }
+}
+
+fn new_slots<K, V: SlotValue>() -> Slots<K, V> {
+    Box::new(std::array::from_fn(|_| Slot {
+        tag: 0,
+        key: None,
+        value: V::empty(),
+    }))
+}
+
+/// A key with a limit of its own, in the side map.
+pub(crate) struct Own<V> {
+    /// The key's limit. Relaxed: read once per request on its own; written
+    /// under the side map's write lock.
+    limit: AtomicU64,
+    /// The key's policy tag, or [`LAPSED`] once its own limit was removed
+    /// while its window still held passes and no slot was free (it then
+    /// runs on the default limit until it is idle; see
+    /// [`CompactTable::remove_limit`]). Relaxed, as `limit`.
+    policy: AtomicU64,
+    value: V,
+}
+
+/// The policy of an [`Own`] entry back on the default limit.
+const LAPSED: u64 = u64::MAX;
+
+impl<V> Own<V> {
+    fn new(limit: u64, tag: u32, value: V) -> Self {
+        Own {
+            limit: AtomicU64::new(limit),
+            policy: AtomicU64::new(u64::from(tag)),
+            value,
+        }
+    }
+
+    fn lapsed(&self) -> bool {
+        self.policy.load(Ordering::Relaxed) == LAPSED
+    }
+}
+
+/// Where a key is counted, handed to the caller's closure: its value, the
+/// lifetime totals it adds to, and the limit and policy it runs on.
+pub(crate) struct Place<'a, V> {
+    pub(crate) value: &'a V,
+    pub(crate) totals: &'a Totals,
+    pub(crate) limit: u64,
+    /// The key's own policy's tag; `None` on the default limit.
+    pub(crate) tag: Option<u32>,
+    /// The key found no room and shares the overflow value.
+    pub(crate) overflow: bool,
+}
+
+/// A fixed-capacity table of keys `K` with a value `V` each; see the module
+/// docs.
+pub(crate) struct CompactTable<K, V> {
+    groups: Box<[Group<K, V>]>,
+    hasher: RandomState,
+    /// Keys in slots. Changed only with the write lock of the key's group
+    /// held; Relaxed: a count, read alone. Two inserts in other groups may
+    /// both see room for one more key: the table then holds one key more
+    /// than `max_keys` per such race at most, never more than its slots.
+    occupied: AtomicUsize,
+    /// At most this many keys in slots (see `occupied`).
+    max_keys: usize,
+    default_limit: u64,
+    overflow_limit: u64,
+    overflow: V,
+    overflow_totals: Totals,
+    /// Keys with their own limit.
+    own: RwLock<HashMap<K, Own<V>>>,
+    /// Entries of `own`, so that a lookup skips the side map while it is
+    /// empty. Written under the side map's write lock, which is taken with
+    /// the key's group locks held (see `set_limit`); read Relaxed before
+    /// taking the side map's read lock. A lookup that reads 0 while
+    /// `set_limit` moves its key into the side map finds the key in its
+    /// group (before the move) or not at all, and then goes to `insert`,
+    /// which looks in the side map again under the group locks, after the
+    /// move.
+    own_count: AtomicUsize,
+    /// Lifetime totals of the keys of the side map.
+    own_totals: Totals,
+    /// Slots examined by inserts and limit changes, for the tests that bound
+    /// the work of one insert.
+    #[cfg(test)]
+    examined: AtomicUsize,
+}
+
+/// The two groups and the tag of a hash, for a table of `n` groups.
+#[inline]
+fn place_of(hash: u64, n: usize) -> (usize, usize, u8) {
+    // Each 32-bit half scaled to [0, n): independent halves of a keyed
+    // hash, so the two groups of a key are independent of each other.
+    let scale = |half: u64| ((half * n as u64) >> 32) as usize;
+    let first = scale(hash & 0xFFFF_FFFF);
+    let second = scale(hash >> 32);
+    // The low bits of the first half barely move its group (its high bits
+    // decide): a filter mostly independent of the placement.
+    let tag = 0x80 | (hash as u8 & 0x7F);
+    (first, second, tag)
+}
+
+/// Groups for `max_keys` keys at a load of at most 7/8.
+pub(crate) fn groups_for(max_keys: usize) -> usize {
+    let slots = max_keys.saturating_mul(8).div_ceil(7).max(1);
+    slots.div_ceil(GROUP)
+}
+
+/// The slot of `key` among `slots`.
+#[inline]
+fn find<'s, K, V, Q>(slots: &'s Slots<K, V>, tag: u8, key: &Q) -> Option<&'s Slot<K, V>>
+where
+    K: Borrow<Q>,
+    Q: Eq + ?Sized,
+{
+    slots
+        .iter()
+        .find(|slot| slot.tag == tag && slot.key.as_ref().is_some_and(|k| k.borrow() == key))
+}
+
+/// The index of `key`'s slot among `slots`.
+fn position<K, V, Q>(slots: &Slots<K, V>, tag: u8, key: &Q) -> Option<usize>
+where
+    K: Borrow<Q>,
+    Q: Eq + ?Sized,
+{
+    slots
+        .iter()
+        .position(|slot| slot.tag == tag && slot.key.as_ref().is_some_and(|k| k.borrow() == key))
+}
+
+impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
+    /// A table for at most `max_keys` keys in slots, plus the keys of
+    /// `rules` with their own limit; keys without a slot are counted on the
+    /// overflow value under `overflow_limit`.
+    pub(crate) fn new(
+        max_keys: usize,
+        default_limit: u64,
+        overflow_limit: u64,
+        rules: &HashMap<K, u64>,
+    ) -> Self {
+        let n = groups_for(max_keys);
+        let hasher = RandomState::new();
+        let own: HashMap<K, Own<V>> = rules
+            .iter()
+            .map(|(key, &limit)| {
+                let tag = hasher.hash_one(key) as u32;
+                (key.clone(), Own::new(limit, tag, V::empty()))
+            })
+            .collect();
+        CompactTable {
+            groups: (0..n).map(|_| Group::new()).collect(),
+            hasher,
+            occupied: AtomicUsize::new(0),
+            max_keys,
+            default_limit,
+            overflow_limit,
+            overflow: V::empty(),
+            overflow_totals: Totals::new(),
+            own_count: AtomicUsize::new(own.len()),
+            own: RwLock::new(own),
+            own_totals: Totals::new(),
+            #[cfg(test)]
+            examined: AtomicUsize::new(0),
+        }
+    }
+
+    /// Number of slots.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) fn capacity(&self) -> usize {
+        self.groups.len() * GROUP
+    }
+
+    /// The overflow value, its totals and limit.
+    pub(crate) fn overflow_place(&self) -> Place<'_, V> {
+        Place {
+            value: &self.overflow,
+            totals: &self.overflow_totals,
+            limit: self.overflow_limit,
+            tag: None,
+            overflow: true,
+        }
+    }
+
+    fn own_place<'a>(&'a self, own: &'a Own<V>) -> Place<'a, V> {
+        let policy = own.policy.load(Ordering::Relaxed);
+        Place {
+            value: &own.value,
+            totals: &self.own_totals,
+            limit: own.limit.load(Ordering::Relaxed),
+            tag: (policy != LAPSED).then_some(policy as u32),
+            overflow: false,
+        }
+    }
+
+    fn slot_place<'a>(&'a self, slot: &'a Slot<K, V>, group: &'a Group<K, V>) -> Place<'a, V> {
+        Place {
+            value: &slot.value,
+            totals: &group.totals,
+            limit: self.default_limit,
+            tag: None,
+            overflow: false,
+        }
+    }
+
+    /// Calls `f` with the place `key` is counted in, inserting the key if
+    /// it is new (the owned key is made only then). `idle` judges whether a
+    /// slot's key may be evicted to make room; it is asked with the slot's
+    /// group write-locked, so no request is using the slot.
+    ///
+    /// `f` runs with the lock of the key's group held (for reading, or for
+    /// writing when the key was just inserted) or the side map's read lock:
+    /// the place stays the key's until `f` returns. It must not call back
+    /// into the table.
+    #[inline]
+    pub(crate) fn with<P: PendingKey<K>, R>(
+        &self,
+        pending: P,
+        idle: impl Fn(&V) -> bool,
+        f: impl FnOnce(Place<'_, V>) -> R,
+    ) -> R
+    where
+        K: Borrow<P::Q>,
+    {
+        let key = pending.key();
+        if self.own_count.load(Ordering::Relaxed) != 0 {
+            let own = read(&self.own);
+            if let Some(own) = own.get(key) {
+                return f(self.own_place(own));
+            }
+        }
+        // `K: Borrow<Q>` promises that `Q` hashes as `K` does.
+        let hash = self.hasher.hash_one(key);
+        let (first, second, tag) = place_of(hash, self.groups.len());
+        for index in [first, second] {
+            let group = &self.groups[index];
+            let slots = read(&group.slots);
+            if let Some(slot) = slots.as_ref().and_then(|slots| find(slots, tag, key)) {
+                return f(self.slot_place(slot, group));
+            }
+            if first == second {
+                break;
+            }
+        }
+        self.insert(pending, hash, idle, f)
+    }
+
+    #[cold]
+    fn insert<P: PendingKey<K>, R>(
+        &self,
+        pending: P,
+        hash: u64,
+        idle: impl Fn(&V) -> bool,
+        f: impl FnOnce(Place<'_, V>) -> R,
+    ) -> R
+    where
+        K: Borrow<P::Q>,
+    {
+        let key = pending.key();
+        let (first, second, tag) = place_of(hash, self.groups.len());
+        let mut locked = self.lock_pair(first, second);
+        // Another request may have inserted the key, or `set_limit` moved
+        // it to the side map, since the lookup.
+        for (index, slots) in locked.iter() {
+            if let Some(slot) = slots.as_ref().and_then(|slots| find(slots, tag, key)) {
+                return f(self.slot_place(slot, &self.groups[*index]));
+            }
+        }
+        if self.own_count.load(Ordering::Relaxed) != 0 {
+            let own = read(&self.own);
+            if let Some(own) = own.get(key) {
+                return f(self.own_place(own));
+            }
+        }
+        let room = self.occupied.load(Ordering::Relaxed) < self.max_keys;
+        let Some((which, at)) = self.free_slot(&mut locked, room, &idle) else {
+            return f(self.overflow_place());
+        };
+        let index = locked[which].0;
+        let slot = &mut locked[which].1.get_or_insert_with(new_slots)[at];
+        if slot.key.is_none() {
+            self.occupied.fetch_add(1, Ordering::Relaxed);
+        } else {
+            // Evicted: its key is dropped here, its value reset.
+            slot.value = V::empty();
+        }
+        slot.key = Some(pending.into_owned());
+        slot.tag = tag;
+        let slots = locked[which].1.as_ref().expect("allocated above");
+        f(self.slot_place(&slots[at], &self.groups[index]))
+    }
+
+    /// Write-locks groups `a` and `b` (once if they are the same), the
+    /// lower index first.
+    fn lock_pair(&self, a: usize, b: usize) -> Vec<(usize, WriteGuard<'_, K, V>)> {
+        let (low, high) = (a.min(b), a.max(b));
+        let mut locked = Vec::with_capacity(2);
+        locked.push((low, write(&self.groups[low].slots)));
+        if high != low {
+            locked.push((high, write(&self.groups[high].slots)));
+        }
+        locked
+    }
+
+    /// A slot for a new key in the `locked` groups: an empty one of the
+    /// group with more empty slots (if `room`: the table holds fewer than
+    /// `max_keys` keys), else an idle one, as (index in `locked`, slot).
+    /// Examines each slot of the two groups once at most.
+    fn free_slot(
+        &self,
+        locked: &mut [(usize, WriteGuard<'_, K, V>)],
+        room: bool,
+        idle: &impl Fn(&V) -> bool,
+    ) -> Option<(usize, usize)> {
+        // (empty slots, index in `locked`, first empty slot)
+        let mut best: Option<(usize, usize, usize)> = None;
+        let mut evictable: Option<(usize, usize)> = None;
+        for (which, (_, slots)) in locked.iter().enumerate() {
+            let Some(slots) = slots.as_ref() else {
+                // A group no key has used: every slot is empty.
+                #[cfg(test)]
+                self.examined.fetch_add(1, Ordering::Relaxed);
+                if best.map_or(true, |(most, _, _)| GROUP > most) {
+                    best = Some((GROUP, which, 0));
+                }
+                continue;
+            };
+            let mut empties = 0;
+            let mut first_empty = None;
+            for (at, slot) in slots.iter().enumerate() {
+                #[cfg(test)]
+                self.examined.fetch_add(1, Ordering::Relaxed);
+                if slot.key.is_none() {
+                    empties += 1;
+                    first_empty.get_or_insert(at);
+                } else if evictable.is_none() && idle(&slot.value) {
+                    evictable = Some((which, at));
+                }
+            }
+            if let Some(at) = first_empty {
+                if best.map_or(true, |(most, _, _)| empties > most) {
+                    best = Some((empties, which, at));
+                }
+            }
+        }
+        match best {
+            Some((_, which, at)) if room => Some((which, at)),
+            _ => evictable,
+        }
+    }
+
+    // --- reads -----------------------------------------------------------
+
+    /// Calls `f` with `key`'s place if the key has one (in a slot or the
+    /// side map; the overflow value is nobody's), under its lock.
+    pub(crate) fn get<Q, R>(&self, key: &Q, f: impl FnOnce(Place<'_, V>) -> R) -> Option<R>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        if self.own_count.load(Ordering::Relaxed) != 0 {
+            let own = read(&self.own);
+            if let Some(own) = own.get(key) {
+                return Some(f(self.own_place(own)));
+            }
+        }
+        let hash = self.hasher.hash_one(key);
+        let (first, second, tag) = place_of(hash, self.groups.len());
+        for index in [first, second] {
+            let group = &self.groups[index];
+            let slots = read(&group.slots);
+            if let Some(slot) = slots.as_ref().and_then(|slots| find(slots, tag, key)) {
+                return Some(f(self.slot_place(slot, group)));
+            }
+        }
+        None
+    }
+
+    /// Calls `read_one` with every key that has a place and its place, and
+    /// `f` with what `read_one` made of it, a group (or the side map) at a
+    /// time: `read_one` runs under the group's read lock (it should copy
+    /// what it needs: a clone of the key, a few counts), `f` with no lock
+    /// held, so a slow `f` delays no request.
+    pub(crate) fn for_each<T>(
+        &self,
+        mut read_one: impl FnMut(&K, Place<'_, V>) -> T,
+        mut f: impl FnMut(T),
+    ) {
+        let mut buffer = Vec::new();
+        {
+            let own = read(&self.own);
+            buffer.extend(own.iter().map(|(k, o)| read_one(k, self.own_place(o))));
+        }
+        buffer.drain(..).for_each(&mut f);
+        for group in self.groups.iter() {
+            {
+                let slots = read(&group.slots);
+                let Some(slots) = slots.as_ref() else {
+                    continue;
+                };
+                for slot in slots.iter() {
+                    if let Some(key) = &slot.key {
+                        buffer.push(read_one(key, self.slot_place(slot, group)));
+                    }
+                }
+            }
+            buffer.drain(..).for_each(&mut f);
+        }
+    }
+
+    /// Keys in slots and in the side map.
+    pub(crate) fn len(&self) -> usize {
+        self.occupied.load(Ordering::Relaxed) + read(&self.own).len()
+    }
+
+    /// Lifetime (passes, blocks) of every key ever counted in a slot or the
+    /// side map, evicted keys' included (the overflow value's apart, in
+    /// [`overflow_place`](Self::overflow_place)).
+    #[cfg_attr(not(any(test, feature = "prometheus")), allow(dead_code))]
+    pub(crate) fn keys_totals(&self) -> (u64, u64) {
+        let mut sum = (0u64, 0u64);
+        let mut add = |(p, b): (u64, u64)| {
+            sum.0 = sum.0.saturating_add(p);
+            sum.1 = sum.1.saturating_add(b);
+        };
+        self.groups.iter().for_each(|g| add(g.totals.get()));
+        add(self.own_totals.get());
+        sum
+    }
+
+    // --- limits ----------------------------------------------------------
+
+    /// Gives `key` its own `limit`: the key moves to the side map with its
+    /// value (passes already counted stay counted), or its limit there
+    /// changes. `idle` judges side map entries back on the default limit,
+    /// which are dropped once idle (see [`remove_limit`](Self::remove_limit)).
+    pub(crate) fn set_limit(&self, key: K, limit: u64, idle: impl Fn(&V) -> bool) {
+        let hash = self.hasher.hash_one(&key);
+        let (first, second, tag) = place_of(hash, self.groups.len());
+        let mut locked = self.lock_pair(first, second);
+        let mut own = write(&self.own);
+        if let Some(entry) = own.get(&key) {
+            entry.limit.store(limit, Ordering::Relaxed);
+            entry
+                .policy
+                .store(u64::from(hash as u32), Ordering::Relaxed);
+        } else {
+            let value = self.take(&mut locked, tag, &key).unwrap_or_else(V::empty);
+            own.insert(key, Own::new(limit, hash as u32, value));
+        }
+        own.retain(|_, entry| !(entry.lapsed() && idle(&entry.value)));
+        self.own_count.store(own.len(), Ordering::Relaxed);
+    }
+
+    /// Removes `key`'s own limit: the key runs on the default limit again.
+    /// An idle key's value is dropped. Otherwise it goes back to a slot of
+    /// its groups (an empty one if the table has room, else an idle one),
+    /// so its passes stay counted; if none is free, it stays in the side
+    /// map on the default limit until it is idle (dropped by a later limit
+    /// change). Returns whether the key had its own limit.
+    pub(crate) fn remove_limit<Q>(&self, key: &Q, idle: impl Fn(&V) -> bool) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let hash = self.hasher.hash_one(key);
+        let (first, second, tag) = place_of(hash, self.groups.len());
+        let mut locked = self.lock_pair(first, second);
+        let mut own = write(&self.own);
+        let had = match own.get(key) {
+            Some(entry) if !entry.lapsed() => {
+                if idle(&entry.value) {
+                    own.remove(key);
+                } else {
+                    let room = self.occupied.load(Ordering::Relaxed) < self.max_keys;
+                    match self.free_slot(&mut locked, room, &idle) {
+                        Some((which, at)) => {
+                            let (owned, entry) =
+                                own.remove_entry(key).expect("the entry was found above");
+                            let slot = &mut locked[which].1.get_or_insert_with(new_slots)[at];
+                            if slot.key.is_none() {
+                                self.occupied.fetch_add(1, Ordering::Relaxed);
+                            }
+                            slot.key = Some(owned);
+                            slot.value = entry.value;
+                            slot.tag = tag;
+                        }
+                        None => {
+                            entry.limit.store(self.default_limit, Ordering::Relaxed);
+                            entry.policy.store(LAPSED, Ordering::Relaxed);
+                        }
+                    }
+                }
+                true
+            }
+            _ => false,
+        };
+        own.retain(|_, entry| !(entry.lapsed() && idle(&entry.value)));
+        self.own_count.store(own.len(), Ordering::Relaxed);
+        had
+    }
+
+    /// Moves `key`'s value out of its slot in the `locked` groups, emptying
+    /// the slot; `None` if it has none.
+    fn take<Q>(
+        &self,
+        locked: &mut [(usize, WriteGuard<'_, K, V>)],
+        tag: u8,
+        key: &Q,
+    ) -> Option<V>
+    where
+        K: Borrow<Q>,
+        Q: Eq + ?Sized,
+    {
+        for (_, slots) in locked.iter_mut() {
+            let Some(slots) = slots.as_mut() else {
+                continue;
+            };
+            if let Some(at) = position(slots, tag, key) {
+                let slot = &mut slots[at];
+                slot.key = None;
+                slot.tag = 0;
+                self.occupied.fetch_sub(1, Ordering::Relaxed);
+                return Some(std::mem::replace(&mut slot.value, V::empty()));
+            }
+        }
+        None
+    }
+}
+
+impl<K, V> fmt::Debug for CompactTable<K, V> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CompactTable")
+            .field("max_keys", &self.max_keys)
+            .field("slots", &(self.groups.len() * GROUP))
+            .field("keys", &self.occupied.load(Ordering::Relaxed))
+            .field("default_limit", &self.default_limit)
+            .field("overflow_limit", &self.overflow_limit)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicIsize, AtomicU64 as StdU64, Ordering::SeqCst};
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+    use crate::store::registry::{Borrowed, Owned};
+
+    /// A fixed window of `WINDOW_MS` for the tests: (start, passes).
+    #[derive(Debug)]
+    struct Fixed(Mutex<(u64, u64)>);
+
+    const WINDOW_MS: u64 = 1_000;
+
+    impl SlotValue for Fixed {
+        fn empty() -> Self {
+            Fixed(Mutex::new((0, 0)))
+        }
+    }
+
+    impl Fixed {
+        /// Admits one at `now` under `limit`.
+        fn admit(&self, now: u64, limit: u64) -> bool {
+            let mut state = self.0.lock().unwrap();
+            let start = now - now % WINDOW_MS;
+            if state.0 != start {
+                *state = (start, 0);
+            }
+            if state.1 < limit {
+                state.1 += 1;
+                true
+            } else {
+                false
+            }
+        }
+
+        fn idle(&self, now: u64) -> bool {
+            let state = self.0.lock().unwrap();
+            state.1 == 0 || state.0 + WINDOW_MS <= now
+        }
+
+        fn passes(&self) -> u64 {
+            self.0.lock().unwrap().1
+        }
+    }
+
+    type Table = CompactTable<u64, Fixed>;
+
+    fn table(max_keys: usize, limit: u64) -> Table {
+        CompactTable::new(max_keys, limit, limit, &HashMap::new())
+    }
+
+    /// One request of `key` at `now`: whether it passed, and whether it was
+    /// counted on the overflow value.
+    fn request(table: &Table, key: u64, now: u64) -> (bool, bool) {
+        table.with(
+            Owned(key),
+            |v| v.idle(now),
+            |place| (place.value.admit(now, place.limit), place.overflow),
+        )
+    }
+
+    #[test]
+    fn groups_hold_max_keys_at_seven_eighths() {
+        assert_eq!(groups_for(1), 1);
+        assert_eq!(groups_for(14), 1);
+        assert_eq!(groups_for(15), 2);
+        assert_eq!(groups_for(1 << 20), (((1usize << 20) * 8).div_ceil(7)).div_ceil(16));
+        assert!(table(1_000, 1).capacity() * 7 >= 1_000 * 8);
+    }
+
+    #[test]
+    fn a_flood_of_distinct_keys_never_grows_past_max_keys_nor_past_the_limits() {
+        let limit = 3;
+        let table = table(64, limit);
+        // A known client spends its allowance first.
+        for _ in 0..limit {
+            assert_eq!(request(&table, u64::MAX, 5), (true, false));
+        }
+        // 20 000 distinct keys, all in the same window: each passes once
+        // (in a slot or on the overflow value), so none is idle.
+        let mut overflow_passes = 0;
+        for key in 0..20_000 {
+            let (passed, overflow) = request(&table, key, 5);
+            assert!(table.len() <= 64, "{} keys", table.len());
+            if overflow {
+                overflow_passes += u64::from(passed);
+            } else {
+                assert!(passed);
+            }
+        }
+        // The overflow value never let more than its limit through.
+        assert_eq!(overflow_passes, limit);
+        assert_eq!(table.overflow_place().value.passes(), limit);
+        // The known client was never evicted: still refused, in its slot.
+        assert_eq!(table.get(&u64::MAX, |p| p.value.passes()), Some(limit));
+        assert_eq!(request(&table, u64::MAX, 5), (false, false));
+    }
+
+    #[test]
+    fn only_idle_keys_are_evicted_and_an_evicted_key_starts_afresh_only_when_idle() {
+        let table = table(16, 2);
+        // Fill every slot the bound allows with keys that passed at 5.
+        let mut held = Vec::new();
+        let mut key = 0;
+        while held.len() < 16 {
+            if !request(&table, key, 5).1 {
+                held.push(key);
+            }
+            key += 1;
+        }
+        // In the same window no slot frees up: a new key overflows.
+        assert!(request(&table, 1_000_000, 500).1);
+        for &k in &held {
+            assert_eq!(table.get(&k, |p| p.value.passes()), Some(1));
+        }
+        // A window later every held key is idle: new keys take slots by
+        // evicting them, and an evicted key coming back is a new key with
+        // an empty window (its old passes had all left it).
+        let mut placed = 0;
+        for k in 2_000_000..2_000_200 {
+            if !request(&table, k, 1_005).1 {
+                placed += 1;
+            }
+        }
+        assert!(placed >= 16, "{placed} new keys placed");
+        assert!(table.len() <= 16);
+    }
+
+    #[test]
+    fn an_insert_examines_at_most_the_slots_of_two_groups() {
+        let table = table(256, 1);
+        for key in 0..50_000u64 {
+            let before = table.examined.load(SeqCst);
+            request(&table, key, 5);
+            let examined = table.examined.load(SeqCst) - before;
+            assert!(examined <= 2 * GROUP, "key {key}: {examined} slots examined");
+        }
+        // And the flood had to look for room: inserts did examine slots.
+        assert!(table.examined.load(SeqCst) > 50_000);
+    }
+
+    /// A key that counts its live copies.
+    #[derive(Debug)]
+    struct Tracked {
+        id: u64,
+        live: Arc<AtomicIsize>,
+    }
+
+    impl Tracked {
+        fn new(id: u64, live: &Arc<AtomicIsize>) -> Self {
+            live.fetch_add(1, SeqCst);
+            Tracked {
+                id,
+                live: Arc::clone(live),
+            }
+        }
+    }
+
+    impl Clone for Tracked {
+        fn clone(&self) -> Self {
+            Tracked::new(self.id, &self.live)
+        }
+    }
+
+    impl Drop for Tracked {
+        fn drop(&mut self) {
+            self.live.fetch_sub(1, SeqCst);
+        }
+    }
+
+    impl PartialEq for Tracked {
+        fn eq(&self, other: &Self) -> bool {
+            self.id == other.id
+        }
+    }
+
+    impl Eq for Tracked {}
+
+    impl Hash for Tracked {
+        fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+            self.id.hash(state);
+        }
+    }
+
+    #[test]
+    fn keys_are_dropped_exactly_once() {
+        let live = Arc::new(AtomicIsize::new(0));
+        {
+            let table: CompactTable<Tracked, Fixed> =
+                CompactTable::new(32, 1, 1, &HashMap::new());
+            let mut now = 5;
+            for round in 0..20u64 {
+                for id in 0..100u64 {
+                    let key = Tracked::new(round * 1_000 + id, &live);
+                    table.with(Owned(key), |v| v.idle(now), |p| p.value.admit(now, 1));
+                    // Every key not in the table is gone: evicted ones,
+                    // and the keys that overflowed (never stored).
+                    assert_eq!(live.load(SeqCst), table.len() as isize);
+                }
+                // Limits move keys between the slots and the side map.
+                table.set_limit(Tracked::new(round * 1_000, &live), 5, |v| v.idle(now));
+                assert_eq!(live.load(SeqCst), table.len() as isize);
+                let probe = Tracked::new(round * 1_000, &live);
+                assert!(table.remove_limit(&probe, |v| v.idle(now)));
+                drop(probe);
+                assert_eq!(live.load(SeqCst), table.len() as isize);
+                now += WINDOW_MS;
+            }
+            assert!(table.len() > 0);
+        }
+        // Dropping the table dropped the rest, once each.
+        assert_eq!(live.load(SeqCst), 0);
+    }
+
+    #[test]
+    fn a_borrowed_key_is_made_owned_only_when_inserted() {
+        static MADE: StdU64 = StdU64::new(0);
+        fn to_owned(key: &str) -> String {
+            MADE.fetch_add(1, SeqCst);
+            key.to_owned()
+        }
+        let table: CompactTable<String, Fixed> = CompactTable::new(8, 5, 5, &HashMap::new());
+        for _ in 0..4 {
+            table.with(Borrowed("k", to_owned), |v| v.idle(5), |p| p.value.admit(5, p.limit));
+        }
+        assert_eq!(MADE.load(SeqCst), 1);
+        assert_eq!(table.get("k", |p| p.value.passes()), Some(4));
+    }
+
+    #[test]
+    fn own_limits_keep_the_window_when_set_and_removed() {
+        let table = table(16, 2);
+        assert_eq!(request(&table, 7, 5), (true, false));
+        table.set_limit(7, 3, |v| v.idle(5));
+        // The pass counted before the limit changed stays counted.
+        let (limit, tag, passes) = table
+            .get(&7, |p| (p.limit, p.tag, p.value.passes()))
+            .unwrap();
+        assert_eq!((limit, passes), (3, 1));
+        assert_eq!(tag, Some(table.hasher.hash_one(7u64) as u32));
+        assert_eq!(request(&table, 7, 5), (true, false));
+        assert_eq!(request(&table, 7, 5), (true, false));
+        assert_eq!(request(&table, 7, 5), (false, false));
+        // Back on the default limit with its three passes: still refused.
+        assert!(table.remove_limit(&7, |v| v.idle(5)));
+        assert!(!table.remove_limit(&7, |v| v.idle(5)));
+        let (limit, tag, passes) = table
+            .get(&7, |p| (p.limit, p.tag, p.value.passes()))
+            .unwrap();
+        assert_eq!((limit, tag, passes), (2, None, 3));
+        assert_eq!(request(&table, 7, 5), (false, false));
+    }
+
+    #[test]
+    fn keys_with_their_own_limit_are_never_overflowed() {
+        let mut rules = HashMap::new();
+        rules.insert(1_000_000u64, 2);
+        let table: Table = CompactTable::new(16, 1, 1, &rules);
+        for key in 0..1_000 {
+            request(&table, key, 5);
+        }
+        assert_eq!(request(&table, 1_000_000, 5), (true, false));
+        assert_eq!(request(&table, 1_000_000, 5), (true, false));
+        assert_eq!(request(&table, 1_000_000, 5), (false, false));
+        assert_eq!(table.len(), 17);
+    }
+
+    #[test]
+    fn concurrent_inserts_of_one_key_share_one_slot_and_its_limit() {
+        let table = Arc::new(table(1_024, 100));
+        let passed = Arc::new(StdU64::new(0));
+        let threads: Vec<_> = (0..4)
+            .map(|_| {
+                let table = Arc::clone(&table);
+                let passed = Arc::clone(&passed);
+                std::thread::spawn(move || {
+                    for key in 0..200u64 {
+                        for _ in 0..60 {
+                            if request(&table, key, 5).0 {
+                                passed.fetch_add(1, SeqCst);
+                            }
+                        }
+                    }
+                })
+            })
+            .collect();
+        for thread in threads {
+            thread.join().unwrap();
+        }
+        assert_eq!(table.len(), 200);
+        assert_eq!(passed.load(SeqCst), 200 * 100);
+        let mut seen = 0;
+        table.for_each(|k, p| (*k, p.value.passes()), |(_, passes)| {
+            assert_eq!(passes, 100);
+            seen += 1;
+        });
+        assert_eq!(seen, 200);
+    }
+}
