@@ -13,6 +13,7 @@
 //! |------------------|-----------------------------|
 //! | `service_alone`  | the innermost service (200, empty body), no limiter: the floor |
 //! | `governor_1m`    | the peer's address read from the request, governor's `check_key` on a keyed limiter (`DashMap`) of 1 000 000 keys, then the service |
+//! | `ours_compact_1m`| our layer keyed by `PeerIpKey`, compact tier, 1 000 000 keys (`max_keys` the same), then the service |
 //! | `ours_full_100k` | our layer keyed by `PeerIpKey`, full tier, 100 000 keys (a full key costs about 5 KiB, so fewer of them) |
 //! | `governor_100k`  | `governor_1m` with 100 000 keys |
 //!
@@ -51,14 +52,16 @@ const LIMIT: u64 = 65_535;
 enum Contender {
     ServiceAlone,
     Governor1m,
+    OursCompact1m,
     OursFull100k,
     Governor100k,
 }
 
 impl Contender {
-    const ALL: [Contender; 4] = [
+    const ALL: [Contender; 5] = [
         Contender::ServiceAlone,
         Contender::Governor1m,
+        Contender::OursCompact1m,
         Contender::OursFull100k,
         Contender::Governor100k,
     ];
@@ -67,6 +70,7 @@ impl Contender {
         match self {
             Contender::ServiceAlone => "service_alone",
             Contender::Governor1m => "governor_1m",
+            Contender::OursCompact1m => "ours_compact_1m",
             Contender::OursFull100k => "ours_full_100k",
             Contender::Governor100k => "governor_100k",
         }
@@ -75,7 +79,7 @@ impl Contender {
     /// How many keys its requests are drawn from.
     fn keys(self) -> u64 {
         match self {
-            Contender::ServiceAlone | Contender::Governor1m => KEYS,
+            Contender::ServiceAlone | Contender::Governor1m | Contender::OursCompact1m => KEYS,
             Contender::OursFull100k | Contender::Governor100k => FULL_KEYS,
         }
     }
@@ -130,6 +134,7 @@ fn governed(limiter: &GovernorKeyed<IpAddr>, request: Request<()>) -> StatusCode
 /// The tables, the generators and every round run so far.
 struct Rounds {
     governor_1m: GovernorKeyed<IpAddr>,
+    ours_compact: Driven<PeerIpKey>,
     ours_full: Driven<PeerIpKey>,
     governor_100k: GovernorKeyed<IpAddr>,
     rng: [u64; N],
@@ -148,21 +153,25 @@ impl Rounds {
             assert_eq!(limiter.len() as u64, keys, "governor holds every key");
             limiter
         };
-        let mut ours_full = Driven::new(
-            SlidingWindowLayer::qps(LIMIT)
+        let ours = |compact: bool, keys: u64| {
+            let layer = SlidingWindowLayer::qps(LIMIT)
                 .key(PeerIpKey)
-                .max_keys(FULL_KEYS as usize),
-        );
-        for i in 0..FULL_KEYS {
-            assert_eq!(ours_full.call(request(i)), StatusCode::OK);
-        }
-        assert_eq!(
-            ours_full.handle.len() as u64,
-            FULL_KEYS,
-            "our full tier holds every key"
-        );
+                .max_keys(keys as usize);
+            let mut driven = Driven::new(if compact { layer.compact() } else { layer });
+            for i in 0..keys {
+                assert_eq!(driven.call(request(i)), StatusCode::OK);
+            }
+            assert_eq!(
+                driven.handle.len() as u64,
+                keys,
+                "our layer (compact: {compact}) holds every key"
+            );
+            driven
+        };
         Rounds {
             governor_1m: governor(KEYS),
+            ours_compact: ours(true, KEYS),
+            ours_full: ours(false, FULL_KEYS),
             ours_full,
             governor_100k: governor(FULL_KEYS),
             rng: [SEED; N],
@@ -183,6 +192,7 @@ impl Rounds {
             let status = match contender {
                 Contender::ServiceAlone => serve(request),
                 Contender::Governor1m => governed(&self.governor_1m, request),
+                Contender::OursCompact1m => self.ours_compact.call(request),
                 Contender::OursFull100k => self.ours_full.call(request),
                 Contender::Governor100k => governed(&self.governor_100k, request),
             };
@@ -252,7 +262,10 @@ impl Rounds {
                 beyond.upper
             );
         }
-        for (ours, governor) in [(Contender::OursFull100k, Contender::Governor100k)] {
+        for (ours, governor) in [
+            (Contender::OursCompact1m, Contender::Governor1m),
+            (Contender::OursFull100k, Contender::Governor100k),
+        ] {
             let (of_medians, per_round) = ratios(
                 &self.beyond_floor(index(ours)),
                 &self.beyond_floor(index(governor)),

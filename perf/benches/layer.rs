@@ -25,8 +25,17 @@
 //! | `noop_layer_peer_ip`     | `noop_layer`; the request carries the peer's address     |
 //! | `ours_peer_ip`           | `ours_global`'s layer keyed by `PeerIpKey`; the same request |
 //! | `tower_governor_peer_ip` | `tower_governor` keyed by its `PeerIpKeyExtractor`; the same request |
+//! | `ours_compact_header`    | `ours_header`'s key, `.compact()`, see below              |
+//! | `ours_compact_peer_ip`   | `ours_peer_ip`'s key, `.compact()`, see below; the peer request |
 //! | `bare_router_huge_header`| none; the request's `x-api-key` is 64 KiB                |
 //! | `ours_header_huge_header`| `ours_header`'s layer; the request's `x-api-key` is 64 KiB |
+//!
+//! A compact key counts at most 65 535 passes per window, and one thread
+//! sends a key more than that per second, so the compact contenders use a
+//! window of 10 ms in 10 buckets of 1 ms with a limit of 65 535 (6.5 million
+//! per second): the same work per request as the default window, with a
+//! bucket rotation every millisecond (once per a few hundred requests)
+//! instead of every 100 ms.
 //!
 //! The peer-address contenders' requests carry axum's
 //! `ConnectInfo<SocketAddr>` extension, as `axum::serve` with
@@ -112,12 +121,14 @@ pub(crate) enum Contender {
     NoopPeerIp,
     OursPeerIp,
     TowerGovernorPeerIp,
+    OursCompactHeader,
+    OursCompactPeerIp,
 }
 
 impl Contender {
     /// Every contender, in the order of the reports. The no-op layer must
     /// stay in the list: the paired figures are taken against it.
-    pub(crate) const ALL: [Contender; 14] = [
+    pub(crate) const ALL: [Contender; 16] = [
         Contender::Bare,
         Contender::Noop,
         Contender::OursGlobal,
@@ -132,6 +143,8 @@ impl Contender {
         Contender::NoopPeerIp,
         Contender::OursPeerIp,
         Contender::TowerGovernorPeerIp,
+        Contender::OursCompactHeader,
+        Contender::OursCompactPeerIp,
     ];
 
     /// The benchmark id within a group.
@@ -151,6 +164,8 @@ impl Contender {
             Contender::NoopPeerIp => "noop_layer_peer_ip",
             Contender::OursPeerIp => "ours_peer_ip",
             Contender::TowerGovernorPeerIp => "tower_governor_peer_ip",
+            Contender::OursCompactHeader => "ours_compact_header",
+            Contender::OursCompactPeerIp => "ours_compact_peer_ip",
         }
     }
 
@@ -158,7 +173,10 @@ impl Contender {
     pub(crate) fn peer_ip(self) -> bool {
         matches!(
             self,
-            Contender::NoopPeerIp | Contender::OursPeerIp | Contender::TowerGovernorPeerIp
+            Contender::NoopPeerIp
+                | Contender::OursPeerIp
+                | Contender::TowerGovernorPeerIp
+                | Contender::OursCompactPeerIp
         )
     }
 
@@ -233,6 +251,10 @@ impl Contender {
             Contender::TowerGovernorPeerIp => {
                 app.layer(governor_never_rejecting(PeerIpKeyExtractor))
             }
+            Contender::OursCompactHeader => {
+                app.layer(compact_never_rejecting(HeaderKey::new(API_KEY)))
+            }
+            Contender::OursCompactPeerIp => app.layer(compact_never_rejecting(PeerIpKey)),
             Contender::TowerGovernorHeader => {
                 app.layer(governor_never_rejecting(HeaderString(API_KEY)))
             }
@@ -256,6 +278,15 @@ fn base() -> Router {
 
 async fn handler() -> &'static str {
     "ok"
+}
+
+/// A compact layer keyed by `key` that one thread cannot make refuse: a
+/// limit of 65 535 (the most a compact key counts) per 10 ms window.
+fn compact_never_rejecting<X: KeyExtractor>(key: X) -> SlidingWindowLayer<X> {
+    SlidingWindowLayer::qps(65_535)
+        .window(Duration::from_millis(10), 10)
+        .key(key)
+        .compact()
 }
 
 /// The matched route plus the method, as `MatchedPathKey` builds it.

@@ -95,6 +95,8 @@ pub struct Config {
     pub soak_time: Duration,
     /// `soak --hostile`: a flood of distinct maximum-size keys instead.
     pub hostile: bool,
+    /// `soak --compact`: the soak's layer is a compact one.
+    pub compact: bool,
     /// Distinct keys the soak cycles through.
     pub soak_keys: usize,
     /// The registry bound during the soak.
@@ -141,6 +143,7 @@ impl Config {
             retry_time: Duration::from_secs(15),
             soak_time: Duration::from_secs(600),
             hostile: false,
+            compact: false,
             soak_keys: 100_000,
             soak_max_keys: 10_000,
             only: Vec::new(),
@@ -151,6 +154,9 @@ impl Config {
         }
     }
 }
+
+/// `max_keys` of the compact soak unless given.
+pub const COMPACT_SOAK_MAX_KEYS: usize = 1_000_000;
 
 /// The usage text printed on `--help` or a bad argument.
 pub const USAGE: &str = "\
@@ -164,7 +170,11 @@ modes:
   soak       >= 10 minutes of key churn with memory sampling (not for CI);
              with --hostile: distinct near-maximum-size header and path
              keys (a share not UTF-8) through the default max_keys, for
-             --soak-secs (90 s unless given), failing on memory growth
+             --soak-secs (90 s unless given), failing on memory growth;
+             with --compact: a compact layer of 1000000 keys (unless
+             --soak-max-keys), 4x as many distinct keys (unless
+             --soak-keys) turning over, failing when a count is lost or
+             memory grows after the table has turned over twice
   short      a few seconds of deterministic checks (CI)
   all        bench + accuracy + retry (the reference run)
   redis      the Redis store's latency and throughput against local mode
@@ -202,8 +212,11 @@ options (defaults in brackets):
   --soak-secs S           soak length [600; 90 with --hostile]
   --seconds S             the same as --soak-secs
   --hostile               soak with hostile keys (takes no value)
-  --soak-keys N           distinct keys in the soak [100000]
-  --soak-max-keys N       registry bound in the soak [10000]
+  --compact               soak a compact layer (takes no value)
+  --soak-keys N           distinct keys in the soak [100000; 4x
+                          --soak-max-keys with --compact]
+  --soak-max-keys N       registry bound in the soak [10000; 1000000
+                          with --compact]
   --memory-keys N         keys per subject in memory [1000000]
   --memory-full-keys N    keys of the full tier in memory [100000]
   --eviction-keys N       keys per round, compact tier, eviction [1000000]
@@ -225,10 +238,20 @@ pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Config, String> 
         Mode::parse(&mode_word).ok_or_else(|| format!("unknown mode `{mode_word}`\n\n{USAGE}"))?;
     let mut config = Config::defaults(mode);
     let mut soak_time_set = false;
+    let (mut soak_keys_set, mut soak_max_keys_set) = (false, false);
     while let Some(flag) = args.next() {
         if flag == "--help" || flag == "-h" {
             return Err(USAGE.to_owned());
         }
+        if flag == "--compact" {
+            if mode != Mode::Soak {
+                return Err(format!("`--compact` goes with `soak` only\n\n{USAGE}"));
+            }
+            config.compact = true;
+            continue;
+        }
+        soak_keys_set |= flag == "--soak-keys";
+        soak_max_keys_set |= flag == "--soak-max-keys";
         if flag == "--hostile" {
             if mode != Mode::Soak {
                 return Err(format!("`--hostile` goes with `soak` only\n\n{USAGE}"));
@@ -244,6 +267,19 @@ pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Config, String> 
     }
     if config.hostile && !soak_time_set {
         config.soak_time = Duration::from_secs(90);
+    }
+    if config.hostile && config.compact {
+        return Err(format!(
+            "`--hostile` and `--compact` do not go together\n\n{USAGE}"
+        ));
+    }
+    if config.compact {
+        if !soak_max_keys_set {
+            config.soak_max_keys = COMPACT_SOAK_MAX_KEYS;
+        }
+        if !soak_keys_set {
+            config.soak_keys = 4 * config.soak_max_keys;
+        }
     }
     Ok(config)
 }

@@ -169,6 +169,10 @@ fn run(config: &Config) -> Result<bool, String> {
                 );
                 passed = false;
             }
+            if let Some(failure) = result.memory_failure() {
+                eprintln!("load soak --compact: FAILED: {failure}");
+                passed = false;
+            }
         }
         if mode == Mode::Short {
             // Nothing in short mode waits on time, so a stall means a hang.
@@ -198,6 +202,8 @@ fn run(config: &Config) -> Result<bool, String> {
         // The hostile soak writes next to the soak's report, not over it.
         let name = if config.hostile {
             "report-hostile.md"
+        } else if config.compact {
+            "report-compact.md"
         } else {
             "report.md"
         };
@@ -229,12 +235,20 @@ fn run_memory(config: &Config) -> Result<bool, String> {
     let path = config.out.join("report-memory.md");
     std::fs::write(&path, &text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     println!("{text}");
-    Ok(true)
+    let missed = memory::over_budget(&rows);
+    for miss in &missed {
+        eprintln!("load memory: target MISSED: {miss}");
+    }
+    Ok(missed.is_empty())
 }
 
 /// `load eviction`: the table goes to `report-eviction.md`.
 fn run_eviction(config: &Config) -> Result<bool, String> {
     let mut rows = Vec::new();
+    rows.extend(eviction::run(
+        eviction::Tier::Compact,
+        config.eviction_keys,
+    )?);
     rows.extend(eviction::run(
         eviction::Tier::Full,
         config.eviction_full_keys,

@@ -22,7 +22,8 @@
 //!   thousands of rounds varies far less within a run, more between runs);
 //! - for our contenders, their cost beyond the no-op layer relative to
 //!   tower_governor's with the same kind of key (global, the header for
-//!   `ours_header`, the peer's address for `ours_peer_ip`): the ratio of the two medians, and the median of the
+//!   `ours_header` and `ours_compact_header`, the peer's address for
+//!   `ours_peer_ip` and `ours_compact_peer_ip`): the ratio of the two medians, and the median of the
 //!   per-round ratios;
 //! - for `ours_global_breaker`, the median per-round difference to
 //!   `ours_global` (the cost of one closed breaker) with its quartiles;
@@ -144,6 +145,8 @@ impl Rounds {
             (Contender::OursHeader, Contender::TowerGovernorHeader),
             (Contender::OursHeader, Contender::TowerGovernor),
             (Contender::OursPeerIp, Contender::TowerGovernorPeerIp),
+            (Contender::OursCompactHeader, Contender::TowerGovernorHeader),
+            (Contender::OursCompactPeerIp, Contender::TowerGovernorPeerIp),
         ] {
             let (of_medians, per_round) = ratios(
                 &self.beyond_noop(index(ours)),
