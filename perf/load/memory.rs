@@ -202,7 +202,8 @@ pub fn measure_in_child(
     }
     let line = stdout
         .lines()
-        .find_map(|line| line.strip_prefix(RESULT))
+        // Under the test harness the line may follow the test's name.
+        .find_map(|line| line.split_once(RESULT).map(|(_, figures)| figures))
         .ok_or_else(|| {
             format!(
                 "the child measuring {} printed no result: {stdout}",
