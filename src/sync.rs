@@ -6,14 +6,16 @@
 //! `cfg(loom)`.
 
 #[cfg(loom)]
-pub(crate) use loom::sync::atomic::{fence, AtomicUsize, Ordering};
+pub(crate) use loom::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicUsize, Ordering};
 #[cfg(loom)]
 pub(crate) use loom::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 #[cfg(loom)]
 pub(crate) use loom_store_as_swap::AtomicU64;
 
 #[cfg(not(loom))]
-pub(crate) use std::sync::atomic::{fence, AtomicU64, AtomicUsize, Ordering};
+pub(crate) use std::sync::atomic::{
+    fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering,
+};
 #[cfg(not(loom))]
 pub(crate) use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 

@@ -269,6 +269,14 @@ impl<K: KeyLabel + Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
     /// earlier [`collector_with_rt_buckets`](Self::collector_with_rt_buckets)
     /// call on this layer. Feature `prometheus`.
     ///
+    /// The collector of a [`compact`](crate::SlidingWindowLayer::compact)
+    /// layer exports the layer's lifetime passes and blocks (every key's,
+    /// evicted keys' and the overflow's) in one series without a `key`
+    /// label, as [`totals_only`](PrometheusCollector::totals_only) does: a
+    /// compact key keeps no lifetime counts of its own, and such a layer
+    /// has too many keys for a series each. Completions, response times and
+    /// the in-flight gauge stay at zero: a compact key records none.
+    ///
     /// ```
     /// use prometheus_client::registry::Registry;
     /// use tower_sliding_window::SlidingWindowLayer;

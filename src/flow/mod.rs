@@ -56,5 +56,6 @@ pub use decision::Reason;
 pub(crate) use decision::{Decision, Pass, Refusal};
 #[cfg(feature = "tokio")]
 pub(crate) use pacing::pace;
+pub(crate) use quota::wait_for_quota;
 pub use throttle::{Pacer, Turn};
 pub use try_pass::TryPass;

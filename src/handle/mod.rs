@@ -42,6 +42,16 @@ use crate::store::{effective_now, CompactKeys, Entry, Registry, RemoteSlot, Stor
 /// the key's newest bucket: after a clock steps back, a key's snapshot still
 /// shows the passes and blocks that admission counts against it.
 ///
+/// On a [`compact`](crate::SlidingWindowLayer::compact) layer the table is
+/// in groups of 16 slots, each behind its lock, and the same reads work: a
+/// key's [`Snapshot`] has its window's `pass` and `block` and its `limit`
+/// (the rest is 0 or `None`), [`history`](Self::history) and
+/// [`breakers`](Self::breakers) are empty, and the visits
+/// ([`keys`](Self::keys), [`snapshots`](Self::snapshots),
+/// [`for_each`](Self::for_each), [`total`](Self::total)) clone the keys of
+/// one group at a time under its read lock (keys are stored in the table
+/// itself) and run the caller's code with no lock held.
+///
 /// ```
 /// use tower_sliding_window::{PathKey, SlidingWindowLayer};
 ///
@@ -229,7 +239,9 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
     pub fn keys(&self) -> Vec<K> {
         if let Some(compact) = self.compact() {
             let mut keys = Vec::new();
-            compact.table().for_each(|key, _| key.clone(), |key| keys.push(key));
+            compact
+                .table()
+                .for_each(|key, _| key.clone(), |key| keys.push(key));
             return keys;
         }
         let mut keys = Vec::new();
@@ -258,7 +270,8 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
     /// The table is visited one shard at a time; a shard's lock is held only
     /// to copy pointers to its keys and entries, and `f` runs with no lock
     /// held, so a slow `f` delays no request. Keys inserted or evicted
-    /// during the visit may or may not be seen.
+    /// during the visit may or may not be seen. On a compact layer each key
+    /// is cloned (see [`StatsHandle`]).
     ///
     /// ```
     /// use std::fmt::Write;
@@ -332,7 +345,10 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
             );
             if !keys.overflow_idle(now) {
                 let place = keys.table().overflow_place();
-                add(Snapshot::compact(keys.counts(place.value, now), place.limit));
+                add(Snapshot::compact(
+                    keys.counts(place.value, now),
+                    place.limit,
+                ));
             }
             return Snapshot::compact((pass, block), limit);
         }

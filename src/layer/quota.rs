@@ -10,7 +10,7 @@ use http::Response;
 
 use crate::flow::Refusal;
 use crate::response::{rejection_response, PolicyName, Quota, ResponseConfig};
-use crate::stat::compact::{CompactShape, CompactWindow};
+use crate::stat::{CompactShape, CompactWindow};
 use crate::store::Entry;
 
 /// What the answer to a decision reads from the key it was made on.
@@ -113,9 +113,7 @@ pub(crate) fn refuse(
     response: &ResponseConfig,
 ) -> Response<Bytes> {
     key.record_block(at);
-    let window_pass = refusal
-        .window_pass
-        .unwrap_or_else(|| key.window_pass(at));
+    let window_pass = refusal.window_pass.unwrap_or_else(|| key.window_pass(at));
     let Refusal {
         reason,
         retry_after_ms,

@@ -42,7 +42,6 @@ use super::remote;
 use super::wait::Gate;
 #[cfg(feature = "tokio")]
 use super::wait::{self, Waiter};
-#[cfg(feature = "tokio")]
 use crate::clock::Clock;
 #[cfg(feature = "tokio")]
 use crate::flow::Reason;
@@ -50,11 +49,11 @@ use crate::flow::{self, Decision, Pass, Refusal};
 use crate::handle::StatsHandle;
 use crate::key::{GlobalKey, KeyExtractor};
 use crate::response::{Quota, ResponseConfig};
+use crate::stat::{CompactShape, CompactWindow};
 #[cfg(feature = "redis")]
 use crate::store::redis::RemoteWindow;
 #[cfg(feature = "redis")]
 use crate::store::RemoteLookup;
-use crate::stat::compact::{CompactShape, CompactWindow};
 use crate::store::{
     effective_now, CompactKeys, CompactLookup, Entry, Lookup, Place, Registry, RemoteSlot, Store,
     Window,
@@ -350,13 +349,19 @@ impl<S, X: KeyExtractor, M: MakeClassifier, R> SlidingWindow<S, X, M, R> {
                 Decision::Wait(never) => match never {},
             }
         };
-        self.extractor.visit(parts, CompactLookup { keys, now, decide })
+        self.extractor
+            .visit(parts, CompactLookup { keys, now, decide })
     }
 
     /// Answers a refused request of a compact key (see `quota::refuse`,
     /// where its block is recorded); the inner service is not called.
     #[inline(never)]
-    fn refused_compact(&self, key: &CompactCounted<'_>, at: u64, refusal: Refusal) -> Response<Bytes> {
+    fn refused_compact(
+        &self,
+        key: &CompactCounted<'_>,
+        at: u64,
+        refusal: Refusal,
+    ) -> Response<Bytes> {
         refuse(key, at, refusal, &self.response)
     }
 }

@@ -1,16 +1,128 @@
-//! TEMPORARY: the interface of the compact window, delegating to a full
-//! node so that the layer integration can be built and tested before the
-//! real one is merged. Removed before the merge.
+//! [`CompactWindow`]: one key's admission state in 28 bytes, for the compact
+//! key tier. It gives the same decisions, retry times and reset times as a
+//! full [`StatisticNode`](super::StatisticNode) of the same shape fed the
+//! same requests at the same clock readings, and keeps only what admission
+//! needs: the passes of the buckets that can still count, the blocks of the
+//! newest bucket, and where the newest bucket lies on the clock.
+//!
+//! # Layout
+//!
+//! Seven 32-bit words (align 4, so a table slot of key, state byte and
+//! window packs without padding); all-zero bytes are an empty window:
+//!
+//! ```text
+//! head   [LOCKED:1][tag:15][pass:16]      the compare-and-swap word
+//! stamp  [stamp_hi:16][block:16]
+//! ring   5 words = 10 x u16               final passes of older buckets
+//! ```
+//!
+//! - `pass`: admitted requests in the newest bucket (at most 65 535, which
+//!   [`COMPACT_MAX_LIMIT`] keeps it under).
+//! - `block`: blocks recorded in the newest bucket, saturating at 65 535.
+//! - `tag` and `stamp_hi` together form a 31-bit *stamp* saying where the
+//!   newest bucket starts on the clock: the bucket's number modulo
+//!   `2^q - 1`, plus one (never 0, so a zero stamp means "never opened"), in
+//!   the low `q` bits, and the start's offset within its bucket length (the
+//!   phase, see "Clocks") above them, where `q = 31 - ceil(log2(bucket_ms))`.
+//!   The stamp therefore knows the start modulo a period `P = bucket_ms x
+//!   (2^q - 1)` of 2^30 to 2^31 ms (12 to 24 days); a reading is placed
+//!   within half a period of it (see "What differs").
+//!   The tag, the stamp's low 15 bits, changes whenever the newest bucket
+//!   does, which is what lets the head alone validate a decision.
+//! - `ring[i]`: the final passes of the bucket `i + 1` buckets before the
+//!   newest, for `i < sample_count`. The last one, `sample_count` buckets
+//!   back, has just left the window; a strict window counts it.
+//!
+//! # Clocks
+//!
+//! The window works on the clock's own readings: the newest bucket's start
+//! is kept as a clock time, and buckets are `bucket_ms` long from there on.
+//! A full node instead keeps a *skew* that it adds to the clock when the
+//! clock steps back further than a window (`StatisticNode::effective_now`),
+//! and starts its buckets at multiples of `bucket_ms` of that skewed time.
+//! Both describe the same thing: where the skew of a full node is `S` and
+//! its newest bucket starts at `N`, this window's newest bucket starts at
+//! `N - S` on the clock, its buckets are the full node's shifted by `S`, and
+//! a step back beyond a window moves the newest start to the reading
+//! ("re-anchors" it) where the full node raises its skew. Every figure the
+//! two give (decisions, waits, resets, counts) depends only on differences
+//! of times, so they agree; the times `effective_now` returns differ by the
+//! skew, and are only ever handed back to this window.
+//!
+//! # Concurrency
+//!
+//! - **Admission** (one compare-and-swap): load `head` (`Acquire`); if the
+//!   request falls in the newest bucket, sum the ring's passes of the window
+//!   (loads with `Acquire`), decide `window_pass + 1 <= limit`, and swap in
+//!   `pass + 1` (`AcqRel`). A failed swap that finds the same tag re-decides
+//!   with the new count; anything else starts over.
+//! - **Rotation** (once per bucket per key, by the first request that finds
+//!   the clock past the newest bucket): swap `head` to itself with `LOCKED`
+//!   set (`Acquire`), shift the ring (`Release` stores), store the stamp
+//!   (`Release`) and unlock by storing the new head (`Release`), with the
+//!   rotating request's own pass already in it. Callers that find `LOCKED`
+//!   back off (`sync::backoff`).
+//! - **Why the head validates the ring.** The ring and the stamp change only
+//!   under the lock, and taking the lock changes the head. A reader that
+//!   loaded the head `h` and then read a ring or stamp value written by a
+//!   later rotation read it with `Acquire` from a `Release` store that the
+//!   rotation's locking swap precedes, so that swap happens-before
+//!   everything the reader does next: its own compare-and-swap (or its
+//!   second load of the head, for reads) then finds `LOCKED` or a later
+//!   head, never `h`, and fails. A decision that succeeds was therefore
+//!   taken on the ring and stamp of the head it replaced, as in a sequence
+//!   lock. A reader that loaded a head stored by a rotation sees that
+//!   rotation's ring and stamp (the unlocking store is `Release`). Each
+//!   rotation moves the tag on, so only a caller stalled across 2^15
+//!   rotations of one key could find its old head again (with the same
+//!   count); a jump of 2^15 buckets or more empties the ring, so the stale
+//!   sum it decided on is then at least the true one.
+//! - **Reads** (counts, waits, idleness) load the head, the stamp and the
+//!   ring (`Acquire`), then the head again, and retry unless the tag is the
+//!   same and unlocked: a consistent view, as above.
+//! - **Blocks** are added to the stamp word by compare-and-swap, checked
+//!   against the head as reads are. A block racing a rotation counts in the
+//!   bucket it was recorded in (and leaves with it) or in the new one; the
+//!   rotation replaces the stamp with a `swap` so that loom models it
+//!   faithfully (a plain `store` racing a read-modify-write is mis-modelled
+//!   by loom 0.7; see `sync.rs`).
+//!
+//! # What differs from a full key
+//!
+//! - `block` in [`window_counts`](CompactWindow::window_counts) is the
+//!   newest bucket's blocks (saturating at 65 535), not the window's: there
+//!   is no room for per-bucket blocks. Passes are the window's, exactly.
+//! - A reading more than half a period (at least 2^29 ms, 6.2 days) away
+//!   from the newest bucket is placed on the wrong side of it: a key left
+//!   untouched that long may be taken for one whose clock stepped back
+//!   (its stale passes then count for one more window, as after a real step
+//!   back: stricter, never looser), and a clock stepping back that far is
+//!   taken for a jump forward (the window is then empty, where a full node
+//!   would count its passes for one more window).
+//! - A bucket's passes stop at 65 535: a limit above
+//!   [`COMPACT_MAX_LIMIT`] refuses once the newest bucket holds that many.
+//! - Readings are clamped at 2^62 ms, as the full node clamps its bucket
+//!   starts; the full node also clamps its skewed time, so the two differ
+//!   only beyond 2^62 ms of skewed time.
 
-use std::sync::OnceLock;
+use super::leap_array::MAX_TIME;
+use crate::error::ConfigError;
+use crate::flow::{Decision, Pass, Reason, Refusal};
+use crate::sync::{backoff, AtomicU32, Ordering};
 
-use crate::clock::SharedClock;
-use crate::flow::{self, Decision, Pass};
-use crate::stat::StatisticNode;
-
+/// The most buckets a compact window has.
 pub(crate) const COMPACT_MAX_BUCKETS: usize = 10;
+
+/// The highest limit a compact window enforces (a bucket's passes are 16
+/// bits).
 pub(crate) const COMPACT_MAX_LIMIT: u64 = 65_535;
 
+/// The longest bucket a compact window supports: the stamp needs at least
+/// two bits of bucket number beside the phase.
+const MAX_BUCKET_MS: u64 = 1 << 29;
+
+/// The window's shape: `sample_count` buckets over `interval_ms`, and
+/// whether admission also counts the bucket that has just left the window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct CompactShape {
     pub(crate) sample_count: usize,
@@ -19,58 +131,1415 @@ pub(crate) struct CompactShape {
 }
 
 impl CompactShape {
+    /// Length of one bucket.
+    #[inline]
     pub(crate) fn bucket_ms(&self) -> u64 {
-        self.interval_ms / self.sample_count as u64
+        self.interval_ms / self.sample_count.max(1) as u64
+    }
+
+    /// Checks that a compact window can have this shape.
+    ///
+    /// # Errors
+    ///
+    /// A [`ConfigError`] naming the setting: `sample_count` outside
+    /// `1..=10`, `interval_ms` 0 or not a multiple of `sample_count`, or
+    /// buckets longer than 2^29 ms.
+    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
+        if self.sample_count == 0 || self.sample_count > COMPACT_MAX_BUCKETS {
+            return Err(ConfigError::new(
+                "sample_count",
+                "must be between 1 and 10 for a compact layer",
+                format!("got {}", self.sample_count),
+            ));
+        }
+        super::validate_window(self.sample_count, self.interval_ms)?;
+        if self.bucket_ms() > MAX_BUCKET_MS {
+            return Err(ConfigError::new(
+                "interval_ms",
+                "must be at most 2^29 ms per bucket for a compact layer",
+                format!(
+                    "got {} ms over {} buckets",
+                    self.interval_ms, self.sample_count
+                ),
+            ));
+        }
+        Ok(())
     }
 }
 
-#[derive(Debug, Default)]
-pub(crate) struct CompactWindow(OnceLock<StatisticNode>);
+// --- the words -------------------------------------------------------------
 
-impl CompactWindow {
-    pub(crate) const fn new() -> Self {
-        CompactWindow(OnceLock::new())
+/// `head`: a rotation holds the window.
+const LOCKED: u32 = 1 << 31;
+/// `head`: the newest bucket's passes; `stamp`: its blocks.
+const COUNT_MASK: u32 = 0xFFFF;
+const TAG_SHIFT: u32 = 16;
+const TAG_BITS: u32 = 15;
+const TAG_MASK: u32 = (1 << TAG_BITS) - 1;
+/// `head` without its count: lock bit and tag.
+const STATE_MASK: u32 = !COUNT_MASK;
+const RING_WORDS: usize = COMPACT_MAX_BUCKETS / 2;
+
+#[inline]
+fn stamp_of(head: u32, stamp: u32) -> u32 {
+    ((head >> TAG_SHIFT) & TAG_MASK) | ((stamp >> TAG_SHIFT) << TAG_BITS)
+}
+
+#[inline]
+fn head_word(stamp: u32, pass: u32) -> u32 {
+    ((stamp & TAG_MASK) << TAG_SHIFT) | pass
+}
+
+#[inline]
+fn stamp_word(stamp: u32, block: u32) -> u32 {
+    ((stamp >> TAG_BITS) << TAG_SHIFT) | block
+}
+
+/// The shape's arithmetic, with the stamp's encoding.
+#[derive(Debug, Clone, Copy)]
+struct Grid {
+    len: u64,
+    sample_count: usize,
+    strict: bool,
+    interval: u64,
+    /// Bits of bucket number in a stamp.
+    q: u32,
+    /// Bucket numbers are kept modulo this (plus one).
+    rounds: u64,
+    /// `len * rounds`: a stamp knows the newest start modulo this.
+    period: u64,
+}
+
+impl Grid {
+    #[inline]
+    fn of(shape: &CompactShape) -> Grid {
+        let len = shape.bucket_ms().max(1);
+        let phase_bits = 64 - (len - 1).leading_zeros();
+        let q = 31u32.saturating_sub(phase_bits).max(2);
+        let rounds = (1u64 << q) - 1;
+        Grid {
+            len,
+            sample_count: shape.sample_count.clamp(1, COMPACT_MAX_BUCKETS),
+            strict: shape.strict,
+            interval: shape.interval_ms,
+            q,
+            rounds,
+            period: len * rounds,
+        }
     }
-    fn node(&self, s: &CompactShape) -> &StatisticNode {
-        self.0.get_or_init(|| {
-            StatisticNode::build(SharedClock::system(), s.sample_count, s.interval_ms, s.strict)
-                .unwrap()
+
+    /// How many buckets before the newest admission counts: the window's
+    /// older buckets, and the one that has just left it on a strict window.
+    #[inline]
+    fn depth(&self) -> usize {
+        self.sample_count - 1 + usize::from(self.strict)
+    }
+
+    /// The stamp of a bucket starting at `start` on the clock (never 0).
+    #[inline]
+    fn encode(&self, start: u64) -> u32 {
+        let number = (start / self.len) % self.rounds + 1;
+        let phase = start % self.len;
+        ((number | (phase << self.q)) & 0x7FFF_FFFF) as u32
+    }
+
+    /// Where the bucket of `stamp` starts, placed within half a period of
+    /// `now`; `None` for the zero stamp of a window never opened.
+    #[inline]
+    fn decode(&self, stamp: u32, now: u64) -> Option<u64> {
+        let stamp = u64::from(stamp);
+        let number = stamp & ((1 << self.q) - 1);
+        if number == 0 {
+            return None;
+        }
+        let value = ((number - 1) * self.len + (stamp >> self.q)) % self.period;
+        let now = now.min(MAX_TIME);
+        let behind = (now % self.period + self.period - value) % self.period;
+        if behind <= self.period / 2 && behind <= now {
+            Some(now - behind)
+        } else {
+            Some(now + (self.period - behind))
+        }
+    }
+
+    /// The start of the bucket holding `t` on the grid of `newest`, for
+    /// `t >= newest`.
+    #[inline]
+    fn advance(&self, newest: u64, t: u64) -> u64 {
+        newest + (t - newest) / self.len * self.len
+    }
+}
+
+/// One key's admission state (module docs). All-zero bytes are an empty
+/// window.
+#[derive(Debug)]
+pub(crate) struct CompactWindow {
+    /// `[LOCKED:1][tag:15][pass:16]`. Every decision is a compare-and-swap
+    /// of this word; taking the rotation lock sets `LOCKED`, so any
+    /// decision whose reads a rotation overlapped fails its swap (module
+    /// docs, "Why the head validates the ring"). `Acquire` loads, `AcqRel`
+    /// swaps, `Release` unlocking store: a reader of a head sees the ring
+    /// and stamp stored before it.
+    head: AtomicU32,
+    /// `[stamp_hi:16][block:16]`. The stamp half changes only under the
+    /// lock (`swap`, `Release`), the block half by compare-and-swap at any
+    /// time; loads are `Acquire`.
+    stamp: AtomicU32,
+    /// Two 16-bit pass counts per word, entry `i` in word `i / 2`, low half
+    /// first: the final passes of the bucket `i + 1` buckets before the
+    /// newest. Written only under the lock (`Release`), read with
+    /// `Acquire`, validated by the head.
+    ring: [AtomicU32; RING_WORDS],
+}
+
+/// A consistent read of the window.
+#[derive(Debug, Clone, Copy)]
+struct View {
+    /// Start of the newest bucket on the clock; `None` if never opened.
+    newest: Option<u64>,
+    /// `passes[0]`: the newest bucket's; `passes[i]`: the bucket `i`
+    /// buckets before it.
+    passes: [u16; COMPACT_MAX_BUCKETS + 1],
+    block: u16,
+}
+
+impl View {
+    /// Buckets from the one holding `at` back to the one `i` buckets before
+    /// the newest: the signed number of buckets from `at`'s bucket to the
+    /// newest one, and the start of `at`'s bucket, or `None` with nothing
+    /// opened.
+    fn locate(&self, grid: &Grid, at: u64) -> Option<(i128, i128)> {
+        let newest = self.newest?;
+        let at = at.min(MAX_TIME);
+        let len = i128::from(grid.len);
+        let diff = i128::from(at) - i128::from(newest);
+        let back = diff.div_euclid(len);
+        Some((back, i128::from(newest) + back * len))
+    }
+
+    /// Passes of the bucket `offset` buckets before the one holding `at`,
+    /// where that one is `back` buckets after the newest.
+    #[inline]
+    fn pass_at(&self, back: i128, offset: usize) -> u64 {
+        let i = offset as i128 - back;
+        if (0..=COMPACT_MAX_BUCKETS as i128).contains(&i) {
+            u64::from(self.passes[i as usize])
+        } else {
+            0
+        }
+    }
+
+    /// Passes counted at `at` over the `depth + 1` newest buckets of its
+    /// window.
+    fn sum(&self, grid: &Grid, at: u64, depth: usize) -> u64 {
+        match self.locate(grid, at) {
+            None => 0,
+            Some((back, _)) => (0..=depth).map(|o| self.pass_at(back, o)).sum(),
+        }
+    }
+
+    /// Milliseconds from `at` until `n` more passes fit under `limit`, as
+    /// `flow::retry_on_clock` computes it for a full node: the admission
+    /// buckets at `at` (led, on a strict window, by the one that has just
+    /// left it) through `wait_for_quota`, plus `behind` unless it is 0.
+    fn retry(&self, grid: &Grid, at: u64, behind: u64, n: u64, limit: u64) -> Option<u64> {
+        let depth = grid.depth();
+        let span = grid.interval + if grid.strict { grid.len } else { 0 };
+        let mut buckets = [(0u64, 0u64); COMPACT_MAX_BUCKETS + 1];
+        let at = at.min(MAX_TIME);
+        // Times shifted by `shift`, so that a bucket before time 0 on the
+        // clock (after a re-anchoring near 0) still has a start; the wait
+        // depends only on differences.
+        let shift = (depth as u64 + 1) * grid.len;
+        if let Some((back, start)) = self.locate(grid, at) {
+            for (slot, offset) in buckets.iter_mut().zip((0..=depth).rev()) {
+                let begins = start + i128::from(shift) - offset as i128 * i128::from(grid.len);
+                *slot = (
+                    u64::try_from(begins).unwrap_or(0),
+                    self.pass_at(back, offset),
+                );
+            }
+        }
+        let ms = crate::flow::wait_for_quota(
+            buckets[..=depth].iter().copied(),
+            at + shift,
+            span,
+            n,
+            limit,
+        )?;
+        Some(if ms == 0 {
+            0
+        } else {
+            ms.saturating_add(behind)
         })
     }
-    pub(crate) fn effective_now(&self, s: &CompactShape, now: u64) -> u64 {
-        self.node(s).effective_now(now)
+}
+
+impl Default for CompactWindow {
+    fn default() -> Self {
+        Self::new()
     }
-    pub(crate) fn lag(&self, s: &CompactShape, now: u64, at: u64) -> u64 {
-        self.node(s).lag(now, at)
+}
+
+impl CompactWindow {
+    /// An empty window (all zero bits).
+    #[cfg(not(loom))]
+    pub(crate) const fn new() -> Self {
+        CompactWindow {
+            head: AtomicU32::new(0),
+            stamp: AtomicU32::new(0),
+            ring: [
+                AtomicU32::new(0),
+                AtomicU32::new(0),
+                AtomicU32::new(0),
+                AtomicU32::new(0),
+                AtomicU32::new(0),
+            ],
+        }
     }
+
+    /// An empty window (loom's atomics have no `const` constructor).
+    #[cfg(loom)]
+    pub(crate) fn new() -> Self {
+        CompactWindow {
+            head: AtomicU32::new(0),
+            stamp: AtomicU32::new(0),
+            ring: std::array::from_fn(|_| AtomicU32::new(0)),
+        }
+    }
+
+    /// As `StatisticNode::effective_now`: the time to decide at for a
+    /// request whose clock reads `now`. A reading behind the newest bucket
+    /// by at most a window is moved forward to that bucket's start (it
+    /// waits `lag` on the clock); one behind it by more re-anchors the
+    /// newest bucket at the reading (module docs, "Clocks"), as a full node
+    /// raises its skew, and is returned as it is.
+    pub(crate) fn effective_now(&self, shape: &CompactShape, now: u64) -> u64 {
+        let grid = Grid::of(shape);
+        let mut round = 0;
+        loop {
+            let Some((head, stamp)) = self.stamps() else {
+                backoff(&mut round);
+                continue;
+            };
+            let Some(newest) = grid.decode(stamp_of(head, stamp), now) else {
+                return now;
+            };
+            if newest <= now {
+                return now;
+            }
+            if newest - now <= grid.interval {
+                return newest;
+            }
+            if self.reanchor(&grid, head, now) {
+                return now;
+            }
+            backoff(&mut round);
+        }
+    }
+
+    /// As `StatisticNode::lag`: how long the clock, reading `now`, must run
+    /// to reach `at`, a result of [`effective_now`](Self::effective_now) at
+    /// `now`.
+    #[inline]
+    pub(crate) fn lag(&self, _shape: &CompactShape, now: u64, at: u64) -> u64 {
+        at.saturating_sub(now)
+    }
+
+    /// One request at `at` (from [`effective_now`](Self::effective_now),
+    /// `behind` its [`lag`](Self::lag)) against `limit`: the decision
+    /// `flow::window` gives a full key with the same history. A pass is
+    /// recorded in the same compare-and-swap; a refusal records nothing
+    /// (see [`record_block`](Self::record_block)) and says `Overflow` when
+    /// `overflow`, else `Window`.
     pub(crate) fn decide(
         &self,
-        s: &CompactShape,
+        shape: &CompactShape,
         (at, behind): (u64, u64),
         limit: u64,
         overflow: bool,
     ) -> Decision<Pass> {
-        flow::window(self.node(s), (at, behind), limit, s.interval_ms, || overflow)
+        let grid = Grid::of(shape);
+        let refuse = |view: &View, window_pass: u64| {
+            Decision::Block(Refusal {
+                reason: if overflow {
+                    Reason::Overflow
+                } else {
+                    Reason::Window
+                },
+                retry_after_ms: view
+                    .retry(&grid, at, behind, 1, limit)
+                    .unwrap_or(shape.interval_ms),
+                limit,
+                window_pass: Some(window_pass),
+            })
+        };
+        let passed = |window_pass: u64| {
+            Decision::Pass(Pass {
+                limit,
+                window_pass: Some(window_pass),
+                reset_ms: None,
+            })
+        };
+        let mut round = 0;
+        'fresh: loop {
+            // Acquire: the ring and stamp of this head's rotation are
+            // visible below.
+            let mut head = self.head.load(Ordering::Acquire);
+            if head & LOCKED != 0 {
+                backoff(&mut round);
+                continue;
+            }
+            let stamp = self.stamp.load(Ordering::Acquire);
+            let newest = grid.decode(stamp_of(head, stamp), at);
+            let Some(newest) = newest.filter(|&newest| at < newest + grid.len) else {
+                // `at` is past the newest bucket (or nothing was opened):
+                // rotate, deciding under the lock.
+                match self.lock(head) {
+                    Some(locked) => match self.rotate(&grid, locked, at, limit) {
+                        Some((_, before, true)) => return passed(before + 1),
+                        Some((view, before, false)) => return refuse(&view, before),
+                        None => continue 'fresh,
+                    },
+                    None => {
+                        backoff(&mut round);
+                        continue 'fresh;
+                    }
+                }
+            };
+            let ring = self.load_ring(grid.depth());
+            let before: u64 = ring[..grid.depth()].iter().map(|&p| u64::from(p)).sum();
+            loop {
+                let pass = head & COUNT_MASK;
+                let window_pass = before + u64::from(pass);
+                if window_pass < limit && pass < COUNT_MASK {
+                    // AcqRel: the pass is ordered after every read it was
+                    // decided on; a rotation begun since has changed the
+                    // head, so the swap fails (module docs).
+                    match self.head.compare_exchange(
+                        head,
+                        head + 1,
+                        Ordering::AcqRel,
+                        Ordering::Acquire,
+                    ) {
+                        Ok(_) => return passed(window_pass + 1),
+                        Err(actual) if actual & STATE_MASK == head & STATE_MASK => {
+                            head = actual;
+                        }
+                        Err(_) => continue 'fresh,
+                    }
+                } else {
+                    // A refusal swaps nothing: check that no rotation
+                    // overlapped the reads (Relaxed after the Acquire loads
+                    // above, as a sequence lock's second read).
+                    if self.head.load(Ordering::Relaxed) & STATE_MASK != head & STATE_MASK {
+                        continue 'fresh;
+                    }
+                    let mut passes = [0u16; COMPACT_MAX_BUCKETS + 1];
+                    passes[0] = pass as u16;
+                    passes[1..].copy_from_slice(&ring);
+                    let view = View {
+                        newest: Some(newest),
+                        passes,
+                        block: 0,
+                    };
+                    return refuse(&view, window_pass);
+                }
+            }
+        }
     }
-    pub(crate) fn record_block(&self, s: &CompactShape, at: u64) {
-        self.node(s).record_block_at(at, 1)
+
+    /// Records one block at `at`, in the newest bucket (opening the bucket
+    /// of `at` first if `at` is past it, as a full node does).
+    pub(crate) fn record_block(&self, shape: &CompactShape, at: u64) {
+        let grid = Grid::of(shape);
+        let mut round = 0;
+        loop {
+            let Some((head, stamp)) = self.stamps() else {
+                backoff(&mut round);
+                continue;
+            };
+            let newest = grid.decode(stamp_of(head, stamp), at);
+            if newest.is_some_and(|newest| at < newest + grid.len) {
+                let block = stamp & COUNT_MASK;
+                if block == COUNT_MASK {
+                    return;
+                }
+                // AcqRel: part of the stamp word's modification order, which
+                // readers load with Acquire; a failure re-reads.
+                if self
+                    .stamp
+                    .compare_exchange(stamp, stamp + 1, Ordering::AcqRel, Ordering::Relaxed)
+                    .is_ok()
+                {
+                    return;
+                }
+                continue;
+            }
+            if let Some(locked) = self.lock(head) {
+                if self.rotate_block(&grid, locked, at) {
+                    return;
+                }
+            }
+            backoff(&mut round);
+        }
     }
+
+    /// As `flow::pass_reset_ms`: the `reset` of a pass at `at` (moved
+    /// forward by `behind`) that left `window_pass` passes in the window,
+    /// until the window could take everything left of `limit` and one more.
     pub(crate) fn pass_reset_ms(
         &self,
-        s: &CompactShape,
+        shape: &CompactShape,
         at: u64,
         behind: u64,
         limit: u64,
         window_pass: u64,
     ) -> u64 {
-        flow::pass_reset_ms(self.node(s), at, behind, limit, window_pass)
+        let grid = Grid::of(shape);
+        let more = limit.saturating_sub(window_pass).saturating_add(1);
+        self.view(&grid, at)
+            .retry(&grid, at, behind, more, limit)
+            .unwrap_or(0)
     }
-    pub(crate) fn window_counts(&self, s: &CompactShape, now: u64) -> (u64, u64) {
-        let c = self.node(s).window_counts(now);
-        (c.pass, c.block)
+
+    /// The window's passes at `now`, taken as
+    /// [`effective_now`](Self::effective_now) takes it (re-anchoring after
+    /// a far step back, as a full key's snapshot raises its skew), as a
+    /// full key's snapshot counts them; and the newest bucket's blocks if
+    /// that bucket is in the window (module docs, "What differs").
+    pub(crate) fn window_counts(&self, shape: &CompactShape, now: u64) -> (u64, u64) {
+        let grid = Grid::of(shape);
+        let at = self.effective_now(shape, now);
+        let view = self.view(&grid, at);
+        let pass = view.sum(&grid, at, grid.sample_count - 1);
+        let block = if view.newest_in_window(&grid, at) {
+            u64::from(view.block)
+        } else {
+            0
+        };
+        (pass, block)
     }
-    pub(crate) fn is_idle(&self, s: &CompactShape, now: u64) -> bool {
-        let n = self.node(s);
-        n.is_idle_at(n.effective_now(now))
+
+    /// Whether no pass is left in the window at `now` (taken as
+    /// [`effective_now`](Self::effective_now) takes it), the bucket that has
+    /// just left the window included on a strict window, and no rotation is
+    /// under way: a key that may be forgotten without handing it a fresh
+    /// allowance.
+    pub(crate) fn is_idle(&self, shape: &CompactShape, now: u64) -> bool {
+        let grid = Grid::of(shape);
+        let at = self.effective_now(shape, now);
+        // One attempt: a window changing under the read is not idle.
+        let head = self.head.load(Ordering::Acquire);
+        if head & LOCKED != 0 {
+            return false;
+        }
+        let stamp = self.stamp.load(Ordering::Acquire);
+        let ring = self.load_ring(COMPACT_MAX_BUCKETS);
+        // Relaxed after Acquire loads: the sequence lock's second read.
+        if self.head.load(Ordering::Relaxed) != head {
+            return false;
+        }
+        let view = View::from_words(&grid, head, stamp, &ring, at);
+        view.sum(&grid, at, grid.depth()) == 0
+    }
+
+    // --- internals -----------------------------------------------------------
+
+    /// A consistent `(head, stamp)` pair with the head unlocked, or `None`
+    /// while a rotation holds the window or one overlapped the read.
+    #[inline]
+    fn stamps(&self) -> Option<(u32, u32)> {
+        let head = self.head.load(Ordering::Acquire);
+        if head & LOCKED != 0 {
+            return None;
+        }
+        let stamp = self.stamp.load(Ordering::Acquire);
+        // Relaxed after an Acquire load: a sequence lock's second read.
+        let again = self.head.load(Ordering::Relaxed);
+        (again & STATE_MASK == head & STATE_MASK).then_some((again, stamp))
+    }
+
+    /// The first `entries` ring entries (the rest zero).
+    #[inline]
+    fn load_ring(&self, entries: usize) -> [u16; COMPACT_MAX_BUCKETS] {
+        let mut ring = [0u16; COMPACT_MAX_BUCKETS];
+        for (w, word) in self.ring.iter().enumerate().take(entries.div_ceil(2)) {
+            // Acquire: a value stored by a rotation makes that rotation's
+            // lock visible to the head operations that follow.
+            let value = word.load(Ordering::Acquire);
+            ring[2 * w] = value as u16;
+            ring[2 * w + 1] = (value >> 16) as u16;
+        }
+        ring
+    }
+
+    /// A consistent view, its newest bucket placed relative to `now`.
+    fn view(&self, grid: &Grid, now: u64) -> View {
+        let mut round = 0;
+        loop {
+            let head = self.head.load(Ordering::Acquire);
+            if head & LOCKED == 0 {
+                let stamp = self.stamp.load(Ordering::Acquire);
+                let ring = self.load_ring(COMPACT_MAX_BUCKETS);
+                // Relaxed after Acquire loads: the sequence lock's second
+                // read.
+                let again = self.head.load(Ordering::Relaxed);
+                if again & STATE_MASK == head & STATE_MASK {
+                    return View::from_words(grid, again, stamp, &ring, now);
+                }
+            }
+            backoff(&mut round);
+        }
+    }
+
+    /// Takes the rotation lock from an unlocked `head`; the head as it was.
+    #[inline]
+    fn lock(&self, head: u32) -> Option<u32> {
+        // Acquire: everything the previous holder stored before unlocking
+        // (Release) is visible. The ring and stamp stores that follow are
+        // Release, so a reader that sees one of them also sees this lock.
+        self.head
+            .compare_exchange(head, head | LOCKED, Ordering::Acquire, Ordering::Relaxed)
+            .ok()
+    }
+
+    /// Releases the lock without a change.
+    #[inline]
+    fn unlock(&self, head: u32) {
+        // Release: pairs with the next holder's Acquire.
+        self.head.store(head, Ordering::Release);
+    }
+
+    /// Under the lock taken from `head`: moves the window to the bucket of
+    /// `at` and decides one pass there against `limit`. `None` (lock
+    /// released, nothing changed) if `at` is not past the newest bucket
+    /// after all; else the new view, the passes admission counted before
+    /// this request, and whether its pass was recorded.
+    fn rotate(&self, grid: &Grid, head: u32, at: u64, limit: u64) -> Option<(View, u64, bool)> {
+        let (newest, ring) = self.rotated(grid, head, at)?;
+        let before: u64 = ring[..grid.depth()].iter().map(|&p| u64::from(p)).sum();
+        // The new bucket is empty, so its count has room.
+        let pass = u32::from(before < limit);
+        self.publish(grid, newest, &ring, pass, 0);
+        let mut passes = [0u16; COMPACT_MAX_BUCKETS + 1];
+        passes[0] = pass as u16;
+        passes[1..].copy_from_slice(&ring);
+        Some((
+            View {
+                newest: Some(newest),
+                passes,
+                block: 0,
+            },
+            before,
+            pass == 1,
+        ))
+    }
+
+    /// [`rotate`](Self::rotate) for a block: the new bucket starts with it.
+    fn rotate_block(&self, grid: &Grid, head: u32, at: u64) -> bool {
+        match self.rotated(grid, head, at) {
+            Some((newest, ring)) => {
+                self.publish(grid, newest, &ring, 0, 1);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Under the lock taken from `head`: the newest bucket's start and the
+    /// ring once the window has moved to the bucket of `at`, or `None`
+    /// (lock released) if `at` is not past the newest bucket.
+    fn rotated(
+        &self,
+        grid: &Grid,
+        head: u32,
+        at: u64,
+    ) -> Option<(u64, [u16; COMPACT_MAX_BUCKETS])> {
+        // Relaxed: the lock's Acquire made the last holder's stores
+        // visible, and only a holder stores the stamp half.
+        let stamp = self.stamp.load(Ordering::Relaxed);
+        let at = at.min(MAX_TIME);
+        let Some(newest) = grid.decode(stamp_of(head, stamp), at) else {
+            // Never opened: the first bucket lies on the clock's own grid,
+            // as a full node's first bucket does (its skew is 0 then).
+            return Some((at - at % grid.len, [0; COMPACT_MAX_BUCKETS]));
+        };
+        if at < newest + grid.len {
+            self.unlock(head);
+            return None;
+        }
+        let moved = (at - newest) / grid.len;
+        let old = self.load_ring(grid.sample_count);
+        let mut ring = [0u16; COMPACT_MAX_BUCKETS];
+        // Bucket `moved` buckets before the new newest is the old newest;
+        // the old ring follows it, and the buckets skipped over are empty.
+        let count = grid.sample_count;
+        if let Ok(moved) = usize::try_from(moved) {
+            if moved <= count {
+                ring[moved - 1] = (head & COUNT_MASK) as u16;
+                ring[moved..count].copy_from_slice(&old[..count - moved]);
+            }
+        }
+        Some((grid.advance(newest, at), ring))
+    }
+
+    /// Re-anchors the newest bucket at `now` (module docs, "Clocks") if it
+    /// is still more than a window ahead of it, keeping every count.
+    /// `false` if the lock could not be taken or there was nothing to do
+    /// any more: the caller reads again.
+    fn reanchor(&self, grid: &Grid, head: u32, now: u64) -> bool {
+        let Some(head) = self.lock(head) else {
+            return false;
+        };
+        // Relaxed: see `rotated`.
+        let stamp = self.stamp.load(Ordering::Relaxed);
+        let now = now.min(MAX_TIME);
+        match grid.decode(stamp_of(head, stamp), now) {
+            Some(newest) if newest > now && newest - now > grid.interval => {
+                let anchored = grid.encode(now);
+                // swap, not store: see `publish`.
+                self.stamp
+                    .swap(stamp_word(anchored, stamp & COUNT_MASK), Ordering::Release);
+                self.unlock(head_word(anchored, head & COUNT_MASK));
+                true
+            }
+            _ => {
+                // Another caller re-anchored it meanwhile: read again.
+                self.unlock(head);
+                false
+            }
+        }
+    }
+
+    /// Under the lock: stores the ring, the stamp of `newest` with `block`,
+    /// and unlocks with `pass` in the head.
+    fn publish(
+        &self,
+        grid: &Grid,
+        newest: u64,
+        ring: &[u16; COMPACT_MAX_BUCKETS],
+        pass: u32,
+        block: u32,
+    ) {
+        for (w, word) in self
+            .ring
+            .iter()
+            .enumerate()
+            .take(grid.sample_count.div_ceil(2))
+        {
+            let value = u32::from(ring[2 * w]) | (u32::from(ring[2 * w + 1]) << 16);
+            // Release: a reader that loads this value (Acquire) also sees
+            // the lock taken before it, and fails its validation.
+            word.store(value, Ordering::Release);
+        }
+        let stamp = grid.encode(newest);
+        // A swap whose result is ignored is a store (Release, as above);
+        // loom 0.7 mis-models a plain store racing the blocks'
+        // compare-and-swap on this word (see `sync.rs`).
+        self.stamp.swap(stamp_word(stamp, block), Ordering::Release);
+        // Release: the unlock publishes everything above.
+        self.unlock(head_word(stamp, pass));
+    }
+}
+
+impl View {
+    fn from_words(
+        grid: &Grid,
+        head: u32,
+        stamp: u32,
+        ring: &[u16; COMPACT_MAX_BUCKETS],
+        now: u64,
+    ) -> View {
+        let mut passes = [0u16; COMPACT_MAX_BUCKETS + 1];
+        passes[0] = (head & COUNT_MASK) as u16;
+        passes[1..].copy_from_slice(ring);
+        View {
+            newest: grid.decode(stamp_of(head, stamp), now),
+            passes,
+            block: (stamp & COUNT_MASK) as u16,
+        }
+    }
+
+    /// Whether the newest bucket is in the window at `at`.
+    fn newest_in_window(&self, grid: &Grid, at: u64) -> bool {
+        self.locate(grid, at)
+            .is_some_and(|(back, _)| (0..grid.sample_count as i128).contains(&back))
+    }
+}
+
+/// Model-checked with loom (`ci/loom.sh` runs every `loom_models` test):
+/// two buckets of 1 ms, so a reading of 1 or 2 makes a rotation that the
+/// other threads race.
+#[cfg(all(test, loom))]
+mod loom_models {
+    use super::*;
+    use loom::sync::Arc;
+    use loom::thread;
+
+    fn shape(strict: bool) -> CompactShape {
+        CompactShape {
+            sample_count: 2,
+            interval_ms: 2,
+            strict,
+        }
+    }
+
+    /// One request as the layer makes it: `true` if it passed; a refusal
+    /// records its block.
+    fn request(window: &CompactWindow, shape: &CompactShape, now: u64, limit: u64) -> bool {
+        let at = window.effective_now(shape, now);
+        let behind = window.lag(shape, now, at);
+        match window.decide(shape, (at, behind), limit, false) {
+            Decision::Pass(pass) => {
+                assert!(pass.window_pass.is_some_and(|w| w <= limit));
+                true
+            }
+            Decision::Block(_) => {
+                window.record_block(shape, at);
+                false
+            }
+            Decision::Wait(never) => match never {},
+        }
+    }
+
+    /// Limit 1, the bucket at 0 open and empty. One thread requests at 0
+    /// (in that bucket), one at 1 (opening the next, in whose window the
+    /// bucket at 0 still counts), while the model's own thread reads the
+    /// window: exactly one passes, whichever order their loads and swaps
+    /// take; an admission decided on the bucket at 0 never lands after the
+    /// rotation, and the reader never sees more than the limit.
+    #[test]
+    fn an_admission_racing_a_rotation_admits_the_limit() {
+        loom::model(|| {
+            let shape = shape(false);
+            let window = Arc::new(CompactWindow::new());
+            window.record_block(&shape, 0);
+            let racers: Vec<_> = [0, 1]
+                .into_iter()
+                .map(|now| {
+                    let window = Arc::clone(&window);
+                    thread::spawn(move || request(&window, &shape, now, 1))
+                })
+                .collect();
+            let (pass, _) = window.window_counts(&shape, 1);
+            assert!(pass <= 1, "read {pass} passes");
+            let passed = racers
+                .into_iter()
+                .map(|t| t.join().unwrap())
+                .filter(|&p| p)
+                .count();
+            assert_eq!(passed, 1);
+            assert_eq!(window.window_counts(&shape, 1).0, 1);
+        });
+    }
+
+    /// Limit 2, one pass in the bucket at 0. Two threads request at 1,
+    /// racing to open that bucket: exactly one more passes, and nothing is
+    /// lost in the rotation (the window holds both passes and the
+    /// refusal's block).
+    ///
+    /// No third thread here: loom 0.7 reschedules a thread that backs off
+    /// without charging a preemption, so two threads waiting for one
+    /// rotation can hand the processor back and forth forever while the
+    /// rotating thread never runs (see `tests/loom.rs`).
+    #[test]
+    fn two_rotations_racing_admit_the_limit_and_lose_nothing() {
+        loom::model(|| {
+            let shape = shape(false);
+            let window = Arc::new(CompactWindow::new());
+            assert!(request(&window, &shape, 0, 2));
+            let racer = {
+                let window = Arc::clone(&window);
+                thread::spawn(move || request(&window, &shape, 1, 2))
+            };
+            let own = request(&window, &shape, 1, 2);
+            let passed = usize::from(racer.join().unwrap()) + usize::from(own);
+            assert_eq!(passed, 1);
+            assert_eq!(window.window_counts(&shape, 1), (2, 1));
+        });
+    }
+
+    /// Strict, limit 1, one pass in the bucket at 0. One thread requests at
+    /// 2 (the bucket at 0 has just left the window: strict still counts
+    /// it), one at 3 (it has gone): whichever rotates first, exactly one
+    /// passes, and it is counted.
+    #[test]
+    fn strict_rotations_in_either_order_admit_the_limit() {
+        loom::model(|| {
+            let shape = shape(true);
+            let window = Arc::new(CompactWindow::new());
+            assert!(request(&window, &shape, 0, 1));
+            let early = {
+                let window = Arc::clone(&window);
+                thread::spawn(move || request(&window, &shape, 2, 1))
+            };
+            let late = request(&window, &shape, 3, 1);
+            let early = early.join().unwrap();
+            assert_eq!(usize::from(early) + usize::from(late), 1);
+            assert_eq!(window.window_counts(&shape, 3).0, 1);
+        });
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::clock::{ManualClock, SharedClock};
+    use crate::stat::StatisticNode;
+    use proptest::prelude::*;
+
+    /// What a decision says, comparable.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    enum Said {
+        Pass(Pass, u64),
+        Block(Refusal),
+    }
+
+    fn shape(sample_count: usize, interval_ms: u64, strict: bool) -> CompactShape {
+        let shape = CompactShape {
+            sample_count,
+            interval_ms,
+            strict,
+        };
+        shape.validate().expect("valid shape");
+        shape
+    }
+
+    /// A full node and a compact window of one shape, fed the same requests
+    /// at the same clock readings, asserting after each step that they say
+    /// the same.
+    struct Pair {
+        shape: CompactShape,
+        node: StatisticNode,
+        compact: CompactWindow,
+    }
+
+    impl Pair {
+        fn new(sample_count: usize, interval_ms: u64, strict: bool) -> Pair {
+            let shape = shape(sample_count, interval_ms, strict);
+            let node = StatisticNode::build(
+                SharedClock::new(ManualClock::new(0)),
+                sample_count,
+                interval_ms,
+                strict,
+            )
+            .expect("valid node");
+            Pair {
+                shape,
+                node,
+                compact: CompactWindow::new(),
+            }
+        }
+
+        /// One request at the clock reading `now`, as the layer makes it:
+        /// the decision, the reset of a pass, the block of a refusal.
+        fn request(&self, now: u64, limit: u64, overflow: bool) -> Said {
+            let at = self.node.effective_now(now);
+            let behind = self.node.lag(now, at);
+            let full = match crate::flow::window(
+                &self.node,
+                (at, behind),
+                limit,
+                self.shape.interval_ms,
+                || overflow,
+            ) {
+                Decision::Pass(pass) => {
+                    let reset = crate::flow::pass_reset_ms(
+                        &self.node,
+                        at,
+                        behind,
+                        limit,
+                        pass.window_pass.expect("the window knows"),
+                    );
+                    Said::Pass(pass, reset)
+                }
+                Decision::Block(refusal) => {
+                    self.node.record_block_at(at, 1);
+                    Said::Block(refusal)
+                }
+                Decision::Wait(never) => match never {},
+            };
+            let c_at = self.compact.effective_now(&self.shape, now);
+            let c_behind = self.compact.lag(&self.shape, now, c_at);
+            assert_eq!(c_behind, behind, "lag at {now}");
+            let compact = match self
+                .compact
+                .decide(&self.shape, (c_at, c_behind), limit, overflow)
+            {
+                Decision::Pass(pass) => {
+                    let reset = self.compact.pass_reset_ms(
+                        &self.shape,
+                        c_at,
+                        c_behind,
+                        limit,
+                        pass.window_pass.expect("the window knows"),
+                    );
+                    Said::Pass(pass, reset)
+                }
+                Decision::Block(refusal) => {
+                    self.compact.record_block(&self.shape, c_at);
+                    Said::Block(refusal)
+                }
+                Decision::Wait(never) => match never {},
+            };
+            assert_eq!(compact, full, "request at {now}, limit {limit}");
+            self.check(now);
+            compact
+        }
+
+        /// A block recorded at `now` without a decision (another
+        /// controller's refusal).
+        fn block(&self, now: u64) {
+            let at = self.node.effective_now(now);
+            self.node.record_block_at(at, 1);
+            let c_at = self.compact.effective_now(&self.shape, now);
+            self.compact.record_block(&self.shape, c_at);
+            self.check(now);
+        }
+
+        /// The snapshot's figures and idleness agree at `now`.
+        fn check(&self, now: u64) {
+            let at = self.node.effective_now(now);
+            let pass = self.node.window_counts(at).pass;
+            let array = self.node.second_window().array();
+            let block = array.newest_bucket_start().map_or(0, |newest| {
+                let len = self.shape.bucket_ms();
+                let in_window = at - at % len - newest < self.shape.interval_ms;
+                match array.main.held(newest) {
+                    Some(bucket) if in_window => bucket.counts().block,
+                    _ => 0,
+                }
+            });
+            let idle = self
+                .node
+                .admission_passes(at)
+                .0
+                .map(|(_, passes)| passes)
+                .sum::<u64>()
+                == 0;
+            assert_eq!(
+                self.compact.window_counts(&self.shape, now),
+                (pass, block),
+                "counts at {now}"
+            );
+            assert_eq!(
+                self.compact.is_idle(&self.shape, now),
+                idle,
+                "idle at {now}"
+            );
+        }
+    }
+
+    fn passed(said: Said) -> Option<u64> {
+        match said {
+            Said::Pass(pass, _) => pass.window_pass,
+            Said::Block(_) => None,
+        }
+    }
+
+    fn refused(said: Said) -> Refusal {
+        match said {
+            Said::Block(refusal) => refusal,
+            Said::Pass(..) => panic!("expected a refusal, got {said:?}"),
+        }
+    }
+
+    #[test]
+    fn twenty_eight_bytes_and_all_zero_is_empty() {
+        assert_eq!(std::mem::size_of::<CompactWindow>(), 28);
+        assert_eq!(std::mem::align_of::<CompactWindow>(), 4);
+        let shape = shape(10, 1_000, true);
+        let window = CompactWindow::new();
+        assert_eq!(window.effective_now(&shape, 123_456), 123_456);
+        assert_eq!(window.window_counts(&shape, 123_456), (0, 0));
+        assert!(window.is_idle(&shape, 123_456));
+        assert_eq!(window.pass_reset_ms(&shape, 123_456, 0, 5, 0), 0);
+        // The first bucket lies on the clock's grid: 123 400.
+        assert_eq!(passed(decide(&window, &shape, 123_456, 1)), Some(1));
+        assert_eq!(
+            refused(decide(&window, &shape, 123_499, 1)).retry_after_ms,
+            123_400 + 1_000 + 100 - 123_499
+        );
+    }
+
+    fn decide(window: &CompactWindow, shape: &CompactShape, now: u64, limit: u64) -> Said {
+        let at = window.effective_now(shape, now);
+        match window.decide(shape, (at, window.lag(shape, now, at)), limit, false) {
+            Decision::Pass(pass) => Said::Pass(pass, 0),
+            Decision::Block(refusal) => Said::Block(refusal),
+            Decision::Wait(never) => match never {},
+        }
+    }
+
+    /// Passes slide out bucket by bucket, and a refusal waits exactly for
+    /// the oldest bucket that frees enough.
+    #[test]
+    fn rotation_slides_passes_out_of_the_window() {
+        let pair = Pair::new(10, 1_000, false);
+        for t in [10_000, 10_050, 10_120, 10_350] {
+            assert!(passed(pair.request(t, 4, false)).is_some());
+        }
+        let refusal = refused(pair.request(10_360, 4, true));
+        assert_eq!(refusal.reason, Reason::Overflow);
+        assert_eq!(refusal.window_pass, Some(4));
+        // The bucket at 10 000 holds two: it leaves at 11 000.
+        assert_eq!(refusal.retry_after_ms, 11_000 - 10_360);
+        assert_eq!(pair.compact.window_counts(&pair.shape, 10_999), (4, 1));
+        assert_eq!(pair.compact.window_counts(&pair.shape, 11_000), (2, 1));
+        assert_eq!(passed(pair.request(11_000, 4, false)), Some(3));
+        // At 11 100 the bucket at 10 100 has left too.
+        assert_eq!(passed(pair.request(11_100, 4, false)), Some(3));
+        assert_eq!(passed(pair.request(11_100, 4, false)), Some(4));
+        // The bucket at 10 300 frees one at 11 300.
+        assert_eq!(refused(pair.request(11_100, 4, false)).retry_after_ms, 200);
+        assert_eq!(pair.compact.window_counts(&pair.shape, 12_350), (0, 0));
+        assert!(pair.compact.is_idle(&pair.shape, 12_100));
+        assert!(!pair.compact.is_idle(&pair.shape, 12_099));
+    }
+
+    /// Buckets skipped over are empty, whether the jump is shorter than
+    /// the window, exactly as long, or longer.
+    #[test]
+    fn skipped_buckets_are_empty() {
+        for jump in [200, 700, 900, 1_000, 1_100, 5_000] {
+            let pair = Pair::new(10, 1_000, false);
+            for _ in 0..3 {
+                pair.request(20_000, 5, false);
+            }
+            pair.request(20_100, 5, false);
+            pair.block(20_100);
+            let after = 20_100 + jump;
+            pair.request(after, 5, false);
+            pair.request(after, 5, false);
+            pair.request(after + 100, 5, false);
+            for t in (after..after + 2_000).step_by(50) {
+                pair.check(t);
+            }
+        }
+    }
+
+    /// A strict window counts the bucket that has just left the window,
+    /// until one bucket length after it would have left a plain window.
+    #[test]
+    fn strict_counts_the_departing_bucket() {
+        let pair = Pair::new(2, 1_000, true);
+        for _ in 0..3 {
+            pair.request(0, 4, false);
+        }
+        assert_eq!(passed(pair.request(500, 4, false)), Some(4));
+        // At 1 000 the bucket at 0 has left the window; strict still
+        // counts its three.
+        assert_eq!(pair.compact.window_counts(&pair.shape, 1_000), (1, 0));
+        let refusal = refused(pair.request(1_000, 4, false));
+        assert_eq!(refusal.window_pass, Some(4));
+        assert_eq!(refusal.retry_after_ms, 500);
+        assert!(!pair.compact.is_idle(&pair.shape, 1_999));
+        // At 1 500 it is gone: the bucket at 500 departs.
+        assert_eq!(passed(pair.request(1_500, 4, false)), Some(2));
+        assert!(!pair.compact.is_idle(&pair.shape, 2_999));
+        assert!(pair.compact.is_idle(&pair.shape, 3_000));
+
+        // The same history on a plain window admits at 1 000.
+        let plain = Pair::new(2, 1_000, false);
+        for _ in 0..3 {
+            plain.request(0, 4, false);
+        }
+        plain.request(500, 4, false);
+        assert_eq!(passed(plain.request(1_000, 4, false)), Some(2));
+    }
+
+    /// The stamp keeps bucket numbers modulo `2^q - 1` and its low 15 bits
+    /// in the head: decisions stay the full node's across both wraps.
+    #[test]
+    fn stamp_and_tag_wrap_around() {
+        // One-millisecond buckets: the tag wraps every 32 768 buckets.
+        let pair = Pair::new(5, 5, true);
+        let wrap = 1 << TAG_BITS;
+        for t in wrap - 20..wrap + 20 {
+            pair.request(t, 3, false);
+        }
+        // Buckets of 2^16 + 1 ms: q = 14, the number wraps every 16 383
+        // buckets (about 12 days); key kept busy across it.
+        let len = (1 << 16) + 1;
+        let pair = Pair::new(2, 2 * len, false);
+        let grid = Grid::of(&pair.shape);
+        assert_eq!(grid.q, 14);
+        let wrap = grid.period;
+        for t in (wrap - 4 * len..wrap + 4 * len).step_by(len as usize / 3) {
+            pair.request(t, 2, false);
+            pair.request(t, 2, false);
+        }
+        // The tag changes on every rotation, also at the wrap.
+        for start in [wrap - 2 * len, wrap - len, wrap, wrap + len] {
+            let tag = |s: u64| grid.encode(s) & TAG_MASK;
+            assert_ne!(tag(start), tag(start + len), "at {start}");
+            assert_ne!(grid.encode(start), 0);
+        }
+    }
+
+    /// Counts stop at 65 535 instead of wrapping into the tag, and the
+    /// ring carries a full bucket.
+    #[test]
+    fn counts_saturate_at_65_535() {
+        let shape = shape(2, 200, false);
+        let window = CompactWindow::new();
+        for i in 0..COMPACT_MAX_LIMIT {
+            assert_eq!(
+                passed(decide(&window, &shape, 1_000, COMPACT_MAX_LIMIT)),
+                Some(i + 1)
+            );
+        }
+        let refusal = refused(decide(&window, &shape, 1_000, COMPACT_MAX_LIMIT));
+        assert_eq!(refusal.window_pass, Some(COMPACT_MAX_LIMIT));
+        // A limit past the maximum: the bucket is full all the same.
+        let refusal = refused(decide(&window, &shape, 1_050, u64::MAX));
+        assert_eq!(refusal.window_pass, Some(COMPACT_MAX_LIMIT));
+        for _ in 0..COMPACT_MAX_LIMIT + 10 {
+            window.record_block(&shape, 1_050);
+        }
+        assert_eq!(
+            window.window_counts(&shape, 1_050),
+            (COMPACT_MAX_LIMIT, COMPACT_MAX_LIMIT)
+        );
+        // The next bucket counts the full one from the ring.
+        let refusal = refused(decide(&window, &shape, 1_100, COMPACT_MAX_LIMIT));
+        assert_eq!(refusal.window_pass, Some(COMPACT_MAX_LIMIT));
+        assert_eq!(refusal.retry_after_ms, 100);
+        assert_eq!(window.window_counts(&shape, 1_100), (COMPACT_MAX_LIMIT, 0));
+        assert_eq!(passed(decide(&window, &shape, 1_200, 2)), Some(1));
+    }
+
+    /// Clocks that step back a little (moved forward to the newest
+    /// bucket, the wait that much longer), step back far (re-anchored, the
+    /// passes count for one more window), near time 0, and jump far ahead.
+    #[test]
+    fn odd_clocks_give_the_full_nodes_answers() {
+        let pair = Pair::new(10, 1_000, false);
+        pair.request(50_000, 2, false);
+        pair.request(50_450, 2, false);
+        // A little back: decided at 50 400, the wait 30 ms longer.
+        let refusal = refused(pair.request(50_370, 2, false));
+        assert_eq!(refusal.retry_after_ms, 51_000 - 50_400 + 30);
+        assert_eq!(pair.compact.effective_now(&pair.shape, 50_370), 50_400);
+        // Far back: re-anchored, no lag, the two passes still count.
+        let refusal = refused(pair.request(7, 2, false));
+        assert_eq!(refusal.retry_after_ms, 600);
+        assert_eq!(pair.compact.effective_now(&pair.shape, 8), 8);
+        pair.request(606, 2, false);
+        pair.request(607, 2, false);
+        for t in 607..2_200 {
+            if t % 7 == 0 {
+                pair.request(t, 2, false);
+            }
+            pair.check(t);
+        }
+        // Far ahead, then back again by less and by more than a window.
+        for t in [
+            400_000_000,
+            399_999_500,
+            400_000_100,
+            399_000_000,
+            399_000_001,
+        ] {
+            pair.request(t, 2, false);
+            pair.request(t, 2, false);
+        }
+        // Near 0 after a far step back: older buckets lie before 0 on the
+        // clock.
+        let pair = Pair::new(4, 400, true);
+        pair.request(1_000_000, 3, false);
+        pair.request(1_000_150, 3, false);
+        pair.request(1_000_250, 3, false);
+        for t in [1, 2, 5, 90, 101, 250, 399, 401, 650] {
+            pair.request(t, 3, false);
+        }
+    }
+
+    /// A snapshot taken while the clock is far behind re-anchors the
+    /// window, as the full snapshot raises the node's skew: later answers
+    /// are then measured from the snapshot's reading, not the next
+    /// request's.
+    #[test]
+    fn a_snapshot_after_a_far_step_back_anchors_as_the_full_one() {
+        let pair = Pair::new(10, 1_000, false);
+        pair.request(50_000, 1, false);
+        let full = pair.node.window_counts(pair.node.effective_now(10)).pass;
+        assert_eq!(pair.compact.window_counts(&pair.shape, 10), (full, 0));
+        // The pass counts until 490 ms of the clock after the snapshot's
+        // reading would have taken the full node to 51 000.
+        let refusal = refused(pair.request(500, 1, false));
+        assert_eq!(refusal.retry_after_ms, 510);
+    }
+
+    /// Documented difference: a key untouched for more than half a period
+    /// is placed as if its clock had stepped back, and its stale passes
+    /// count for one more window (stricter than a full key, never looser).
+    #[test]
+    fn a_key_untouched_for_over_half_a_period_is_stricter_for_a_window() {
+        let shape = shape(10, 1_000, false);
+        let grid = Grid::of(&shape);
+        let window = CompactWindow::new();
+        assert_eq!(passed(decide(&window, &shape, 0, 1)), Some(1));
+        // Within half a period: empty again.
+        let t = grid.period / 2 - 1_000;
+        assert_eq!(window.window_counts(&shape, t), (0, 0));
+        assert!(window.is_idle(&shape, t + 1_000));
+        // Past it: taken for a step back, so the pass counts for a window.
+        let t = grid.period / 2 + 10_000;
+        assert!(!window.is_idle(&shape, t));
+        assert!(window.is_idle(&shape, t + 1_000));
+        assert_eq!(passed(decide(&window, &shape, t + 1_000, 1)), Some(1));
+    }
+
+    #[test]
+    fn shapes_a_compact_window_cannot_have_are_refused() {
+        let bad = |sample_count, interval_ms| {
+            CompactShape {
+                sample_count,
+                interval_ms,
+                strict: false,
+            }
+            .validate()
+            .expect_err("invalid")
+            .field()
+        };
+        assert_eq!(bad(0, 1_000), "sample_count");
+        assert_eq!(bad(11, 1_100), "sample_count");
+        assert_eq!(bad(3, 1_000), "interval_ms");
+        assert_eq!(bad(1, 0), "interval_ms");
+        assert_eq!(bad(1, (1 << 29) + 1), "interval_ms");
+        shape(1, 1 << 29, true);
+        shape(10, 10, true);
+    }
+
+    /// One step of a random history: the clock moves by `step` (backwards
+    /// when negative, never below 0), then a request (or, when `block`, a
+    /// block recorded without a decision) against `limit`.
+    #[derive(Debug, Clone, Copy)]
+    struct Step {
+        step: i64,
+        block: bool,
+        limit: u64,
+        overflow: bool,
+    }
+
+    fn steps(bucket_ms: u64) -> impl Strategy<Value = Step> {
+        let len = bucket_ms as i64;
+        let step = prop_oneof![
+            6 => 0..=len * 2,
+            2 => Just(0i64),
+            2 => -len * 2..0,
+            1 => -len * 30..-len * 10,
+            1 => 1..=len * 40,
+            1 => 100_000_000i64..=400_000_000,
+            1 => -400_000_000i64..=-100_000_000,
+        ];
+        (step, proptest::bool::weighted(0.1), 0u64..=3, any::<bool>()).prop_map(
+            |(step, block, extra, overflow)| Step {
+                step,
+                block,
+                limit: extra,
+                overflow,
+            },
+        )
+    }
+
+    fn history() -> impl Strategy<Value = (usize, u64, bool, u64, u64, Vec<Step>)> {
+        let bucket = prop_oneof![4 => 1u64..=5, 4 => 6u64..=300, 1 => 1_000u64..=70_000];
+        (1usize..=10, bucket, any::<bool>(), 1u64..=50, 0u64..1 << 40).prop_flat_map(
+            |(sample_count, bucket_ms, strict, limit, start)| {
+                (
+                    Just(sample_count),
+                    Just(bucket_ms),
+                    Just(strict),
+                    Just(limit),
+                    Just(start),
+                    proptest::collection::vec(steps(bucket_ms), 1..300),
+                )
+            },
+        )
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        /// Random shapes, limits and clocks (small steps, steps back by a
+        /// little and by many windows, jumps ahead by days): a compact
+        /// window says what a full node says after every step (decisions,
+        /// refusal reasons, retry times, window passes, resets, lag, window
+        /// counts, idleness), checked inside `Pair`.
+        #[test]
+        fn compact_window_decides_as_a_full_node(
+            (sample_count, bucket_ms, strict, limit, start, steps) in history()
+        ) {
+            let pair = Pair::new(sample_count, bucket_ms * sample_count as u64, strict);
+            let mut now = start;
+            for step in steps {
+                now = now.saturating_add_signed(step.step);
+                // The limit moves a little around its base, as `set_limit`
+                // may move it.
+                let limit = (limit + step.limit).saturating_sub(1).max(1);
+                if step.block {
+                    pair.block(now);
+                } else {
+                    pair.request(now, limit, step.overflow);
+                }
+            }
+        }
+    }
+
+    /// Real threads, frozen clock: of any number of concurrent attempts,
+    /// exactly `limit` pass in each window, the first attempts of a window
+    /// racing its rotation.
+    #[test]
+    fn frozen_clock_admits_exactly_the_limit_on_real_threads() {
+        use std::sync::atomic::AtomicU64 as Count;
+        use std::sync::Barrier;
+        const THREADS: usize = 4;
+        const ATTEMPTS: u64 = 2_000;
+        for (shape, limit) in [
+            (shape(10, 1_000, false), 1),
+            (shape(10, 1_000, true), 7),
+            (shape(3, 30, true), 2_500),
+            (shape(1, 10, false), COMPACT_MAX_LIMIT),
+        ] {
+            let clock = ManualClock::new(1_000_000);
+            let window = CompactWindow::new();
+            // Rounds a window and a bucket apart: nothing carries over.
+            for round in 0..5u64 {
+                clock.set(1_000_000 + round * (shape.interval_ms + shape.bucket_ms()));
+                let barrier = Barrier::new(THREADS);
+                let passed = Count::new(0);
+                std::thread::scope(|s| {
+                    for _ in 0..THREADS {
+                        s.spawn(|| {
+                            barrier.wait();
+                            for _ in 0..ATTEMPTS {
+                                let now = crate::clock::Clock::now_millis(&clock);
+                                let at = window.effective_now(&shape, now);
+                                let behind = window.lag(&shape, now, at);
+                                match window.decide(&shape, (at, behind), limit, false) {
+                                    Decision::Pass(_) => {
+                                        passed.fetch_add(1, Ordering::Relaxed);
+                                    }
+                                    Decision::Block(_) => window.record_block(&shape, at),
+                                    Decision::Wait(never) => match never {},
+                                }
+                            }
+                        });
+                    }
+                });
+                let now = crate::clock::Clock::now_millis(&clock);
+                let expected = limit.min(THREADS as u64 * ATTEMPTS);
+                assert_eq!(passed.load(Ordering::Relaxed), expected, "{shape:?}");
+                let blocks = (THREADS as u64 * ATTEMPTS - expected).min(65_535);
+                assert_eq!(
+                    window.window_counts(&shape, now),
+                    (expected, blocks),
+                    "{shape:?}"
+                );
+            }
+        }
     }
 }

@@ -58,18 +58,23 @@
 //! - `array_metric.rs`: the admission ring behind a clock ([`ArrayMetric`])
 //!   or lending at explicit times ([`OccupiableBucketLeapArray`]);
 //! - `node.rs`: [`StatisticNode`];
+//! - `compact.rs`: one key's admission state in 28 bytes for the compact
+//!   key tier (the crate's `CompactWindow`), deciding as a
+//!   [`StatisticNode`] of the same shape would; it counts passes and the
+//!   newest bucket's blocks only, and reuses `flow`'s wait estimate;
 //! - `histogram.rs`: a layer's response-time histogram, for exporters.
 //!
 //! Each file uses only files listed before it (no two import each other).
 
-//! These properties are model-checked with loom (`tests/loom.rs`) and
-//! stress-tested on real threads (`tests/stat/stress.rs`).
+//! These properties are model-checked with loom (`tests/loom.rs`, and for
+//! the compact window the `loom_models` in `compact.rs`) and stress-tested
+//! on real threads (`tests/stat/stress.rs`, and `compact.rs`'s own tests).
 
 // Each file's `tests` module covers that file's concept.
 mod admission;
 mod array_metric;
 mod bucket;
-pub(crate) mod compact;
+mod compact;
 mod counts;
 mod histogram;
 mod leap_array;
@@ -89,6 +94,7 @@ pub use node::StatisticNode;
 pub use occupy::FutureBucketLeapArray;
 pub use view::MinuteWindow;
 
+pub(crate) use compact::{CompactShape, CompactWindow, COMPACT_MAX_BUCKETS, COMPACT_MAX_LIMIT};
 pub(crate) use counts::Counts;
 #[cfg(feature = "prometheus")]
 pub(crate) use histogram::RtHistogram;

@@ -32,7 +32,7 @@ pub use self::redis::{
 };
 
 pub(crate) use cell::{Settings, Store, Window, COMPACT_DEFAULT_MAX_KEYS};
-pub(crate) use compact::{CompactKeys, CompactLookup, Place};
+pub(crate) use compact::{shape_of, CompactKeys, CompactLookup, Place};
 pub(crate) use entry::{Entry, Probe};
 pub(crate) use registry::{effective_now, Lookup, Registry};
 #[cfg(feature = "redis")]

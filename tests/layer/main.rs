@@ -5,6 +5,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod compact;
 mod contract;
 mod forwarded_ip;
 mod hostile_keys;

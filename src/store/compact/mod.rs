@@ -17,7 +17,7 @@ pub(crate) use table::{CompactTable, Place, SlotValue};
 use super::registry::{Borrowed, Owned, PendingKey};
 use super::{Settings, Window};
 use crate::key::KeyVisitor;
-use crate::stat::compact::{CompactShape, CompactWindow, COMPACT_MAX_LIMIT};
+use crate::stat::{CompactShape, CompactWindow, COMPACT_MAX_LIMIT};
 
 impl SlotValue for CompactWindow {
     fn empty() -> Self {
@@ -54,9 +54,15 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> CompactKeys<K> {
     /// most [`COMPACT_MAX_LIMIT`], at most `COMPACT_MAX_BUCKETS` buckets).
     pub(crate) fn new(settings: &Settings<K>) -> Self {
         let default_limit = settings.default_limit;
+        // A key type of zero bytes (the global key) has one key: one group.
+        let max_keys = if std::mem::size_of::<K>() == 0 {
+            1
+        } else {
+            settings.max_keys
+        };
         CompactKeys {
             table: CompactTable::new(
-                settings.max_keys,
+                max_keys,
                 default_limit,
                 settings.overflow_limit.unwrap_or(default_limit),
                 &settings.rules,
@@ -82,8 +88,11 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> CompactKeys<K> {
         K: Borrow<P::Q>,
     {
         let shape = &self.shape;
-        self.table
-            .with(key, |window| window.is_idle(shape, now), |place| f(place, shape))
+        self.table.with(
+            key,
+            |window| window.is_idle(shape, now),
+            |place| f(place, shape),
+        )
     }
 
     /// Gives `key` its own limit. A limit above [`COMPACT_MAX_LIMIT`] is
@@ -131,8 +140,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> CompactKeys<K> {
     /// (pass, block) in `place`'s window at `now` (or at its newest bucket,
     /// if later).
     pub(crate) fn counts(&self, window: &CompactWindow, now: u64) -> (u64, u64) {
-        let at = window.effective_now(&self.shape, now);
-        window.window_counts(&self.shape, at)
+        window.window_counts(&self.shape, now)
     }
 }
 
@@ -165,5 +173,104 @@ where
     {
         self.keys
             .with(Borrowed(key, to_owned), self.now, self.decide)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::IpAddr;
+
+    use super::table::{group_bytes, groups_for, slot_bytes, GROUP};
+    use super::*;
+
+    /// The figures `SlidingWindowLayer::compact` documents: bytes of a slot
+    /// with an address key and with a string key, of a group's header, and
+    /// the whole table of the default 2^20 keys with address keys.
+    #[test]
+    fn the_documented_sizes() {
+        assert_eq!(std::mem::size_of::<CompactWindow>(), 28);
+        assert_eq!(slot_bytes::<Option<IpAddr>, CompactWindow>(), 48);
+        assert_eq!(slot_bytes::<Option<String>, CompactWindow>(), 56);
+        let header = group_bytes::<Option<IpAddr>, CompactWindow>();
+        assert!(header <= 48, "{header}");
+        let groups = groups_for(crate::store::COMPACT_DEFAULT_MAX_KEYS);
+        assert_eq!(groups, 74_899);
+        // Slots, group headers, and the allocator's header of each group's
+        // block of slots (16 bytes on the common allocators).
+        let bytes = groups * (GROUP * 48 + header + 16);
+        let per_key = bytes as f64 / crate::store::COMPACT_DEFAULT_MAX_KEYS as f64;
+        assert!(per_key < 64.0, "{per_key} bytes per key");
+        let strings = groups * (GROUP * 56 + header + 16);
+        println!(
+            "{header} B per group header ({} B for the default table's), {bytes} B in all with \
+             address keys ({per_key:.1} B per key), {strings} B with string keys and their text \
+             apart",
+            groups * header
+        );
+    }
+}
+
+#[cfg(all(test, loom))]
+mod loom_models {
+    use std::collections::HashMap;
+
+    use loom::sync::Arc;
+    use loom::thread;
+
+    use super::*;
+    use crate::flow::Decision;
+
+    const SHAPE: CompactShape = CompactShape {
+        sample_count: 2,
+        interval_ms: 2,
+        strict: false,
+    };
+
+    /// A request of `key` at `now` through the table and the key's compact
+    /// window, as the layer makes it: whether it passed, and whether on the
+    /// overflow window.
+    fn request(table: &CompactTable<u64, CompactWindow>, key: u64, now: u64) -> (bool, bool) {
+        table.with(
+            Owned(key),
+            |window| window.is_idle(&SHAPE, now),
+            |place| {
+                let window = place.value;
+                let at = window.effective_now(&SHAPE, now);
+                let behind = window.lag(&SHAPE, now, at);
+                let decision = window.decide(&SHAPE, (at, behind), place.limit, place.overflow);
+                (matches!(decision, Decision::Pass(_)), place.overflow)
+            },
+        )
+    }
+
+    /// Key 1 passed at 0 (a window of two 1 ms buckets: idle from 2 on).
+    /// At 2, a request of key 1 (rotating its window under the group's
+    /// read lock) races key 2, which needs the table's only slot and may
+    /// evict key 1 only while it is idle. One passes in the slot under its
+    /// own key, the other on the overflow window; no pass is lost or
+    /// counted on the other key.
+    #[test]
+    fn a_compact_window_admission_racing_an_insert() {
+        loom::model(|| {
+            let table: Arc<CompactTable<u64, CompactWindow>> =
+                Arc::new(CompactTable::new(1, 1, 1, &HashMap::new()));
+            assert_eq!(request(&table, 1, 0), (true, false));
+            let threads: Vec<_> = [1u64, 2]
+                .into_iter()
+                .map(|key| {
+                    let table = Arc::clone(&table);
+                    thread::spawn(move || request(&table, key, 2))
+                })
+                .collect();
+            let answers: Vec<(bool, bool)> =
+                threads.into_iter().map(|t| t.join().unwrap()).collect();
+            assert!(answers.iter().all(|(passed, _)| *passed), "{answers:?}");
+            assert_eq!(answers.iter().filter(|(_, o)| *o).count(), 1);
+            let in_slot = if answers[0].1 { 2 } else { 1 };
+            let passes = |w: &CompactWindow| w.window_counts(&SHAPE, 2).0;
+            assert_eq!(table.get(&in_slot, |p| passes(p.value)), Some(1));
+            assert_eq!(table.get(&(3 - in_slot), |p| passes(p.value)), None);
+            assert_eq!(passes(table.overflow_place().value), 1);
+        });
     }
 }

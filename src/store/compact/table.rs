@@ -41,10 +41,17 @@
 //! # Lock order
 //!
 //! A group's lock is never taken while another group's lock is held, except
-//! for the two groups of one key, taken in index order; the side map's lock
-//! is taken after the group locks (inserts re-check the side map, limit
-//! changes move a key between the two), never before them. A lookup holds
-//! at most one lock at a time.
+//! for the two groups of one key, taken in index order. The side map's lock
+//! is taken with those held (inserts look in the side map again, limit
+//! changes move a key between the two), and no group lock is ever taken
+//! while the side map's is held. A lookup holds one lock at a time.
+//!
+//! # Why not one zeroed allocation
+//!
+//! The crate forbids `unsafe` code, and keys stored inline in a table
+//! allocated zeroed (so that its pages become resident only once touched)
+//! need it. The slots of a group are allocated instead when its first key
+//! arrives: memory still grows with the keys seen, a group at a time.
 
 use std::borrow::Borrow;
 use std::collections::HashMap;
@@ -52,7 +59,9 @@ use std::fmt;
 use std::hash::{BuildHasher, Hash, RandomState};
 
 use crate::store::registry::PendingKey;
-use crate::sync::{read, write, AtomicU64, AtomicUsize, Ordering, RwLock, RwLockWriteGuard};
+use crate::sync::{
+    read, write, AtomicBool, AtomicU64, AtomicUsize, Ordering, RwLock, RwLockWriteGuard,
+};
 
 /// Slots per group (and per lock).
 pub(crate) const GROUP: usize = 16;
@@ -148,6 +157,11 @@ pub(crate) struct Own<V> {
     /// runs on the default limit until it is idle; see
     /// [`CompactTable::remove_limit`]). Relaxed, as `limit`.
     policy: AtomicU64,
+    /// The key has had a request (or a window, moved from its slot): until
+    /// then the handle does not show it, as a full table shows no entry for
+    /// a rule's key before its first request. Relaxed: a flag read alone,
+    /// set once.
+    seen: AtomicBool,
     value: V,
 }
 
@@ -155,11 +169,24 @@ pub(crate) struct Own<V> {
 const LAPSED: u64 = u64::MAX;
 
 impl<V> Own<V> {
-    fn new(limit: u64, tag: u32, value: V) -> Self {
+    fn new(limit: u64, tag: u32, value: V, seen: bool) -> Self {
         Own {
             limit: AtomicU64::new(limit),
             policy: AtomicU64::new(u64::from(tag)),
+            seen: AtomicBool::new(seen),
             value,
+        }
+    }
+
+    fn seen(&self) -> bool {
+        self.seen.load(Ordering::Relaxed)
+    }
+
+    /// Marks the key as seen, on its requests: one load once it is.
+    #[inline]
+    fn see(&self) {
+        if !self.seen() {
+            self.seen.store(true, Ordering::Relaxed);
         }
     }
 
@@ -180,24 +207,40 @@ pub(crate) struct Place<'a, V> {
     pub(crate) overflow: bool,
 }
 
+/// `T` on a cache line of its own (64 bytes), so that writes to it (the
+/// overflow window during a flood, the count of keys on every insert) do
+/// not slow down the reads of the table's fixed fields that every request
+/// makes.
+#[repr(align(64))]
+struct Padded<T>(T);
+
+impl<T> std::ops::Deref for Padded<T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
 /// A fixed-capacity table of keys `K` with a value `V` each; see the module
 /// docs.
 pub(crate) struct CompactTable<K, V> {
     groups: Box<[Group<K, V>]>,
     hasher: RandomState,
-    /// Keys in slots. Changed only with the write lock of the key's group
-    /// held; Relaxed: a count, read alone. Two inserts in other groups may
-    /// both see room for one more key: the table then holds one key more
-    /// than `max_keys` per such race at most, never more than its slots.
-    occupied: AtomicUsize,
+    /// Keys in slots, at most `max_keys`: an insert into an empty slot
+    /// first claims one with a compare-and-swap that fails at `max_keys`
+    /// (inserts in other groups race for it), and gives it back if it took
+    /// no empty slot; emptying a slot gives one back. Relaxed: a count, no
+    /// other memory is published through it.
+    occupied: Padded<AtomicUsize>,
     /// At most this many keys in slots (see `occupied`).
     max_keys: usize,
     default_limit: u64,
     overflow_limit: u64,
-    overflow: V,
-    overflow_totals: Totals,
+    overflow: Padded<V>,
+    overflow_totals: Padded<Totals>,
     /// Keys with their own limit.
-    own: RwLock<HashMap<K, Own<V>>>,
+    own: Padded<RwLock<HashMap<K, Own<V>>>>,
     /// Entries of `own`, so that a lookup skips the side map while it is
     /// empty. Written under the side map's write lock, which is taken with
     /// the key's group locks held (see `set_limit`); read Relaxed before
@@ -208,7 +251,7 @@ pub(crate) struct CompactTable<K, V> {
     /// move.
     own_count: AtomicUsize,
     /// Lifetime totals of the keys of the side map.
-    own_totals: Totals,
+    own_totals: Padded<Totals>,
     /// Slots examined by inserts and limit changes, for the tests that bound
     /// the work of one insert.
     #[cfg(test)]
@@ -227,6 +270,18 @@ fn place_of(hash: u64, n: usize) -> (usize, usize, u8) {
     // decide): a filter mostly independent of the placement.
     let tag = 0x80 | (hash as u8 & 0x7F);
     (first, second, tag)
+}
+
+/// Bytes of one slot with key `K` and value `V`.
+#[cfg(test)]
+pub(crate) fn slot_bytes<K, V>() -> usize {
+    std::mem::size_of::<Slot<K, V>>()
+}
+
+/// Bytes of a group's header (its lock, totals and pointer to its slots).
+#[cfg(test)]
+pub(crate) fn group_bytes<K, V>() -> usize {
+    std::mem::size_of::<Group<K, V>>()
 }
 
 /// Groups for `max_keys` keys at a load of at most 7/8.
@@ -274,21 +329,21 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
             .iter()
             .map(|(key, &limit)| {
                 let tag = hasher.hash_one(key) as u32;
-                (key.clone(), Own::new(limit, tag, V::empty()))
+                (key.clone(), Own::new(limit, tag, V::empty(), false))
             })
             .collect();
         CompactTable {
             groups: (0..n).map(|_| Group::new()).collect(),
             hasher,
-            occupied: AtomicUsize::new(0),
+            occupied: Padded(AtomicUsize::new(0)),
             max_keys,
             default_limit,
             overflow_limit,
-            overflow: V::empty(),
-            overflow_totals: Totals::new(),
+            overflow: Padded(V::empty()),
+            overflow_totals: Padded(Totals::new()),
             own_count: AtomicUsize::new(own.len()),
-            own: RwLock::new(own),
-            own_totals: Totals::new(),
+            own: Padded(RwLock::new(own)),
+            own_totals: Padded(Totals::new()),
             #[cfg(test)]
             examined: AtomicUsize::new(0),
         }
@@ -303,8 +358,8 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
     /// The overflow value, its totals and limit.
     pub(crate) fn overflow_place(&self) -> Place<'_, V> {
         Place {
-            value: &self.overflow,
-            totals: &self.overflow_totals,
+            value: &self.overflow.0,
+            totals: &self.overflow_totals.0,
             limit: self.overflow_limit,
             tag: None,
             overflow: true,
@@ -315,7 +370,7 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
         let policy = own.policy.load(Ordering::Relaxed);
         Place {
             value: &own.value,
-            totals: &self.own_totals,
+            totals: &self.own_totals.0,
             limit: own.limit.load(Ordering::Relaxed),
             tag: (policy != LAPSED).then_some(policy as u32),
             overflow: false,
@@ -353,8 +408,9 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
     {
         let key = pending.key();
         if self.own_count.load(Ordering::Relaxed) != 0 {
-            let own = read(&self.own);
+            let own = read(&self.own.0);
             if let Some(own) = own.get(key) {
+                own.see();
                 return f(self.own_place(own));
             }
         }
@@ -396,20 +452,21 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
             }
         }
         if self.own_count.load(Ordering::Relaxed) != 0 {
-            let own = read(&self.own);
+            let own = read(&self.own.0);
             if let Some(own) = own.get(key) {
+                own.see();
                 return f(self.own_place(own));
             }
         }
-        let room = self.occupied.load(Ordering::Relaxed) < self.max_keys;
+        let room = self.claim();
         let Some((which, at)) = self.free_slot(&mut locked, room, &idle) else {
+            self.unclaim(room);
             return f(self.overflow_place());
         };
         let index = locked[which].0;
         let slot = &mut locked[which].1.get_or_insert_with(new_slots)[at];
-        if slot.key.is_none() {
-            self.occupied.fetch_add(1, Ordering::Relaxed);
-        } else {
+        if slot.key.is_some() {
+            self.unclaim(room);
             // Evicted: its key is dropped here, its value reset.
             slot.value = V::empty();
         }
@@ -417,6 +474,23 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
         slot.tag = tag;
         let slots = locked[which].1.as_ref().expect("allocated above");
         f(self.slot_place(&slots[at], &self.groups[index]))
+    }
+
+    /// Claims room for one more key in a slot; whether there was room.
+    fn claim(&self) -> bool {
+        self.occupied
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                (n < self.max_keys).then_some(n + 1)
+            })
+            .is_ok()
+    }
+
+    /// Gives back the room [`claim`](Self::claim) took (if it took any),
+    /// for a key that took no empty slot.
+    fn unclaim(&self, claimed: bool) {
+        if claimed {
+            self.occupied.fetch_sub(1, Ordering::Relaxed);
+        }
     }
 
     /// Write-locks groups `a` and `b` (once if they are the same), the
@@ -488,9 +562,9 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
         Q: Hash + Eq + ?Sized,
     {
         if self.own_count.load(Ordering::Relaxed) != 0 {
-            let own = read(&self.own);
+            let own = read(&self.own.0);
             if let Some(own) = own.get(key) {
-                return Some(f(self.own_place(own)));
+                return own.seen().then(|| f(self.own_place(own)));
             }
         }
         let hash = self.hasher.hash_one(key);
@@ -517,8 +591,12 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
     ) {
         let mut buffer = Vec::new();
         {
-            let own = read(&self.own);
-            buffer.extend(own.iter().map(|(k, o)| read_one(k, self.own_place(o))));
+            let own = read(&self.own.0);
+            buffer.extend(
+                own.iter()
+                    .filter(|(_, o)| o.seen())
+                    .map(|(k, o)| read_one(k, self.own_place(o))),
+            );
         }
         buffer.drain(..).for_each(&mut f);
         for group in self.groups.iter() {
@@ -537,9 +615,16 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
         }
     }
 
-    /// Keys in slots and in the side map.
+    /// Keys in slots, and keys in the side map that have had a request.
     pub(crate) fn len(&self) -> usize {
-        self.occupied.load(Ordering::Relaxed) + read(&self.own).len()
+        let seen = read(&self.own.0).values().filter(|o| o.seen()).count();
+        self.occupied.load(Ordering::Relaxed) + seen
+    }
+
+    /// Keys held: in slots and in the side map, seen or not.
+    #[cfg(test)]
+    fn stored(&self) -> usize {
+        self.occupied.load(Ordering::Relaxed) + read(&self.own.0).len()
     }
 
     /// Lifetime (passes, blocks) of every key ever counted in a slot or the
@@ -567,15 +652,17 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
         let hash = self.hasher.hash_one(&key);
         let (first, second, tag) = place_of(hash, self.groups.len());
         let mut locked = self.lock_pair(first, second);
-        let mut own = write(&self.own);
+        let mut own = write(&self.own.0);
         if let Some(entry) = own.get(&key) {
             entry.limit.store(limit, Ordering::Relaxed);
             entry
                 .policy
                 .store(u64::from(hash as u32), Ordering::Relaxed);
         } else {
-            let value = self.take(&mut locked, tag, &key).unwrap_or_else(V::empty);
-            own.insert(key, Own::new(limit, hash as u32, value));
+            let taken = self.take(&mut locked, tag, &key);
+            let seen = taken.is_some();
+            let value = taken.unwrap_or_else(V::empty);
+            own.insert(key, Own::new(limit, hash as u32, value, seen));
         }
         own.retain(|_, entry| !(entry.lapsed() && idle(&entry.value)));
         self.own_count.store(own.len(), Ordering::Relaxed);
@@ -595,26 +682,27 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
         let hash = self.hasher.hash_one(key);
         let (first, second, tag) = place_of(hash, self.groups.len());
         let mut locked = self.lock_pair(first, second);
-        let mut own = write(&self.own);
+        let mut own = write(&self.own.0);
         let had = match own.get(key) {
             Some(entry) if !entry.lapsed() => {
                 if idle(&entry.value) {
                     own.remove(key);
                 } else {
-                    let room = self.occupied.load(Ordering::Relaxed) < self.max_keys;
+                    let room = self.claim();
                     match self.free_slot(&mut locked, room, &idle) {
                         Some((which, at)) => {
                             let (owned, entry) =
                                 own.remove_entry(key).expect("the entry was found above");
                             let slot = &mut locked[which].1.get_or_insert_with(new_slots)[at];
-                            if slot.key.is_none() {
-                                self.occupied.fetch_add(1, Ordering::Relaxed);
+                            if slot.key.is_some() {
+                                self.unclaim(room);
                             }
                             slot.key = Some(owned);
                             slot.value = entry.value;
                             slot.tag = tag;
                         }
                         None => {
+                            self.unclaim(room);
                             entry.limit.store(self.default_limit, Ordering::Relaxed);
                             entry.policy.store(LAPSED, Ordering::Relaxed);
                         }
@@ -631,12 +719,7 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
 
     /// Moves `key`'s value out of its slot in the `locked` groups, emptying
     /// the slot; `None` if it has none.
-    fn take<Q>(
-        &self,
-        locked: &mut [(usize, WriteGuard<'_, K, V>)],
-        tag: u8,
-        key: &Q,
-    ) -> Option<V>
+    fn take<Q>(&self, locked: &mut [(usize, WriteGuard<'_, K, V>)], tag: u8, key: &Q) -> Option<V>
     where
         K: Borrow<Q>,
         Q: Eq + ?Sized,
@@ -736,7 +819,10 @@ mod tests {
         assert_eq!(groups_for(1), 1);
         assert_eq!(groups_for(14), 1);
         assert_eq!(groups_for(15), 2);
-        assert_eq!(groups_for(1 << 20), (((1usize << 20) * 8).div_ceil(7)).div_ceil(16));
+        assert_eq!(
+            groups_for(1 << 20),
+            (((1usize << 20) * 8).div_ceil(7)).div_ceil(16)
+        );
         assert!(table(1_000, 1).capacity() * 7 >= 1_000 * 8);
     }
 
@@ -805,7 +891,10 @@ mod tests {
             let before = table.examined.load(SeqCst);
             request(&table, key, 5);
             let examined = table.examined.load(SeqCst) - before;
-            assert!(examined <= 2 * GROUP, "key {key}: {examined} slots examined");
+            assert!(
+                examined <= 2 * GROUP,
+                "key {key}: {examined} slots examined"
+            );
         }
         // And the flood had to look for room: inserts did examine slots.
         assert!(table.examined.load(SeqCst) > 50_000);
@@ -858,8 +947,7 @@ mod tests {
     fn keys_are_dropped_exactly_once() {
         let live = Arc::new(AtomicIsize::new(0));
         {
-            let table: CompactTable<Tracked, Fixed> =
-                CompactTable::new(32, 1, 1, &HashMap::new());
+            let table: CompactTable<Tracked, Fixed> = CompactTable::new(32, 1, 1, &HashMap::new());
             let mut now = 5;
             for round in 0..20u64 {
                 for id in 0..100u64 {
@@ -867,15 +955,15 @@ mod tests {
                     table.with(Owned(key), |v| v.idle(now), |p| p.value.admit(now, 1));
                     // Every key not in the table is gone: evicted ones,
                     // and the keys that overflowed (never stored).
-                    assert_eq!(live.load(SeqCst), table.len() as isize);
+                    assert_eq!(live.load(SeqCst), table.stored() as isize);
                 }
                 // Limits move keys between the slots and the side map.
                 table.set_limit(Tracked::new(round * 1_000, &live), 5, |v| v.idle(now));
-                assert_eq!(live.load(SeqCst), table.len() as isize);
+                assert_eq!(live.load(SeqCst), table.stored() as isize);
                 let probe = Tracked::new(round * 1_000, &live);
                 assert!(table.remove_limit(&probe, |v| v.idle(now)));
                 drop(probe);
-                assert_eq!(live.load(SeqCst), table.len() as isize);
+                assert_eq!(live.load(SeqCst), table.stored() as isize);
                 now += WINDOW_MS;
             }
             assert!(table.len() > 0);
@@ -893,7 +981,11 @@ mod tests {
         }
         let table: CompactTable<String, Fixed> = CompactTable::new(8, 5, 5, &HashMap::new());
         for _ in 0..4 {
-            table.with(Borrowed("k", to_owned), |v| v.idle(5), |p| p.value.admit(5, p.limit));
+            table.with(
+                Borrowed("k", to_owned),
+                |v| v.idle(5),
+                |p| p.value.admit(5, p.limit),
+            );
         }
         assert_eq!(MADE.load(SeqCst), 1);
         assert_eq!(table.get("k", |p| p.value.passes()), Some(4));
@@ -938,6 +1030,29 @@ mod tests {
     }
 
     #[test]
+    fn concurrent_floods_never_hold_more_than_max_keys() {
+        let table = Arc::new(table(64, 1));
+        let threads: Vec<_> = (0..4u64)
+            .map(|t| {
+                let table = Arc::clone(&table);
+                std::thread::spawn(move || {
+                    for key in 0..5_000u64 {
+                        request(&table, t * 1_000_000 + key, 5);
+                        assert!(table.len() <= 64, "{} keys", table.len());
+                    }
+                })
+            })
+            .collect();
+        for thread in threads {
+            thread.join().unwrap();
+        }
+        assert_eq!(table.len(), 64);
+        let mut counted = 0;
+        table.for_each(|_, _| (), |()| counted += 1);
+        assert_eq!(counted, 64);
+    }
+
+    #[test]
     fn concurrent_inserts_of_one_key_share_one_slot_and_its_limit() {
         let table = Arc::new(table(1_024, 100));
         let passed = Arc::new(StdU64::new(0));
@@ -962,10 +1077,105 @@ mod tests {
         assert_eq!(table.len(), 200);
         assert_eq!(passed.load(SeqCst), 200 * 100);
         let mut seen = 0;
-        table.for_each(|k, p| (*k, p.value.passes()), |(_, passes)| {
-            assert_eq!(passes, 100);
-            seen += 1;
-        });
+        table.for_each(
+            |k, p| (*k, p.value.passes()),
+            |(_, passes)| {
+                assert_eq!(passes, 100);
+                seen += 1;
+            },
+        );
         assert_eq!(seen, 200);
+    }
+}
+
+#[cfg(all(test, loom))]
+mod loom_models {
+    use loom::sync::Arc;
+    use loom::thread;
+
+    use super::*;
+    use crate::store::registry::Owned;
+
+    /// A one-bucket window of 1 000 ms in one atomic: its start (high
+    /// bits) and passes (low 16 bits), admitted with a compare-and-swap.
+    struct Packed(AtomicU64);
+
+    impl SlotValue for Packed {
+        fn empty() -> Self {
+            Packed(AtomicU64::new(0))
+        }
+    }
+
+    impl Packed {
+        fn admit(&self, now: u64, limit: u64) -> bool {
+            let start = now - now % 1_000;
+            let mut current = self.0.load(Ordering::Acquire);
+            loop {
+                let passes = if current >> 16 == start {
+                    current & 0xFFFF
+                } else {
+                    0
+                };
+                if passes >= limit {
+                    return false;
+                }
+                let next = (start << 16) | (passes + 1);
+                match self
+                    .0
+                    .compare_exchange(current, next, Ordering::AcqRel, Ordering::Acquire)
+                {
+                    Ok(_) => return true,
+                    Err(seen) => current = seen,
+                }
+            }
+        }
+
+        fn passes(&self, now: u64) -> u64 {
+            let current = self.0.load(Ordering::Acquire);
+            if current >> 16 == now - now % 1_000 {
+                current & 0xFFFF
+            } else {
+                0
+            }
+        }
+    }
+
+    /// Key 1 passed in an earlier window (idle now). At 2 000, a request
+    /// of key 1 (found in its slot: admitted under the group's read lock)
+    /// races a new key 2 that needs a slot (the table holds one key, so it
+    /// may evict key 1 only if idle). Whatever the order, no pass is lost
+    /// or lands on the other key's window: one of the two passes in the
+    /// slot, under its own key, the other on the overflow value.
+    #[test]
+    fn an_insert_racing_an_admission_in_one_group() {
+        loom::model(|| {
+            let table: Arc<CompactTable<u64, Packed>> =
+                Arc::new(CompactTable::new(1, 1, 1, &HashMap::new()));
+            let request = |table: &CompactTable<u64, Packed>, key: u64| {
+                table.with(
+                    Owned(key),
+                    |v| v.passes(2_000) == 0,
+                    |place| (place.value.admit(2_000, place.limit), place.overflow),
+                )
+            };
+            assert!(table.with(Owned(1), |_| false, |p| p.value.admit(500, 1)));
+            let threads: Vec<_> = [1u64, 2]
+                .into_iter()
+                .map(|key| {
+                    let table = Arc::clone(&table);
+                    thread::spawn(move || request(&table, key))
+                })
+                .collect();
+            let answers: Vec<(bool, bool)> =
+                threads.into_iter().map(|t| t.join().unwrap()).collect();
+            // Both passed: one in the slot, one on the overflow value.
+            assert!(answers.iter().all(|(passed, _)| *passed), "{answers:?}");
+            assert_eq!(answers.iter().filter(|(_, o)| *o).count(), 1);
+            let in_slot = if answers[0].1 { 2 } else { 1 };
+            assert_eq!(table.get(&in_slot, |p| p.value.passes(2_000)), Some(1));
+            assert_eq!(table.get(&(3 - in_slot), |p| p.value.passes(2_000)), None);
+            assert_eq!(table.overflow_place().value.passes(2_000), 1);
+            assert_eq!(table.len(), 1);
+        });
     }
 }

@@ -1,0 +1,594 @@
+//! The compact key tier (`SlidingWindowLayer::compact`): the same admission
+//! as a full key (a differential property test through both layers), exact
+//! under real threads, bounded under floods of distinct keys, the settings
+//! it refuses, and the handle's reads and limits.
+
+use crate::support;
+
+use std::convert::Infallible;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::Duration;
+
+use axum::body::Body;
+use http::{HeaderName, Request, Response, StatusCode};
+use proptest::prelude::*;
+use tower::{service_fn, Layer, Service};
+use tower_sliding_window::breaker::Breaker;
+use tower_sliding_window::clock::ManualClock;
+use tower_sliding_window::{HeaderKey, SlidingWindowLayer, Snapshot};
+
+use support::{clock, req_with};
+
+const KEY_HEADER: &str = "x-key";
+
+fn keyed(limit: u64) -> SlidingWindowLayer<HeaderKey> {
+    SlidingWindowLayer::qps(limit).key(HeaderKey::new(HeaderName::from_static(KEY_HEADER)))
+}
+
+fn key(name: &str) -> Option<String> {
+    Some(name.to_owned())
+}
+
+type Inner = tower::util::ServiceFn<
+    fn(Request<Body>) -> std::future::Ready<Result<Response<Body>, Infallible>>,
+>;
+
+fn inner() -> Inner {
+    fn ok(_: Request<Body>) -> std::future::Ready<Result<Response<Body>, Infallible>> {
+        std::future::ready(Ok(Response::new(Body::empty())))
+    }
+    service_fn(ok as fn(_) -> _)
+}
+
+/// A request of `key` (`None`: without the header).
+fn request(key: Option<&str>) -> Request<Body> {
+    match key {
+        Some(key) => req_with("/", KEY_HEADER, key),
+        None => Request::get("/").body(Body::empty()).unwrap(),
+    }
+}
+
+/// Sends one request through `service` outside any runtime (the inner
+/// service answers at once; nothing waits) and returns its status and
+/// headers.
+fn call<S, B>(service: &mut S, key: Option<&str>) -> (StatusCode, Vec<(String, String)>)
+where
+    S: Service<Request<Body>, Response = Response<B>>,
+    S::Error: std::fmt::Debug,
+{
+    let response = tokio_test::block_on(service.call(request(key))).unwrap();
+    let mut headers: Vec<(String, String)> = response
+        .headers()
+        .iter()
+        .map(|(name, value)| {
+            let value = value.to_str().unwrap();
+            (name.as_str().to_owned(), without_tags(value))
+        })
+        .collect();
+    headers.sort();
+    (response.status(), headers)
+}
+
+/// `value` with every policy tag (`p-` and 8 hex digits: a keyed hash,
+/// random per layer) replaced by `p-TAG`, so two layers' fields compare.
+fn without_tags(value: &str) -> String {
+    let mut out = String::new();
+    let mut rest = value;
+    while let Some(at) = rest.find("p-") {
+        out.push_str(&rest[..at + 2]);
+        let after = &rest[at + 2..];
+        let hex = after
+            .chars()
+            .take(8)
+            .filter(|c| c.is_ascii_hexdigit())
+            .count();
+        if hex == 8 {
+            out.push_str("TAG");
+            rest = &after[8..];
+        } else {
+            rest = after;
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The message of the panic `f` raises.
+fn panic_message(f: impl FnOnce()) -> String {
+    let payload = catch_unwind(AssertUnwindSafe(f)).expect_err("the configuration panics");
+    payload
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| payload.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_compact_key_is_limited_and_answered_as_a_full_key_is() {
+    let clock = clock();
+    let layer = keyed(2)
+        .compact()
+        .clock(clock.clone())
+        .headers_on_pass(true);
+    let stats = layer.handle();
+    let mut service = layer.layer(inner());
+    assert_eq!(call(&mut service, Some("a")).0, StatusCode::OK);
+    let (status, headers) = call(&mut service, Some("a"));
+    assert_eq!(status, StatusCode::OK);
+    assert!(headers.iter().any(|(n, _)| n == "ratelimit"), "{headers:?}");
+    let (status, headers) = call(&mut service, Some("a"));
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    // The passes at 10 050 leave the window at 11 000: 950 ms, 1 s.
+    assert!(
+        headers.contains(&("retry-after".to_owned(), "1".to_owned())),
+        "{headers:?}"
+    );
+    assert_eq!(call(&mut service, Some("b")).0, StatusCode::OK);
+    let a = stats.snapshot(&key("a")).unwrap();
+    assert_eq!((a.pass, a.block, a.limit), (2, 1, 2));
+    // Nothing else is recorded for a compact key.
+    assert_eq!(
+        (a.success, a.exception, a.concurrency, a.waiting),
+        (0, 0, 0, 0)
+    );
+    assert_eq!((a.avg_rt, a.min_rt), (None, None));
+    assert!(stats.history(&key("a")).is_empty());
+    assert!(stats.breakers(&key("a")).is_empty());
+    clock.advance(Duration::from_millis(950));
+    assert_eq!(call(&mut service, Some("a")).0, StatusCode::OK);
+}
+
+#[test]
+fn the_handle_reads_every_compact_key_and_changes_its_limits() {
+    let clock = clock();
+    let layer = keyed(3).compact().clock(clock.clone()).rule("vip", 5);
+    let stats = layer.handle();
+    assert!(stats.is_empty());
+    let mut service = layer.layer(inner());
+    for (name, n) in [("a", 1), ("b", 4), ("vip", 6)] {
+        for _ in 0..n {
+            call(&mut service, Some(name));
+        }
+    }
+    let mut keys = stats.keys();
+    keys.sort();
+    assert_eq!(keys, vec![key("a"), key("b"), key("vip")]);
+    assert_eq!(stats.len(), 3);
+    let mut snapshots = stats.snapshots();
+    snapshots.sort_by(|x, y| x.0.cmp(&y.0));
+    let counts: Vec<(u64, u64, u64)> = snapshots
+        .iter()
+        .map(|(_, s)| (s.pass, s.block, s.limit))
+        .collect();
+    assert_eq!(counts, vec![(1, 0, 3), (3, 1, 3), (5, 1, 5)]);
+    let mut visited = 0;
+    stats.for_each(|k, s| {
+        visited += 1;
+        assert_eq!(Some(s), stats.snapshot(k));
+    });
+    assert_eq!(visited, 3);
+    let total = stats.total();
+    assert_eq!((total.pass, total.block, total.limit), (9, 2, 11));
+    assert_eq!(stats.overflow(), Snapshot::default().with_limit_for_test(3));
+
+    // A limit set at run time applies from the next request, against the
+    // window as it is; removing it goes back to the default.
+    stats.set_limit("b", 4);
+    assert_eq!(call(&mut service, Some("b")).0, StatusCode::OK);
+    assert_eq!(
+        call(&mut service, Some("b")).0,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    assert!(stats.remove_limit(&key("b")));
+    assert!(!stats.remove_limit(&key("b")));
+    let b = stats.snapshot(&key("b")).unwrap();
+    assert_eq!((b.pass, b.block, b.limit), (4, 2, 3));
+    assert_eq!(
+        call(&mut service, Some("b")).0,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+
+    // Above what a compact window counts: the maximum, and no panic.
+    stats.set_limit("a", 1_000_000);
+    assert_eq!(stats.snapshot(&key("a")).unwrap().limit, 65_535);
+}
+
+/// `Snapshot` is non-exhaustive: the overflow's expected snapshot, built
+/// from a default one.
+trait WithLimit {
+    fn with_limit_for_test(self, limit: u64) -> Snapshot;
+}
+
+impl WithLimit for Snapshot {
+    fn with_limit_for_test(mut self, limit: u64) -> Snapshot {
+        self.limit = limit;
+        self
+    }
+}
+
+#[test]
+fn a_flood_of_distinct_keys_stays_within_max_keys_and_every_limit() {
+    let clock = clock();
+    let limit = 3;
+    let layer = keyed(limit)
+        .compact()
+        .max_keys(64)
+        .overflow_limit(2)
+        .clock(clock.clone());
+    let stats = layer.handle();
+    let mut service = layer.layer(inner());
+    // A client spends its allowance...
+    for _ in 0..limit {
+        assert_eq!(call(&mut service, Some("client")).0, StatusCode::OK);
+    }
+    let (_, refused) = call(&mut service, Some("client"));
+    // ...then 5 000 spoofed keys (addresses, random API keys) arrive in the
+    // same window, each passing once if it can.
+    let mut passed = 0;
+    for i in 0..5_000 {
+        clock.set(10_050 + i / 10);
+        let name = format!("10.{}.{}.{}", i / 65_536, (i / 256) % 256, i % 256);
+        if call(&mut service, Some(&name)).0 == StatusCode::OK {
+            passed += 1;
+        }
+        assert!(stats.len() <= 64 + 1, "{} entries", stats.len());
+    }
+    // Every key that found a slot passed once; the rest shared the
+    // overflow entry, which let 2 through.
+    assert_eq!(passed, 63 + 2);
+    assert_eq!(stats.overflow().pass, 2);
+    // The client was never evicted (its passes are in the window): it is
+    // still refused, as before the flood, and no key passed twice.
+    let (status, after) = call(&mut service, Some("client"));
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    let retry = |headers: &[(String, String)]| {
+        headers
+            .iter()
+            .find(|(n, _)| n == "retry-after")
+            .map(|(_, v)| v.clone())
+    };
+    assert_eq!(retry(&after), retry(&refused));
+    assert_eq!(stats.snapshot(&key("client")).unwrap().pass, limit);
+    stats.for_each(|k, s| assert!(s.pass <= limit, "{k:?}: {s:?}"));
+    // A window after its last pass the client may be evicted, and comes
+    // back with a fresh allowance only then.
+    clock.set(11_600);
+    for i in 0..10 {
+        call(&mut service, Some(&format!("late-{i}")));
+    }
+    assert!(stats.len() <= 64 + 1);
+    assert_eq!(call(&mut service, Some("client")).0, StatusCode::OK);
+}
+
+#[test]
+fn frozen_clock_real_threads_exactly_the_limit_passes_per_key() {
+    let limit = 50;
+    let layer = keyed(limit)
+        .compact()
+        .strict()
+        .clock(ManualClock::new(10_050));
+    let stats = layer.handle();
+    let service = layer.layer(inner());
+    let keys: Vec<String> = (0..8).map(|i| format!("k{i}")).collect();
+    let passed: Arc<Vec<AtomicU64>> =
+        Arc::new((0..keys.len()).map(|_| AtomicU64::new(0)).collect());
+    let threads: Vec<_> = (0..4)
+        .map(|_| {
+            let mut service = service.clone();
+            let keys = keys.clone();
+            let passed = Arc::clone(&passed);
+            thread::spawn(move || {
+                for _ in 0..40 {
+                    for (i, name) in keys.iter().enumerate() {
+                        if call(&mut service, Some(name)).0 == StatusCode::OK {
+                            passed[i].fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().unwrap();
+    }
+    // 160 requests per key, 50 passes each, the rest blocked.
+    for (i, name) in keys.iter().enumerate() {
+        assert_eq!(passed[i].load(Ordering::Relaxed), limit, "{name}");
+        let snapshot = stats.snapshot(&Some(name.clone())).unwrap();
+        assert_eq!(
+            (snapshot.pass, snapshot.block),
+            (limit, 160 - limit),
+            "{name}"
+        );
+    }
+}
+
+/// A change to a layer's configuration.
+type Configure = fn(SlidingWindowLayer<HeaderKey>) -> SlidingWindowLayer<HeaderKey>;
+
+#[test]
+fn compact_refuses_each_setting_it_cannot_keep_in_either_order() {
+    fn check(message: String, setting: &str) {
+        assert!(
+            message.contains(&format!("`{setting}`")) && message.contains("`compact`"),
+            "{setting}: {message}"
+        );
+    }
+    let cases: [(&str, Configure); 5] = [
+        ("breaker", |l| l.breaker(Breaker::error_ratio(0.5))),
+        ("max_concurrency", |l| l.max_concurrency(4)),
+        ("warm_up", |l| l.warm_up(Duration::from_secs(10))),
+        ("throttle", |l| l.throttle(Duration::from_millis(100))),
+        ("prioritized", |l| {
+            l.prioritized(|_: &http::request::Parts| true)
+        }),
+    ];
+    for (setting, set) in cases {
+        check(panic_message(|| drop(set(keyed(10)).compact())), setting);
+        check(panic_message(|| drop(set(keyed(10).compact()))), setting);
+        // With other settings in between, and on a clone.
+        check(
+            panic_message(|| drop(set(keyed(10).compact().strict().clone().max_keys(8)))),
+            setting,
+        );
+    }
+}
+
+#[test]
+fn compact_refuses_more_buckets_and_larger_limits_than_it_counts() {
+    let window = Duration::from_secs(1);
+    for message in [
+        panic_message(|| drop(keyed(10).window(window, 20).compact())),
+        panic_message(|| drop(keyed(10).compact().window(window, 20))),
+    ] {
+        assert!(
+            message.contains("`sample_count`") && message.contains("`compact`"),
+            "{message}"
+        );
+        assert!(message.contains("at most 10"), "{message}");
+    }
+    for message in [
+        panic_message(|| drop(keyed(65_536).compact())),
+        panic_message(|| drop(keyed(10).rule("a", 70_000).compact())),
+        panic_message(|| drop(keyed(10).compact().rule("a", 70_000))),
+        panic_message(|| drop(keyed(10).overflow_limit(65_536).compact())),
+        panic_message(|| drop(keyed(10).compact().overflow_limit(65_536))),
+    ] {
+        assert!(
+            message.contains("`compact`") && message.contains("65535"),
+            "{message}"
+        );
+    }
+    // A bucket longer than a compact window places (2^29 ms), either order.
+    let long = Duration::from_millis(1 << 30);
+    for message in [
+        panic_message(|| drop(keyed(10).window(long, 1).compact())),
+        panic_message(|| drop(keyed(10).compact().window(long, 1))),
+    ] {
+        assert!(
+            message.contains("`compact`") && message.contains("`interval_ms`"),
+            "{message}"
+        );
+    }
+    // At the bounds, it builds.
+    drop(
+        keyed(65_535)
+            .window(window, 10)
+            .compact()
+            .rule("a", 65_535)
+            .handle(),
+    );
+}
+
+#[test]
+fn the_collector_of_a_compact_layer_exports_the_layers_totals_without_keys() {
+    let clock = clock();
+    let layer = keyed(1).compact().clock(clock.clone());
+    let stats = layer.handle();
+    let mut registry = prometheus_client::registry::Registry::default();
+    registry.register_collector(Box::new(stats.collector()));
+    let mut service = layer.layer(inner());
+    for name in ["a", "a", "b", "c", "c", "c"] {
+        call(&mut service, Some(name));
+    }
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+    let value = |metric: &str| -> f64 {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(metric))
+            .unwrap_or_else(|| panic!("no {metric} in\n{text}"));
+        line.rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    assert_eq!(value("sliding_window_pass_total"), 3.0, "{text}");
+    assert_eq!(value("sliding_window_block_total"), 3.0, "{text}");
+    assert!(!text.contains("key="), "{text}");
+    // A compact layer records no response times: the histogram is empty.
+    assert!(!text.contains("response_time_seconds_bucket"), "{text}");
+}
+
+/// One step of the differential test, after the clock moved on by
+/// `step_ms`: a request of key `key` (an index in `KEYS`), or a change of
+/// its limit at run time.
+#[derive(Debug, Clone)]
+struct Step {
+    key: usize,
+    step_ms: u64,
+    action: Action,
+}
+
+#[derive(Debug, Clone)]
+enum Action {
+    Request,
+    SetLimit(u64),
+    RemoveLimit,
+}
+
+/// The keys of the differential test; `None` sends no header.
+const KEYS: [Option<&str>; 4] = [Some("a"), Some("b"), Some("rule"), None];
+
+fn steps() -> impl Strategy<Value = Vec<Step>> {
+    let action = prop_oneof![
+        12 => Just(Action::Request),
+        1 => (0u64..6).prop_map(Action::SetLimit),
+        1 => Just(Action::RemoveLimit),
+    ];
+    prop::collection::vec(
+        (
+            0..KEYS.len(),
+            prop_oneof![Just(0u64), 0..40u64, 0..400u64],
+            action,
+        )
+            .prop_map(|(key, step_ms, action)| Step {
+                key,
+                step_ms,
+                action,
+            }),
+        1..120,
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    /// One random sequence of keys and clock readings through a full layer
+    /// and a compact one with the same settings: the same status,
+    /// `Retry-After`, RateLimit fields (and legacy fields) for every
+    /// request, and the same counts at the end. Neither evicts (the table
+    /// is far from full).
+    #[test]
+    fn a_compact_layer_answers_exactly_as_a_full_layer(
+        limit in 1u64..6,
+        rule in prop::option::of(0u64..8),
+        strict in any::<bool>(),
+        (sample_count, bucket_ms) in (prop::sample::select(vec![1usize, 2, 4, 5, 10]), prop::sample::select(vec![10u64, 50, 100])),
+        start in 0u64..5_000,
+        steps in steps(),
+    ) {
+        let clock = ManualClock::new(start);
+        let interval = Duration::from_millis(sample_count as u64 * bucket_ms);
+        let configure = |layer: SlidingWindowLayer<HeaderKey>| {
+            let mut layer = layer
+                .window(interval, sample_count)
+                .clock(clock.clone())
+                .headers_on_pass(true)
+                .legacy_headers(true)
+                .policy_name("p");
+            if strict {
+                layer = layer.strict();
+            }
+            if let Some(rule) = rule {
+                layer = layer.rule("rule", rule);
+            }
+            layer
+        };
+        let full = configure(keyed(limit));
+        let compact = configure(keyed(limit)).compact();
+        let (full_stats, compact_stats) = (full.handle(), compact.handle());
+        let mut full = full.layer(inner());
+        let mut compact = compact.layer(inner());
+        for (i, step) in steps.iter().enumerate() {
+            clock.advance(Duration::from_millis(step.step_ms));
+            let key = KEYS[step.key];
+            let owned = key.map(str::to_owned);
+            match step.action {
+                Action::Request => {
+                    let expected = call(&mut full, key);
+                    let got = call(&mut compact, key);
+                    prop_assert_eq!(&got, &expected, "request {} ({:?})", i, key);
+                }
+                Action::SetLimit(limit) => {
+                    full_stats.set_limit(owned.clone(), limit);
+                    compact_stats.set_limit(owned, limit);
+                }
+                Action::RemoveLimit => {
+                    prop_assert_eq!(
+                        compact_stats.remove_limit(&owned),
+                        full_stats.remove_limit(&owned)
+                    );
+                }
+            }
+        }
+        // The same passes in every key's window (an idle key may have gone
+        // from one table and not the other: both count as no passes), and
+        // the same limit where both hold the key.
+        for key in KEYS {
+            let key = key.map(str::to_owned);
+            let (f, c) = (full_stats.snapshot(&key), compact_stats.snapshot(&key));
+            let pass = |s: Option<Snapshot>| s.map_or(0, |s| s.pass);
+            prop_assert_eq!(pass(f), pass(c), "{:?}", key);
+            if let (Some(f), Some(c)) = (f, c) {
+                prop_assert_eq!(f.limit, c.limit, "{:?}", key);
+            }
+        }
+    }
+}
+
+/// The shared store keeps its window in Redis and falls back on the
+/// replica's own full window: refused on a compact layer, in either order.
+/// (Port 9 on loopback: the lazy store never connects in this test.)
+#[cfg(feature = "redis")]
+#[tokio::test]
+async fn compact_refuses_a_shared_store_in_either_order() {
+    use tower_sliding_window::store::RedisStore;
+    let store = || RedisStore::connect_lazy("redis://127.0.0.1:9/").unwrap();
+    for message in [
+        panic_message(|| drop(keyed(10).store(store()).compact())),
+        panic_message(|| drop(keyed(10).compact().store(store()))),
+    ] {
+        assert!(
+            message.contains("`store`") && message.contains("`compact`"),
+            "{message}"
+        );
+    }
+}
+
+#[test]
+fn the_dashboard_lists_a_compact_layers_keys_and_total() {
+    use tower_sliding_window::dashboard;
+    let layer = keyed(2).compact().clock(clock());
+    let stats = layer.handle();
+    let mut service = layer.layer(inner());
+    for name in ["a", "a", "a", "b"] {
+        call(&mut service, Some(name));
+    }
+    let board = dashboard::router(stats.clone());
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let answer = runtime.block_on(support::send(&board, support::req("/stats")));
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+    let s: serde_json::Value = serde_json::from_str(&answer.body).unwrap();
+    assert_eq!(s["total"], serde_json::to_value(stats.total()).unwrap());
+    assert_eq!(
+        (s["total"]["pass"].as_u64(), s["total"]["block"].as_u64()),
+        (Some(3), Some(1))
+    );
+    let keys = s["keys"]["key"].as_array().expect("a key column");
+    assert_eq!(keys.len(), 2, "{s}");
+    let passes: u64 = s["keys"]["pass"]
+        .as_array()
+        .expect("a pass column")
+        .iter()
+        .map(|v| v.as_u64().unwrap())
+        .sum();
+    assert_eq!(passes, 3, "{s}");
+}
+
+#[test]
+fn a_compact_global_limit_admits_exactly_its_limit() {
+    let clock = clock();
+    let layer = SlidingWindowLayer::qps(3).compact().clock(clock.clone());
+    let stats = layer.handle();
+    let mut service = layer.layer(inner());
+    let statuses: Vec<StatusCode> = (0..5).map(|_| call(&mut service, None).0).collect();
+    assert_eq!(statuses, support::ok_then_429(3, 2));
+    let snapshot = stats.snapshot(&()).unwrap();
+    assert_eq!((snapshot.pass, snapshot.block, snapshot.limit), (3, 2, 3));
+    assert_eq!(stats.len(), 1);
+    clock.advance(Duration::from_secs(1));
+    assert_eq!(call(&mut service, None).0, StatusCode::OK);
+}
