@@ -33,6 +33,6 @@ echo "loom: LOOM_MAX_PREEMPTIONS=${LOOM_MAX_PREEMPTIONS}, target ${CARGO_TARGET_
 # `--cfg loom`, and the models do not wait.
 cargo test --release --no-default-features --test loom -- --test-threads=1 "$@"
 # Models of protocols inside the crate that the public API does not reach
-# (the warm-up controller's once-per-window sync): unit tests named
-# `loom_models`.
+# (the warm-up controller's once-per-window sync, the compact window's
+# admission and rotation): unit tests named `loom_models`.
 cargo test --release --no-default-features --lib loom_models -- --test-threads=1

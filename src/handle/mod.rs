@@ -378,7 +378,10 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
     /// window as it is (no burst: passes already counted stay counted), also
     /// to a key not seen yet, and it survives eviction of the key's
     /// statistics. A limit of 0 blocks the key entirely. `key` is anything
-    /// that [converts into the key type](IntoKey).
+    /// that [converts into the key type](IntoKey). On a
+    /// [`compact`](crate::SlidingWindowLayer::compact) layer a limit above
+    /// 65 535 (the most a compact window counts) is taken as 65 535, with a
+    /// `warn` event; it never panics.
     ///
     /// ```
     /// use http::HeaderName;

@@ -360,8 +360,8 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
     /// one of two groups (chosen by a randomly seeded hash); a new key
     /// takes an empty slot there, or evicts an idle key there (one with no
     /// pass left in its window, the bucket `strict` counts included: an
-    /// evicted client never comes back with a fresh allowance), examining
-    /// those 32 slots at most, never the table. With neither, it shares
+    /// evicted client never comes back with a fresh allowance), looking at
+    /// those 32 slots only (twice at most), never at the rest of the table. With neither, it shares
     /// the overflow entry, as in a full table: limited by
     /// [`overflow_limit`](Self::overflow_limit) and named `"overflow"` in
     /// its RateLimit fields. Keys with their own limit (a

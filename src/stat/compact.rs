@@ -72,11 +72,15 @@
 //!   head, never `h`, and fails. A decision that succeeds was therefore
 //!   taken on the ring and stamp of the head it replaced, as in a sequence
 //!   lock. A reader that loaded a head stored by a rotation sees that
-//!   rotation's ring and stamp (the unlocking store is `Release`). Each
-//!   rotation moves the tag on, so only a caller stalled across 2^15
-//!   rotations of one key could find its old head again (with the same
-//!   count); a jump of 2^15 buckets or more empties the ring, so the stale
-//!   sum it decided on is then at least the true one.
+//!   rotation's ring and stamp (the unlocking store is `Release`). Every
+//!   rotation moves the tag on, and a tag comes back only 2^15 buckets
+//!   later (or a stamp period later, if that is sooner): only a caller
+//!   stalled that long (33 s with 1 ms buckets, 55 min with 100 ms ones),
+//!   finding the head back at the very value it loaded, count included,
+//!   could succeed on stale reads. (A full node's round tags have the same
+//!   kind of bound: 65 534 rotations of one slot.) A re-anchoring (see
+//!   "Clocks") may by chance keep the tag, but it changes no count, so a
+//!   decision it overlaps was taken on the same buckets.
 //! - **Reads** (counts, waits, idleness) load the head, the stamp and the
 //!   ring (`Acquire`), then the head again, and retry unless the tag is the
 //!   same and unlocked: a consistent view, as above.
@@ -85,7 +89,9 @@
 //!   bucket it was recorded in (and leaves with it) or in the new one; the
 //!   rotation replaces the stamp with a `swap` so that loom models it
 //!   faithfully (a plain `store` racing a read-modify-write is mis-modelled
-//!   by loom 0.7; see `sync.rs`).
+//!   by loom 0.7; see `sync.rs`). A re-anchoring keeps the bucket, so it
+//!   rewrites only the stamp half, by compare-and-swap, and keeps every
+//!   block added meanwhile.
 //!
 //! # What differs from a full key
 //!
@@ -99,11 +105,18 @@
 //!   back: stricter, never looser), and a clock stepping back that far is
 //!   taken for a jump forward (the window is then empty, where a full node
 //!   would count its passes for one more window).
+//! - A request whose time came from [`effective_now`](CompactWindow::effective_now)
+//!   before another request re-anchored the window (a clock step back of
+//!   more than a window, racing it) is decided as if its clock had jumped
+//!   ahead by the step: it may open a new bucket. A full node has the same
+//!   race between reading the clock and `effective_now` (a reading from
+//!   before the step, skewed by the raised skew, lands ahead of the newest
+//!   bucket); here it extends to the decision.
 //! - A bucket's passes stop at 65 535: a limit above
 //!   [`COMPACT_MAX_LIMIT`] refuses once the newest bucket holds that many.
-//! - Readings are clamped at 2^62 ms, as the full node clamps its bucket
-//!   starts; the full node also clamps its skewed time, so the two differ
-//!   only beyond 2^62 ms of skewed time.
+//! - Readings are clamped at 2^62 ms (146 million years) of the clock,
+//!   where a full node clamps its skewed time: after a step back, the two
+//!   clamp at different readings.
 
 use super::leap_array::MAX_TIME;
 use crate::error::ConfigError;
@@ -304,10 +317,9 @@ struct View {
 }
 
 impl View {
-    /// Buckets from the one holding `at` back to the one `i` buckets before
-    /// the newest: the signed number of buckets from `at`'s bucket to the
-    /// newest one, and the start of `at`'s bucket, or `None` with nothing
-    /// opened.
+    /// Where `at` lies: how many buckets after the newest its bucket is
+    /// (negative when before it), and where its bucket starts; `None` with
+    /// nothing opened.
     fn locate(&self, grid: &Grid, at: u64) -> Option<(i128, i128)> {
         let newest = self.newest?;
         let at = at.min(MAX_TIME);
@@ -460,6 +472,9 @@ impl CompactWindow {
         overflow: bool,
     ) -> Decision<Pass> {
         let grid = Grid::of(shape);
+        // Clamped as the full node clamps its buckets; the rotation places
+        // `at` clamped too, so the two always agree.
+        let at = at.min(MAX_TIME);
         let refuse = |view: &View, window_pass: u64| {
             Decision::Block(Refusal {
                 reason: if overflow {
@@ -553,6 +568,8 @@ impl CompactWindow {
     /// of `at` first if `at` is past it, as a full node does).
     pub(crate) fn record_block(&self, shape: &CompactShape, at: u64) {
         let grid = Grid::of(shape);
+        // Clamped as in `decide`.
+        let at = at.min(MAX_TIME);
         let mut round = 0;
         loop {
             let Some((head, stamp)) = self.stamps() else {
@@ -642,6 +659,20 @@ impl CompactWindow {
         }
         let view = View::from_words(&grid, head, stamp, &ring, at);
         view.sum(&grid, at, grid.depth()) == 0
+    }
+
+    /// Empties the window (all zero bits again), for a slot that is given
+    /// to another key. The caller must keep every other user away from the
+    /// window meanwhile (the compact table holds the slot's group write
+    /// lock, and admissions run under its read lock).
+    pub(crate) fn clear(&self) {
+        // Relaxed: the caller's lock orders these stores with every later
+        // user of the window.
+        for word in &self.ring {
+            word.store(0, Ordering::Relaxed);
+        }
+        self.stamp.store(0, Ordering::Relaxed);
+        self.head.store(0, Ordering::Relaxed);
     }
 
     // --- internals -----------------------------------------------------------
@@ -798,9 +829,15 @@ impl CompactWindow {
         match grid.decode(stamp_of(head, stamp), now) {
             Some(newest) if newest > now && newest - now > grid.interval => {
                 let anchored = grid.encode(now);
-                // swap, not store: see `publish`.
-                self.stamp
-                    .swap(stamp_word(anchored, stamp & COUNT_MASK), Ordering::Release);
+                // The bucket stays the newest, so its blocks stay: a block
+                // added meanwhile (by compare-and-swap, outside the lock)
+                // makes this swap fail and take the new count. Release: as
+                // the ring's stores in `publish`.
+                let _ = self
+                    .stamp
+                    .fetch_update(Ordering::Release, Ordering::Relaxed, |current| {
+                        Some(stamp_word(anchored, current & COUNT_MASK))
+                    });
                 self.unlock(head_word(anchored, head & COUNT_MASK));
                 true
             }
@@ -922,7 +959,10 @@ mod loom_models {
                     thread::spawn(move || request(&window, &shape, now, 1))
                 })
                 .collect();
-            let (pass, _) = window.window_counts(&shape, 1);
+            // Read at 0: a view torn between the bucket at 0 and the ring
+            // written when the bucket at 1 opens would count the pass at 0
+            // twice.
+            let (pass, _) = window.window_counts(&shape, 0);
             assert!(pass <= 1, "read {pass} passes");
             let passed = racers
                 .into_iter()
@@ -957,6 +997,32 @@ mod loom_models {
             let passed = usize::from(racer.join().unwrap()) + usize::from(own);
             assert_eq!(passed, 1);
             assert_eq!(window.window_counts(&shape, 1), (2, 1));
+        });
+    }
+
+    /// A block recorded while a clock far behind re-anchors the window
+    /// (module docs, "Clocks") is kept: the bucket stays the newest, and
+    /// so do its blocks.
+    #[test]
+    fn a_reanchoring_keeps_a_block_recorded_meanwhile() {
+        loom::model(|| {
+            let shape = shape(false);
+            let window = Arc::new(CompactWindow::new());
+            assert!(request(&window, &shape, 100, 1));
+            let blocker = {
+                let window = Arc::clone(&window);
+                thread::spawn(move || window.record_block(&shape, 100))
+            };
+            // More than the 2 ms window behind: re-anchored at 10.
+            assert_eq!(window.effective_now(&shape, 10), 10);
+            blocker.join().unwrap();
+            // Recorded before the re-anchoring, the block is in the bucket
+            // of the pass, which stays the newest; after it, 100 lies 90 ms
+            // past the re-anchored bucket and opens a new one (module docs,
+            // "What differs"). Either way it is counted once.
+            let (pass, block) = window.window_counts(&shape, 10);
+            assert_eq!(block, 1, "block lost");
+            assert!(pass <= 1);
         });
     }
 
@@ -1392,6 +1458,84 @@ mod tests {
         assert_eq!(passed(decide(&window, &shape, t + 1_000, 1)), Some(1));
     }
 
+    /// A cleared window is a new one: no counts, no anchor, first bucket
+    /// on the clock's grid again.
+    #[test]
+    fn a_cleared_window_is_empty() {
+        let shape = shape(4, 400, true);
+        let window = CompactWindow::new();
+        for now in [10_050, 10_150, 10_250, 10_350] {
+            assert!(passed(decide(&window, &shape, now, 9)).is_some());
+        }
+        window.record_block(&shape, 10_350);
+        // Far back: re-anchored at 33, off the clock's grid.
+        assert_eq!(window.effective_now(&shape, 33), 33);
+        assert_eq!(window.window_counts(&shape, 33), (4, 1));
+        window.clear();
+        assert_eq!(
+            std::array::from_fn::<u32, 7, _>(|i| match i {
+                0 => window.head.load(Ordering::Relaxed),
+                1 => window.stamp.load(Ordering::Relaxed),
+                _ => window.ring[i - 2].load(Ordering::Relaxed),
+            }),
+            [0; 7]
+        );
+        assert_eq!(window.window_counts(&shape, 33), (0, 0));
+        assert!(window.is_idle(&shape, 33));
+        assert_eq!(passed(decide(&window, &shape, 150, 9)), Some(1));
+        // The bucket starts at 100 (the grid), not at 33 + k * 100.
+        assert_eq!(
+            refused(decide(&window, &shape, 150, 1)).retry_after_ms,
+            100 + 500 - 150
+        );
+    }
+
+    /// Readings at the end of time: clamped at 2^62 ms like a full node's
+    /// buckets, so every call returns (a reading past the clamp once
+    /// looped between the placement and the rotation for ever).
+    #[test]
+    fn readings_past_the_clamp_are_answered() {
+        let shape = shape(10, 1_000, true);
+        let window = CompactWindow::new();
+        for now in [
+            MAX_TIME - 1,
+            MAX_TIME,
+            MAX_TIME + 150,
+            u64::MAX - 1,
+            u64::MAX,
+        ] {
+            let at = window.effective_now(&shape, now);
+            let behind = window.lag(&shape, now, at);
+            let _ = window.decide(&shape, (at, behind), 2, false);
+            window.record_block(&shape, at);
+            let _ = window.pass_reset_ms(&shape, at, behind, 2, 1);
+            assert!(window.window_counts(&shape, now).0 <= 2);
+        }
+        assert!(!window.is_idle(&shape, u64::MAX));
+    }
+
+    /// Shapes `validate` refuses still never make a method panic.
+    #[test]
+    fn a_shape_that_was_never_validated_does_not_panic() {
+        for (sample_count, interval_ms) in [(0, 1_000), (11, 1_100), (3, 0), (2, 1 << 41)] {
+            let shape = CompactShape {
+                sample_count,
+                interval_ms,
+                strict: true,
+            };
+            let window = CompactWindow::new();
+            for now in [0, 5, 1 << 40, 3 << 41, 7] {
+                let at = window.effective_now(&shape, now);
+                let behind = window.lag(&shape, now, at);
+                let _ = window.decide(&shape, (at, behind), 3, false);
+                window.record_block(&shape, at);
+                let _ = window.pass_reset_ms(&shape, at, behind, 3, 1);
+                let _ = window.window_counts(&shape, now);
+                let _ = window.is_idle(&shape, now);
+            }
+        }
+    }
+
     #[test]
     fn shapes_a_compact_window_cannot_have_are_refused() {
         let bad = |sample_count, interval_ms| {
@@ -1478,8 +1622,8 @@ mod tests {
             for step in steps {
                 now = now.saturating_add_signed(step.step);
                 // The limit moves a little around its base, as `set_limit`
-                // may move it.
-                let limit = (limit + step.limit).saturating_sub(1).max(1);
+                // may move it (to 0, too).
+                let limit = (limit + step.limit).saturating_sub(1);
                 if step.block {
                     pair.block(now);
                 } else {
@@ -1491,13 +1635,14 @@ mod tests {
 
     /// Real threads, frozen clock: of any number of concurrent attempts,
     /// exactly `limit` pass in each window, the first attempts of a window
-    /// racing its rotation.
+    /// racing its rotation; every refusal's block is counted, and a reader
+    /// running alongside never sees more than `limit` passes.
     #[test]
     fn frozen_clock_admits_exactly_the_limit_on_real_threads() {
         use std::sync::atomic::AtomicU64 as Count;
         use std::sync::Barrier;
         const THREADS: usize = 4;
-        const ATTEMPTS: u64 = 2_000;
+        const ATTEMPTS: u64 = 15_000;
         for (shape, limit) in [
             (shape(10, 1_000, false), 1),
             (shape(10, 1_000, true), 7),
@@ -1511,24 +1656,40 @@ mod tests {
                 clock.set(1_000_000 + round * (shape.interval_ms + shape.bucket_ms()));
                 let barrier = Barrier::new(THREADS);
                 let passed = Count::new(0);
+                let done = std::sync::atomic::AtomicBool::new(false);
                 std::thread::scope(|s| {
-                    for _ in 0..THREADS {
-                        s.spawn(|| {
-                            barrier.wait();
-                            for _ in 0..ATTEMPTS {
-                                let now = crate::clock::Clock::now_millis(&clock);
-                                let at = window.effective_now(&shape, now);
-                                let behind = window.lag(&shape, now, at);
-                                match window.decide(&shape, (at, behind), limit, false) {
-                                    Decision::Pass(_) => {
-                                        passed.fetch_add(1, Ordering::Relaxed);
+                    s.spawn(|| {
+                        while !done.load(Ordering::Relaxed) {
+                            let now = crate::clock::Clock::now_millis(&clock);
+                            let (pass, _) = window.window_counts(&shape, now);
+                            assert!(pass <= limit, "read {pass} passes, limit {limit}");
+                            std::thread::yield_now();
+                        }
+                    });
+                    let admitting: Vec<_> = (0..THREADS)
+                        .map(|_| {
+                            s.spawn(|| {
+                                barrier.wait();
+                                for _ in 0..ATTEMPTS {
+                                    let now = crate::clock::Clock::now_millis(&clock);
+                                    let at = window.effective_now(&shape, now);
+                                    let behind = window.lag(&shape, now, at);
+                                    match window.decide(&shape, (at, behind), limit, false) {
+                                        Decision::Pass(pass) => {
+                                            assert!(pass.window_pass.is_some_and(|w| w <= limit));
+                                            passed.fetch_add(1, Ordering::Relaxed);
+                                        }
+                                        Decision::Block(_) => window.record_block(&shape, at),
+                                        Decision::Wait(never) => match never {},
                                     }
-                                    Decision::Block(_) => window.record_block(&shape, at),
-                                    Decision::Wait(never) => match never {},
                                 }
-                            }
-                        });
+                            })
+                        })
+                        .collect();
+                    for thread in admitting {
+                        thread.join().expect("an admitting thread panicked");
                     }
+                    done.store(true, Ordering::Relaxed);
                 });
                 let now = crate::clock::Clock::now_millis(&clock);
                 let expected = limit.min(THREADS as u64 * ATTEMPTS);

@@ -15,7 +15,9 @@
 //!
 //! This module records and reads; deciding whether a request may pass is
 //! [`flow`](crate::flow)'s job, built on a one-step "add if" this module
-//! offers the crate.
+//! offers the crate. The one exception is the compact key tier's window
+//! (`compact.rs`), which holds too little to offer that step and decides
+//! itself, with `flow`'s rule, decision type and wait estimate.
 //!
 //! Where this module deliberately differs from Java:
 //!

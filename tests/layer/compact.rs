@@ -17,7 +17,7 @@ use http::{HeaderName, Request, Response, StatusCode};
 use proptest::prelude::*;
 use tower::{service_fn, Layer, Service};
 use tower_sliding_window::breaker::Breaker;
-use tower_sliding_window::clock::ManualClock;
+use tower_sliding_window::clock::{Clock, ManualClock};
 use tower_sliding_window::{HeaderKey, SlidingWindowLayer, Snapshot};
 
 use support::{clock, req_with};
@@ -410,13 +410,14 @@ fn the_collector_of_a_compact_layer_exports_the_layers_totals_without_keys() {
     assert!(!text.contains("response_time_seconds_bucket"), "{text}");
 }
 
-/// One step of the differential test, after the clock moved on by
-/// `step_ms`: a request of key `key` (an index in `KEYS`), or a change of
-/// its limit at run time.
+/// One step of the differential test, after the clock moved by `step_ms`
+/// (forward mostly; now and then back, as a clock stepped back): a
+/// request of key `key` (an index in `KEYS`), or a change of its limit at
+/// run time.
 #[derive(Debug, Clone)]
 struct Step {
     key: usize,
-    step_ms: u64,
+    step_ms: i64,
     action: Action,
 }
 
@@ -439,7 +440,12 @@ fn steps() -> impl Strategy<Value = Vec<Step>> {
     prop::collection::vec(
         (
             0..KEYS.len(),
-            prop_oneof![Just(0u64), 0..40u64, 0..400u64],
+            prop_oneof![
+                6 => Just(0i64),
+                6 => 0..40i64,
+                6 => 0..400i64,
+                1 => -3_000..0i64,
+            ],
             action,
         )
             .prop_map(|(key, step_ms, action)| Step {
@@ -491,7 +497,8 @@ proptest! {
         let mut full = full.layer(inner());
         let mut compact = compact.layer(inner());
         for (i, step) in steps.iter().enumerate() {
-            clock.advance(Duration::from_millis(step.step_ms));
+            let now = clock.now_millis();
+            clock.set(now.saturating_add_signed(step.step_ms));
             let key = KEYS[step.key];
             let owned = key.map(str::to_owned);
             match step.action {
@@ -591,4 +598,37 @@ fn a_compact_global_limit_admits_exactly_its_limit() {
     assert_eq!(stats.len(), 1);
     clock.advance(Duration::from_secs(1));
     assert_eq!(call(&mut service, None).0, StatusCode::OK);
+}
+
+/// Under `strict`, the bucket that has just left the window still counts:
+/// a key whose passes are only there is not idle, and a flood cannot evict
+/// it to hand it a fresh allowance.
+#[test]
+fn under_strict_a_flood_never_evicts_a_key_whose_passes_only_strict_counts() {
+    let clock = clock();
+    let limit = 2;
+    let layer = keyed(limit)
+        .compact()
+        .strict()
+        .max_keys(16)
+        .clock(clock.clone());
+    let stats = layer.handle();
+    let mut service = layer.layer(inner());
+    for _ in 0..limit {
+        assert_eq!(call(&mut service, Some("client")).0, StatusCode::OK);
+    }
+    // 11 050: the passes' bucket [10 000, 10 100) has left the window, and
+    // only `strict` counts it; every other key of the table is idle.
+    clock.set(11_050);
+    for i in 0..2_000 {
+        call(&mut service, Some(&format!("spoofed-{i}")));
+    }
+    assert!(stats.len() <= 16 + 1);
+    assert_eq!(
+        call(&mut service, Some("client")).0,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    // Once it has left the strict span too, the client passes again.
+    clock.set(11_100);
+    assert_eq!(call(&mut service, Some("client")).0, StatusCode::OK);
 }

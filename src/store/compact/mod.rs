@@ -23,6 +23,10 @@ impl SlotValue for CompactWindow {
     fn empty() -> Self {
         CompactWindow::new()
     }
+
+    fn reset(&mut self) {
+        self.clear();
+    }
 }
 
 /// One compact layer's keys: the table and the shape of every key's window.

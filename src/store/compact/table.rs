@@ -25,8 +25,9 @@
 //! (lower index first, so two inserts never deadlock), checks again that
 //! nobody inserted it meanwhile, and takes an empty slot of the group with
 //! more empty slots; with none, an idle slot (as the caller's `idle` judges
-//! it) of either group, whose key is dropped and whose value is reset. At
-//! most the `2 * GROUP` slots of the two groups are examined: a new key
+//! it) of either group, whose key is dropped and whose value is reset
+//! (idleness is asked only when no empty slot will do). Each of the
+//! `2 * GROUP` slots of the two groups is examined twice at most: a new key
 //! never pays for a scan of the table. With neither, the key is counted on
 //! the overflow value, shared by every key that found no room.
 //!
@@ -67,9 +68,15 @@ use crate::sync::{
 pub(crate) const GROUP: usize = 16;
 
 /// The table's state for one key.
-pub(crate) trait SlotValue: Send + Sync {
+pub(crate) trait SlotValue: Send + Sync + Sized {
     /// The value of a key that has just been inserted.
     fn empty() -> Self;
+
+    /// Makes this value [`empty`](Self::empty) again, for a slot given to
+    /// another key (under its group's write lock).
+    fn reset(&mut self) {
+        *self = Self::empty();
+    }
 }
 
 /// Lifetime totals of the keys counted in one place (a group, the side map,
@@ -468,7 +475,7 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
         if slot.key.is_some() {
             self.unclaim(room);
             // Evicted: its key is dropped here, its value reset.
-            slot.value = V::empty();
+            slot.value.reset();
         }
         slot.key = Some(pending.into_owned());
         slot.tag = tag;
@@ -508,48 +515,55 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
     /// A slot for a new key in the `locked` groups: an empty one of the
     /// group with more empty slots (if `room`: the table holds fewer than
     /// `max_keys` keys), else an idle one, as (index in `locked`, slot).
-    /// Examines each slot of the two groups once at most.
+    /// Idleness is asked only when no empty slot will do: judging a key
+    /// reads its window at the request's clock reading. Examines each slot
+    /// of the two groups twice at most (its tag, then its idleness).
     fn free_slot(
         &self,
         locked: &mut [(usize, WriteGuard<'_, K, V>)],
         room: bool,
         idle: &impl Fn(&V) -> bool,
     ) -> Option<(usize, usize)> {
-        // (empty slots, index in `locked`, first empty slot)
-        let mut best: Option<(usize, usize, usize)> = None;
-        let mut evictable: Option<(usize, usize)> = None;
+        if room {
+            // (empty slots, index in `locked`, first empty slot)
+            let mut best: Option<(usize, usize, usize)> = None;
+            for (which, (_, slots)) in locked.iter().enumerate() {
+                let (empties, first) = match slots.as_ref() {
+                    // A group no key has used: every slot is empty.
+                    None => {
+                        #[cfg(test)]
+                        self.examined.fetch_add(1, Ordering::Relaxed);
+                        (GROUP, 0)
+                    }
+                    Some(slots) => {
+                        #[cfg(test)]
+                        self.examined.fetch_add(GROUP, Ordering::Relaxed);
+                        let empties = slots.iter().filter(|slot| slot.key.is_none()).count();
+                        let first = slots.iter().position(|slot| slot.key.is_none());
+                        (empties, first.unwrap_or(0))
+                    }
+                };
+                if empties > 0 && best.map_or(true, |(most, _, _)| empties > most) {
+                    best = Some((empties, which, first));
+                }
+            }
+            if let Some((_, which, at)) = best {
+                return Some((which, at));
+            }
+        }
         for (which, (_, slots)) in locked.iter().enumerate() {
             let Some(slots) = slots.as_ref() else {
-                // A group no key has used: every slot is empty.
-                #[cfg(test)]
-                self.examined.fetch_add(1, Ordering::Relaxed);
-                if best.map_or(true, |(most, _, _)| GROUP > most) {
-                    best = Some((GROUP, which, 0));
-                }
                 continue;
             };
-            let mut empties = 0;
-            let mut first_empty = None;
             for (at, slot) in slots.iter().enumerate() {
                 #[cfg(test)]
                 self.examined.fetch_add(1, Ordering::Relaxed);
-                if slot.key.is_none() {
-                    empties += 1;
-                    first_empty.get_or_insert(at);
-                } else if evictable.is_none() && idle(&slot.value) {
-                    evictable = Some((which, at));
-                }
-            }
-            if let Some(at) = first_empty {
-                if best.map_or(true, |(most, _, _)| empties > most) {
-                    best = Some((empties, which, at));
+                if slot.key.is_some() && idle(&slot.value) {
+                    return Some((which, at));
                 }
             }
         }
-        match best {
-            Some((_, which, at)) if room => Some((which, at)),
-            _ => evictable,
-        }
+        None
     }
 
     // --- reads -----------------------------------------------------------
@@ -669,11 +683,11 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
     }
 
     /// Removes `key`'s own limit: the key runs on the default limit again.
-    /// An idle key's value is dropped. Otherwise it goes back to a slot of
-    /// its groups (an empty one if the table has room, else an idle one),
-    /// so its passes stay counted; if none is free, it stays in the side
-    /// map on the default limit until it is idle (dropped by a later limit
-    /// change). Returns whether the key had its own limit.
+    /// Its value goes back to a slot of its groups (an empty one if the
+    /// table has room, else an idle one), so its passes stay counted; if
+    /// none is free, it stays in the side map on the default limit until it
+    /// is idle (dropped by a later limit change). Returns whether the key
+    /// had its own limit.
     pub(crate) fn remove_limit<Q>(&self, key: &Q, idle: impl Fn(&V) -> bool) -> bool
     where
         K: Borrow<Q>,
@@ -685,27 +699,23 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
         let mut own = write(&self.own.0);
         let had = match own.get(key) {
             Some(entry) if !entry.lapsed() => {
-                if idle(&entry.value) {
-                    own.remove(key);
-                } else {
-                    let room = self.claim();
-                    match self.free_slot(&mut locked, room, &idle) {
-                        Some((which, at)) => {
-                            let (owned, entry) =
-                                own.remove_entry(key).expect("the entry was found above");
-                            let slot = &mut locked[which].1.get_or_insert_with(new_slots)[at];
-                            if slot.key.is_some() {
-                                self.unclaim(room);
-                            }
-                            slot.key = Some(owned);
-                            slot.value = entry.value;
-                            slot.tag = tag;
-                        }
-                        None => {
+                let room = self.claim();
+                match self.free_slot(&mut locked, room, &idle) {
+                    Some((which, at)) => {
+                        let (owned, entry) =
+                            own.remove_entry(key).expect("the entry was found above");
+                        let slot = &mut locked[which].1.get_or_insert_with(new_slots)[at];
+                        if slot.key.is_some() {
                             self.unclaim(room);
-                            entry.limit.store(self.default_limit, Ordering::Relaxed);
-                            entry.policy.store(LAPSED, Ordering::Relaxed);
                         }
+                        slot.key = Some(owned);
+                        slot.value = entry.value;
+                        slot.tag = tag;
+                    }
+                    None => {
+                        self.unclaim(room);
+                        entry.limit.store(self.default_limit, Ordering::Relaxed);
+                        entry.policy.store(LAPSED, Ordering::Relaxed);
                     }
                 }
                 true
@@ -885,7 +895,7 @@ mod tests {
     }
 
     #[test]
-    fn an_insert_examines_at_most_the_slots_of_two_groups() {
+    fn an_insert_examines_the_slots_of_two_groups_twice_at_most() {
         let table = table(256, 1);
         for key in 0..50_000u64 {
             let before = table.examined.load(SeqCst);
