@@ -8,6 +8,7 @@
 //! cargo run --release -p perf --bin load -- retry
 //! cargo run --release -p perf --bin load -- soak
 //! cargo run --release -p perf --bin load -- soak --hostile --seconds 90
+//! cargo run --release -p perf --bin load -- soak --compact
 //! cargo run --release -p perf --bin load -- short
 //! cargo run --release -p perf --bin load -- all --out docs/perf
 //! cargo run --release -p perf --bin load --features redis -- redis
