@@ -189,7 +189,8 @@ modes:
   memory     resident memory per key (growth of RSS over the keys) of
              our tiers and governor's keyed limiter, each subject in a
              child process of its own; reads --memory-keys and
-             --memory-full-keys
+             --memory-full-keys; fails when a compact subject costs
+             more than its target (64 B per address, 128 B per string)
   eviction   admission latency (p50 to max) of a key table that is full
              and evicting idle keys, against one with room; reads
              --eviction-keys and --eviction-full-keys
