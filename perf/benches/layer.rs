@@ -22,8 +22,26 @@
 //! | `ours_header`            | the same keyed by `HeaderKey::new(x-api-key)`            |
 //! | `tower_governor`         | `GovernorLayer`, global key, one cell per ns, burst `u32::MAX` |
 //! | `tower_governor_header`  | the same keyed by the `x-api-key` value as a `String`    |
+//! | `noop_layer_peer_ip`     | `noop_layer`; the request carries the peer's address     |
+//! | `ours_peer_ip`           | `ours_global`'s layer keyed by `PeerIpKey`; the same request |
+//! | `tower_governor_peer_ip` | `tower_governor` keyed by its `PeerIpKeyExtractor`; the same request |
+//! | `ours_compact_header`    | `ours_header`'s key, `.compact()`, see below              |
+//! | `ours_compact_peer_ip`   | `ours_peer_ip`'s key, `.compact()`, see below; the peer request |
 //! | `bare_router_huge_header`| none; the request's `x-api-key` is 64 KiB                |
 //! | `ours_header_huge_header`| `ours_header`'s layer; the request's `x-api-key` is 64 KiB |
+//!
+//! A compact key counts at most 65 535 passes per window, and one thread
+//! sends a key more than that per second, so the compact contenders use a
+//! window of 10 ms in 10 buckets of 1 ms with a limit of 65 535 (6.5 million
+//! per second): the same work per request as the default window, with a
+//! bucket rotation every millisecond (once per a few hundred requests)
+//! instead of every 100 ms.
+//!
+//! The peer-address contenders' requests carry axum's
+//! `ConnectInfo<SocketAddr>` extension, as `axum::serve` with
+//! `into_make_service_with_connect_info` sets it; inserting it costs an
+//! allocation, so their cost is taken beyond `noop_layer_peer_ip`, which is
+//! sent the same request.
 //!
 //! The huge header value is built from its bytes on every request
 //! (`HeaderValue::from_bytes`: checked and copied), as a server builds it
@@ -44,9 +62,11 @@ pub(crate) mod sequential;
 
 use common::NoopLayer;
 
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
 use axum::body::Body;
+use axum::extract::ConnectInfo;
 use axum::http::{HeaderName, HeaderValue, Request, StatusCode};
 use axum::routing::get;
 use axum::Router;
@@ -56,10 +76,12 @@ use http_body_util::BodyExt;
 use tokio::runtime::Runtime;
 use tower::ServiceExt;
 use tower_governor::governor::GovernorConfigBuilder;
-use tower_governor::key_extractor::{GlobalKeyExtractor, KeyExtractor as GovernorKeyExtractor};
+use tower_governor::key_extractor::{
+    GlobalKeyExtractor, KeyExtractor as GovernorKeyExtractor, PeerIpKeyExtractor,
+};
 use tower_governor::{GovernorError, GovernorLayer};
 use tower_sliding_window::breaker::Breaker;
-use tower_sliding_window::{HeaderKey, KeyExtractor, SlidingWindowLayer};
+use tower_sliding_window::{HeaderKey, KeyExtractor, PeerIpKey, SlidingWindowLayer};
 
 /// Our limit: far above anything one thread can send in a window.
 const NEVER_REJECT: u64 = u64::MAX / 4;
@@ -72,6 +94,9 @@ const API_KEY: HeaderName = HeaderName::from_static("x-api-key");
 
 /// Its value on every request but the huge-header ones.
 const CLIENT: &str = "client-42";
+
+/// The peer of the peer-address contenders' requests.
+const PEER: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(203, 0, 113, 7)), 40_000);
 
 /// Length of the huge header value, in bytes.
 const HUGE_HEADER_BYTES: usize = 64 * 1024;
@@ -93,12 +118,17 @@ pub(crate) enum Contender {
     TowerGovernorHeader,
     BareHugeHeader,
     OursHeaderHugeHeader,
+    NoopPeerIp,
+    OursPeerIp,
+    TowerGovernorPeerIp,
+    OursCompactHeader,
+    OursCompactPeerIp,
 }
 
 impl Contender {
     /// Every contender, in the order of the reports. The no-op layer must
     /// stay in the list: the paired figures are taken against it.
-    pub(crate) const ALL: [Contender; 11] = [
+    pub(crate) const ALL: [Contender; 16] = [
         Contender::Bare,
         Contender::Noop,
         Contender::OursGlobal,
@@ -110,6 +140,11 @@ impl Contender {
         Contender::TowerGovernorHeader,
         Contender::BareHugeHeader,
         Contender::OursHeaderHugeHeader,
+        Contender::NoopPeerIp,
+        Contender::OursPeerIp,
+        Contender::TowerGovernorPeerIp,
+        Contender::OursCompactHeader,
+        Contender::OursCompactPeerIp,
     ];
 
     /// The benchmark id within a group.
@@ -126,6 +161,32 @@ impl Contender {
             Contender::TowerGovernorHeader => "tower_governor_header",
             Contender::BareHugeHeader => "bare_router_huge_header",
             Contender::OursHeaderHugeHeader => "ours_header_huge_header",
+            Contender::NoopPeerIp => "noop_layer_peer_ip",
+            Contender::OursPeerIp => "ours_peer_ip",
+            Contender::TowerGovernorPeerIp => "tower_governor_peer_ip",
+            Contender::OursCompactHeader => "ours_compact_header",
+            Contender::OursCompactPeerIp => "ours_compact_peer_ip",
+        }
+    }
+
+    /// Whether this contender's requests carry the peer's address.
+    pub(crate) fn peer_ip(self) -> bool {
+        matches!(
+            self,
+            Contender::NoopPeerIp
+                | Contender::OursPeerIp
+                | Contender::TowerGovernorPeerIp
+                | Contender::OursCompactPeerIp
+        )
+    }
+
+    /// The no-op contender this one's cost is taken beyond: the one sent
+    /// the same request.
+    pub(crate) fn baseline(self) -> Contender {
+        if self.peer_ip() {
+            Contender::NoopPeerIp
+        } else {
+            Contender::Noop
         }
     }
 
@@ -145,10 +206,18 @@ impl Contender {
         } else {
             HeaderValue::from_static(CLIENT)
         };
-        Request::get(PATH)
+        let mut request = Request::get(PATH)
             .header(API_KEY, value)
             .body(Body::empty())
-            .expect("a valid request")
+            .expect("a valid request");
+        if self.peer_ip() {
+            request.extensions_mut().insert(ConnectInfo(PEER));
+            // Without axum's extension support, `PeerIpKey` reads a plain
+            // `SocketAddr`.
+            #[cfg(not(feature = "axum"))]
+            request.extensions_mut().insert(PEER);
+        }
+        request
     }
 
     /// The app with this contender's layer, checked to answer 200 with the
@@ -157,7 +226,7 @@ impl Contender {
         let app = base();
         let app = match self {
             Contender::Bare | Contender::BareHugeHeader => app,
-            Contender::Noop => app.layer(NoopLayer),
+            Contender::Noop | Contender::NoopPeerIp => app.layer(NoopLayer),
             Contender::OursGlobal => app.layer(SlidingWindowLayer::qps(NEVER_REJECT)),
             // The handler always succeeds, so the breaker stays closed: what
             // a healthy route pays for being protected.
@@ -175,7 +244,17 @@ impl Contender {
             Contender::OursHeader | Contender::OursHeaderHugeHeader => {
                 app.layer(SlidingWindowLayer::qps(NEVER_REJECT).key(HeaderKey::new(API_KEY)))
             }
+            Contender::OursPeerIp => {
+                app.layer(SlidingWindowLayer::qps(NEVER_REJECT).key(PeerIpKey))
+            }
             Contender::TowerGovernor => app.layer(governor_never_rejecting(GlobalKeyExtractor)),
+            Contender::TowerGovernorPeerIp => {
+                app.layer(governor_never_rejecting(PeerIpKeyExtractor))
+            }
+            Contender::OursCompactHeader => {
+                app.layer(compact_never_rejecting(HeaderKey::new(API_KEY)))
+            }
+            Contender::OursCompactPeerIp => app.layer(compact_never_rejecting(PeerIpKey)),
             Contender::TowerGovernorHeader => {
                 app.layer(governor_never_rejecting(HeaderString(API_KEY)))
             }
@@ -199,6 +278,15 @@ fn base() -> Router {
 
 async fn handler() -> &'static str {
     "ok"
+}
+
+/// A compact layer keyed by `key` that one thread cannot make refuse: a
+/// limit of 65 535 (the most a compact key counts) per 10 ms window.
+fn compact_never_rejecting<X: KeyExtractor>(key: X) -> SlidingWindowLayer<X> {
+    SlidingWindowLayer::qps(65_535)
+        .window(Duration::from_millis(10), 10)
+        .key(key)
+        .compact()
 }
 
 /// The matched route plus the method, as `MatchedPathKey` builds it.

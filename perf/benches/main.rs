@@ -17,14 +17,20 @@
 //!   layer, against a no-op layer and tower_governor: the group `layer`
 //!   (one contender after another) and `layer_paired` (interleaved rounds,
 //!   with a table of the cost beyond the no-op layer).
+//! - `keyed`: `keyed_admission`, one admission on a table of many keys
+//!   (random keys) against governor's keyed `check_key` on the same keys,
+//!   in interleaved rounds.
 //! - `export`: the dashboard's JSON for 4096 keys (`dashboard_json`;
 //!   feature `dashboard`, on by default).
 
 use criterion::{criterion_group, criterion_main};
 
 mod core;
+#[path = "../load/direct.rs"]
+mod direct;
 #[cfg(feature = "dashboard")]
 mod export;
+mod keyed;
 mod layer;
 
 #[cfg(feature = "dashboard")]
@@ -40,5 +46,6 @@ criterion_group!(
     core::paired::bench,
     layer::sequential::bench,
     layer::paired::bench,
+    keyed::bench,
 );
 criterion_main!(benches, dashboard);

@@ -30,6 +30,12 @@ pub enum Mode {
     /// The service's latency and throughput with and without readers of
     /// the dashboard (feature `dashboard`).
     Dashboard,
+    /// Resident memory per key of our tiers and governor's keyed limiter,
+    /// each in a child process of its own.
+    Memory,
+    /// Admission latency with a full key table turning over, against one
+    /// with room.
+    Eviction,
 }
 
 impl Mode {
@@ -45,6 +51,8 @@ impl Mode {
             "all" => Mode::All,
             "redis" => Mode::Redis,
             "dashboard" => Mode::Dashboard,
+            "memory" => Mode::Memory,
+            "eviction" => Mode::Eviction,
             _ => return None,
         })
     }
@@ -87,12 +95,22 @@ pub struct Config {
     pub soak_time: Duration,
     /// `soak --hostile`: a flood of distinct maximum-size keys instead.
     pub hostile: bool,
+    /// `soak --compact`: the soak's layer is a compact one.
+    pub compact: bool,
     /// Distinct keys the soak cycles through.
     pub soak_keys: usize,
     /// The registry bound during the soak.
     pub soak_max_keys: usize,
     /// Run only the contenders with these slugs (all when empty).
     pub only: Vec<String>,
+    /// Keys per subject in `memory` (and the `max_keys` of ours).
+    pub memory_keys: u64,
+    /// Keys inserted into the full tier in `memory`.
+    pub memory_full_keys: u64,
+    /// Keys per round of the compact tier in `eviction`.
+    pub eviction_keys: usize,
+    /// Keys per round of the full tier in `eviction`.
+    pub eviction_full_keys: usize,
 }
 
 impl Config {
@@ -125,12 +143,20 @@ impl Config {
             retry_time: Duration::from_secs(15),
             soak_time: Duration::from_secs(600),
             hostile: false,
+            compact: false,
             soak_keys: 100_000,
             soak_max_keys: 10_000,
             only: Vec::new(),
+            memory_keys: 1_000_000,
+            memory_full_keys: 100_000,
+            eviction_keys: 1_000_000,
+            eviction_full_keys: 20_000,
         }
     }
 }
+
+/// `max_keys` of the compact soak unless given.
+pub const COMPACT_SOAK_MAX_KEYS: usize = 1_000_000;
 
 /// The usage text printed on `--help` or a bad argument.
 pub const USAGE: &str = "\
@@ -144,7 +170,11 @@ modes:
   soak       >= 10 minutes of key churn with memory sampling (not for CI);
              with --hostile: distinct near-maximum-size header and path
              keys (a share not UTF-8) through the default max_keys, for
-             --soak-secs (90 s unless given), failing on memory growth
+             --soak-secs (90 s unless given), failing on memory growth;
+             with --compact: a compact layer of 1000000 keys (unless
+             --soak-max-keys), 4x as many distinct keys (unless
+             --soak-keys) turning over, failing when a count is lost or
+             memory grows after the table has turned over twice
   short      a few seconds of deterministic checks (CI)
   all        bench + accuracy + retry (the reference run)
   redis      the Redis store's latency and throughput against local mode
@@ -156,6 +186,14 @@ modes:
              dashboard, on by default); reads --rounds, --bench-secs,
              --warmup-secs, --connections, --server-threads; fails when
              the p99 grows over 2x or throughput falls under 0.8x
+  memory     resident memory per key (growth of RSS over the keys) of
+             our tiers and governor's keyed limiter, each subject in a
+             child process of its own; reads --memory-keys and
+             --memory-full-keys; fails when a compact subject costs
+             more than its target (64 B per address, 128 B per string)
+  eviction   admission latency (p50 to max) of a key table that is full
+             and evicting idle keys, against one with room; reads
+             --eviction-keys and --eviction-full-keys
 
 options (defaults in brackets):
   --out DIR               charts and report [target/load]
@@ -175,8 +213,15 @@ options (defaults in brackets):
   --soak-secs S           soak length [600; 90 with --hostile]
   --seconds S             the same as --soak-secs
   --hostile               soak with hostile keys (takes no value)
-  --soak-keys N           distinct keys in the soak [100000]
-  --soak-max-keys N       registry bound in the soak [10000]
+  --compact               soak a compact layer (takes no value)
+  --soak-keys N           distinct keys in the soak [100000; 4x
+                          --soak-max-keys with --compact]
+  --soak-max-keys N       registry bound in the soak [10000; 1000000
+                          with --compact]
+  --memory-keys N         keys per subject in memory [1000000]
+  --memory-full-keys N    keys of the full tier in memory [100000]
+  --eviction-keys N       keys per round, compact tier, eviction [1000000]
+  --eviction-full-keys N  keys per round, full tier, eviction [20000]
   --only SLUG,SLUG        run only these contenders (bare, noop, ours-global,
                           ours-path, ours-strict, ours-throttle,
                           governor-usual, governor-burst1,
@@ -194,10 +239,20 @@ pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Config, String> 
         Mode::parse(&mode_word).ok_or_else(|| format!("unknown mode `{mode_word}`\n\n{USAGE}"))?;
     let mut config = Config::defaults(mode);
     let mut soak_time_set = false;
+    let (mut soak_keys_set, mut soak_max_keys_set) = (false, false);
     while let Some(flag) = args.next() {
         if flag == "--help" || flag == "-h" {
             return Err(USAGE.to_owned());
         }
+        if flag == "--compact" {
+            if mode != Mode::Soak {
+                return Err(format!("`--compact` goes with `soak` only\n\n{USAGE}"));
+            }
+            config.compact = true;
+            continue;
+        }
+        soak_keys_set |= flag == "--soak-keys";
+        soak_max_keys_set |= flag == "--soak-max-keys";
         if flag == "--hostile" {
             if mode != Mode::Soak {
                 return Err(format!("`--hostile` goes with `soak` only\n\n{USAGE}"));
@@ -213,6 +268,19 @@ pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Config, String> 
     }
     if config.hostile && !soak_time_set {
         config.soak_time = Duration::from_secs(90);
+    }
+    if config.hostile && config.compact {
+        return Err(format!(
+            "`--hostile` and `--compact` do not go together\n\n{USAGE}"
+        ));
+    }
+    if config.compact {
+        if !soak_max_keys_set {
+            config.soak_max_keys = COMPACT_SOAK_MAX_KEYS;
+        }
+        if !soak_keys_set {
+            config.soak_keys = 4 * config.soak_max_keys;
+        }
     }
     Ok(config)
 }
@@ -250,6 +318,10 @@ fn apply(config: &mut Config, flag: &str, value: &str) -> Result<(), String> {
         "--soak-secs" | "--seconds" => config.soak_time = secs()?,
         "--soak-keys" => config.soak_keys = count()?,
         "--soak-max-keys" => config.soak_max_keys = count()?,
+        "--memory-keys" => config.memory_keys = count()? as u64,
+        "--memory-full-keys" => config.memory_full_keys = count()? as u64,
+        "--eviction-keys" => config.eviction_keys = count()?,
+        "--eviction-full-keys" => config.eviction_full_keys = count()?,
         "--only" => config.only = value.split(',').map(|s| s.trim().to_owned()).collect(),
         _ => return Err(format!("unknown option `{flag}`\n\n{USAGE}")),
     }

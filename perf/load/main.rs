@@ -8,10 +8,13 @@
 //! cargo run --release -p perf --bin load -- retry
 //! cargo run --release -p perf --bin load -- soak
 //! cargo run --release -p perf --bin load -- soak --hostile --seconds 90
+//! cargo run --release -p perf --bin load -- soak --compact
 //! cargo run --release -p perf --bin load -- short
 //! cargo run --release -p perf --bin load -- all --out docs/perf
 //! cargo run --release -p perf --bin load --features redis -- redis
 //! cargo run --release -p perf --bin load -- dashboard
+//! cargo run --release -p perf --bin load -- memory
+//! cargo run --release -p perf --bin load -- eviction
 //! ```
 //!
 //! `--help` lists the options. Every mode is bounded in time, binds only
@@ -28,7 +31,10 @@ mod cli;
 mod client;
 #[cfg(feature = "dashboard")]
 mod dashboard;
+mod direct;
+mod eviction;
 mod hostile;
+mod memory;
 mod ours;
 mod overhead;
 mod plots;
@@ -48,6 +54,16 @@ use cli::{Config, Mode};
 use report::Report;
 
 fn main() -> ExitCode {
+    // A child of `load memory`: measure one subject and exit.
+    if let Some(result) = memory::child_from_env() {
+        return match result {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(message) => {
+                eprintln!("load memory (child): {message}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let config = match cli::parse(std::env::args().skip(1)) {
         Ok(config) => config,
         Err(message) => {
@@ -82,6 +98,12 @@ fn run(config: &Config) -> Result<bool, String> {
     }
     if mode == Mode::Dashboard {
         return run_dashboard(config);
+    }
+    if mode == Mode::Memory {
+        return run_memory(config);
+    }
+    if mode == Mode::Eviction {
+        return run_eviction(config);
     }
     if mode != Mode::Soak {
         report.contenders();
@@ -148,6 +170,10 @@ fn run(config: &Config) -> Result<bool, String> {
                 );
                 passed = false;
             }
+            if let Some(failure) = result.memory_failure() {
+                eprintln!("load soak --compact: FAILED: {failure}");
+                passed = false;
+            }
         }
         if mode == Mode::Short {
             // Nothing in short mode waits on time, so a stall means a hang.
@@ -177,6 +203,8 @@ fn run(config: &Config) -> Result<bool, String> {
         // The hostile soak writes next to the soak's report, not over it.
         let name = if config.hostile {
             "report-hostile.md"
+        } else if config.compact {
+            "report-compact.md"
         } else {
             "report.md"
         };
@@ -190,6 +218,51 @@ fn run(config: &Config) -> Result<bool, String> {
         );
     }
     Ok(passed)
+}
+
+/// `load memory`: one child process per subject; the table goes to
+/// `report-memory.md`.
+fn run_memory(config: &Config) -> Result<bool, String> {
+    let plan = memory::Plan {
+        keys: config.memory_keys,
+        full_keys: config.memory_full_keys,
+    };
+    let rows = memory::run(plan, &memory::Subject::ALL)?;
+    let text = format!(
+        "Resident memory per key: growth of the resident set over the keys, each subject in a \
+         fresh process.\n\n{}",
+        memory::table(&rows)
+    );
+    let path = config.out.join("report-memory.md");
+    std::fs::write(&path, &text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    println!("{text}");
+    let missed = memory::over_budget(&rows);
+    for miss in &missed {
+        eprintln!("load memory: target MISSED: {miss}");
+    }
+    Ok(missed.is_empty())
+}
+
+/// `load eviction`: the table goes to `report-eviction.md`.
+fn run_eviction(config: &Config) -> Result<bool, String> {
+    let mut rows = Vec::new();
+    rows.extend(eviction::run(
+        eviction::Tier::Compact,
+        config.eviction_keys,
+    )?);
+    rows.extend(eviction::run(
+        eviction::Tier::Full,
+        config.eviction_full_keys,
+    )?);
+    let text = format!(
+        "Admission latency, one request at a time in process, a new key each \
+         (`PeerIpKey`, IPv4).\n\n{}",
+        eviction::table(&rows)
+    );
+    let path = config.out.join("report-eviction.md");
+    std::fs::write(&path, &text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    println!("{text}");
+    Ok(true)
 }
 
 /// `load redis`: its own runtime and report file (`report-redis.md`).

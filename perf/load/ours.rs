@@ -91,17 +91,20 @@ pub fn matched_path(app: Router, limit: u64, clock: Option<ManualClock>) -> (Rou
     (app.layer(layer), OurStats::Keyed(handle))
 }
 
-/// The soak's layer: a key per request path, at most `max_keys` keys.
+/// The soak's layer: a key per request path, at most `max_keys` keys; a
+/// compact layer when `compact`.
 pub fn per_path(
     app: Router,
     limit: u64,
     max_keys: usize,
     clock: ManualClock,
+    compact: bool,
 ) -> (Router, OurStats) {
     let layer = SlidingWindowLayer::qps(limit)
         .key(PathKey)
         .max_keys(max_keys)
         .clock(clock);
+    let layer = if compact { layer.compact() } else { layer };
     let handle = layer.handle();
     (app.layer(layer), OurStats::Keyed(handle))
 }

@@ -180,7 +180,11 @@ pub fn latency(dir: &Path, rows: &[BenchRow]) -> Result<String, String> {
 
 /// Resident memory over the soak; returns the file.
 pub fn soak(dir: &Path, result: &SoakResult) -> Result<String, String> {
-    let name = "soak-rss.svg".to_owned();
+    let (name, tier) = if result.compact {
+        ("soak-compact-rss.svg".to_owned(), "compact layer, ")
+    } else {
+        ("soak-rss.svg".to_owned(), "")
+    };
     let path = dir.join(&name);
     let end = result
         .samples
@@ -195,7 +199,7 @@ pub fn soak(dir: &Path, result: &SoakResult) -> Result<String, String> {
         let mut chart = ChartBuilder::on(&root)
             .caption(
                 format!(
-                    "Soak: resident memory, {} keys churned, max_keys {}",
+                    "Soak: resident memory, {tier}{} keys churned, max_keys {}",
                     result.keys, result.max_keys
                 ),
                 ("sans-serif", 18),

@@ -426,7 +426,12 @@ impl Report {
         let t = &mut self.text;
         let _ = writeln!(
             t,
-            "### Soak ({:.0} s, {} distinct keys, max_keys {})\n",
+            "### Soak{} ({:.0} s, {} distinct keys, max_keys {})\n",
+            if result.compact {
+                ", compact layer"
+            } else {
+                ""
+            },
             result.elapsed.as_secs_f64(),
             result.keys,
             result.max_keys

@@ -16,6 +16,18 @@
 //! keep evicting the oldest keys while newer ones stay. Every tenth epoch is
 //! a flood: more distinct keys in one window than `max_keys`, so the
 //! overflow entry is exercised too.
+//!
+//! `soak --compact` soaks a compact layer (`SlidingWindowLayer::compact`)
+//! instead: 1 000 000 keys by default and four times as many distinct keys,
+//! [`COMPACT_KEYS_PER_BATCH`] new keys per batch. A compact key is idle once
+//! its one-second window holds no pass, so after each gap every key is
+//! idle, and once the table is full every new key takes the slot of an idle
+//! one. No epoch floods (a window of more keys than the table holds would
+//! take millions of requests; the hostile soak floods). The warm-up lasts
+//! until twice `max_keys` distinct keys have been sent, so that every group
+//! of the table has had its slots allocated and turned over; after it, the
+//! resident set must stay within [`COMPACT_GROWTH`] of its first sample,
+//! and every epoch's counts must match, or the soak fails.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -43,6 +55,15 @@ const GAP: Duration = Duration::from_secs(20);
 
 /// Distinct keys per batch in a flood epoch.
 const FLOOD_KEYS_PER_BATCH: usize = 1_500;
+
+/// Distinct keys per batch in the compact soak (each key is asked twice).
+const COMPACT_KEYS_PER_BATCH: usize = 5_000;
+
+/// The most the resident set may grow after the compact soak's warm-up,
+/// as a share of its first sample after it: a leak of what an evicted key
+/// held (its string, a few dozen bytes) over the millions of keys turned
+/// over after the warm-up would exceed it many times.
+const COMPACT_GROWTH: f64 = 0.05;
 
 /// One memory sample.
 #[derive(Debug, Clone, Copy)]
@@ -80,6 +101,8 @@ pub struct SoakResult {
     pub keys: usize,
     /// Wall-clock length of the soak.
     pub elapsed: Duration,
+    /// Whether the layer was a compact one.
+    pub compact: bool,
 }
 
 impl SoakResult {
@@ -105,6 +128,31 @@ impl SoakResult {
         }
         let slope = if sxx > 0.0 { sxy / sxx * 60.0 } else { 0.0 };
         Some((first, last, min, max, slope))
+    }
+
+    /// The compact soak's memory check: `None` when the resident set after
+    /// the warm-up stayed within [`COMPACT_GROWTH`] of its first sample
+    /// (or for the full soak, which only reports its memory).
+    pub fn memory_failure(&self) -> Option<String> {
+        if !self.compact {
+            return None;
+        }
+        let Some((first, _, _, max, slope)) = self.memory_summary() else {
+            return Some(format!(
+                "no memory sample after the warm-up ({:.0} s of {:.0} s): the soak was too short \
+                 for {} distinct keys to pass through the table twice",
+                self.warmup_secs,
+                self.elapsed.as_secs_f64(),
+                2 * self.max_keys
+            ));
+        };
+        let allowed = first as f64 * (1.0 + COMPACT_GROWTH);
+        (max as f64 > allowed).then(|| {
+            format!(
+                "the resident set grew after the warm-up: first {first} KiB, highest {max} KiB \
+                 (allowed {allowed:.0} KiB), trend {slope:+.1} KiB/min"
+            )
+        })
     }
 }
 
@@ -159,9 +207,11 @@ fn start_sampler(
 pub async fn run(config: &Config) -> Result<SoakResult, String> {
     let clock = ManualClock::new(1_000_000);
     let max_keys = config.soak_max_keys;
+    let compact = config.compact;
     let layer_clock = clock.clone();
     let server = Server::start_with(config.server_threads, move || {
-        let (router, stats) = ours::per_path(servers::base_router(), 1, max_keys, layer_clock);
+        let (router, stats) =
+            ours::per_path(servers::base_router(), 1, max_keys, layer_clock, compact);
         Ok(Built {
             router,
             recorder: None,
@@ -176,18 +226,35 @@ pub async fn run(config: &Config) -> Result<SoakResult, String> {
     let stop = Arc::new(AtomicBool::new(false));
     let (sampler, samples) = start_sampler(started, Arc::clone(&stop));
     let mut result = SoakResult {
-        warmup_secs: (config.soak_time.as_secs_f64() / 5.0).min(60.0),
+        // The compact soak's warm-up ends when enough keys have been sent.
+        warmup_secs: if compact {
+            f64::INFINITY
+        } else {
+            (config.soak_time.as_secs_f64() / 5.0).min(60.0)
+        },
         max_keys,
         keys: config.soak_keys,
+        compact,
         ..SoakResult::default()
     };
+    // The most keys the handle may report: `max_keys` plus the overflow
+    // entry; a compact table is made with 8/7 slots per key in groups of 16
+    // (see `SlidingWindowLayer::compact`) and may fill them all.
+    let bound = if compact {
+        (max_keys * 8).div_ceil(7).div_ceil(16) * 16 + 1
+    } else {
+        max_keys + 1
+    };
+    let mut distinct_sent = 0usize;
     let mut conns = client::connect_many(server.addr, CONNECTIONS).await?;
     let mut next_key = 0usize;
     let deadline = started + config.soak_time;
     let mut progress = Progress::timed("soak", started, config.soak_time);
     while Instant::now() < deadline {
-        let flood = result.epochs % 10 == 9;
-        let per_batch = if flood {
+        let flood = !compact && result.epochs % 10 == 9;
+        let per_batch = if compact {
+            COMPACT_KEYS_PER_BATCH
+        } else if flood {
             FLOOD_KEYS_PER_BATCH
         } else {
             KEYS_PER_BATCH
@@ -201,6 +268,7 @@ pub async fn run(config: &Config) -> Result<SoakResult, String> {
                 paths.push(path);
                 next_key = (next_key + 1) % config.soak_keys;
             }
+            distinct_sent += per_batch;
             let count = paths.len() as u64;
             let (back, answers) = client::fan_out(conns, paths).await?;
             conns = back;
@@ -231,11 +299,14 @@ pub async fn run(config: &Config) -> Result<SoakResult, String> {
                 epoch.failed
             ));
         }
-        if len > max_keys + 1 {
+        if len > bound {
             result.mismatches.push(format!(
-                "epoch {}: {len} keys held, bound is {max_keys} + 1",
+                "epoch {}: {len} keys held, bound is {bound}",
                 result.epochs
             ));
+        }
+        if compact && result.warmup_secs.is_infinite() && distinct_sent >= 2 * max_keys {
+            result.warmup_secs = started.elapsed().as_secs_f64();
         }
         result.tally.merge(epoch);
         result.epochs += 1;
@@ -246,6 +317,10 @@ pub async fn run(config: &Config) -> Result<SoakResult, String> {
         clock.advance(Duration::from_millis(100) + GAP);
     }
     result.elapsed = started.elapsed();
+    if result.warmup_secs.is_infinite() {
+        // Never warmed up: no sample counts as after the warm-up.
+        result.warmup_secs = result.elapsed.as_secs_f64();
+    }
     stop.store(true, Ordering::Relaxed);
     sampler
         .join()

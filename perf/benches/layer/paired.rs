@@ -15,12 +15,15 @@
 //! benchmark ran it, goes into the table printed after the group:
 //!
 //! - per contender, the median over rounds of its ns per request and of its
-//!   difference to the no-op layer in the same round, with the quartiles of
+//!   difference to the no-op layer in the same round (the no-op layer sent
+//!   the same request: `noop_layer_peer_ip` for the peer-address
+//!   contenders), with the quartiles of
 //!   that difference (how much single rounds vary; the median of tens of
 //!   thousands of rounds varies far less within a run, more between runs);
 //! - for our contenders, their cost beyond the no-op layer relative to
-//!   tower_governor's with the same kind of key (global, or the header for
-//!   `ours_header`): the ratio of the two medians, and the median of the
+//!   tower_governor's with the same kind of key (global, the header for
+//!   `ours_header` and `ours_compact_header`, the peer's address for
+//!   `ours_peer_ip` and `ours_compact_peer_ip`): the ratio of the two medians, and the median of the
 //!   per-round ratios;
 //! - for `ours_global_breaker`, the median per-round difference to
 //!   `ours_global` (the cost of one closed breaker) with its quartiles;
@@ -99,9 +102,10 @@ impl Rounds {
         self.ns.iter().map(|round| round[i]).collect()
     }
 
-    /// Per round, contender `i`'s ns per request minus the no-op layer's.
+    /// Per round, contender `i`'s ns per request minus that of the no-op
+    /// layer sent the same request (see [`Contender::baseline`]).
     fn beyond_noop(&self, i: usize) -> Vec<f64> {
-        let noop = index(Contender::Noop);
+        let noop = index(Contender::ALL[i].baseline());
         self.ns.iter().map(|round| round[i] - round[noop]).collect()
     }
 
@@ -140,6 +144,9 @@ impl Rounds {
             (Contender::OursMatchedPath, Contender::TowerGovernor),
             (Contender::OursHeader, Contender::TowerGovernorHeader),
             (Contender::OursHeader, Contender::TowerGovernor),
+            (Contender::OursPeerIp, Contender::TowerGovernorPeerIp),
+            (Contender::OursCompactHeader, Contender::TowerGovernorHeader),
+            (Contender::OursCompactPeerIp, Contender::TowerGovernorPeerIp),
         ] {
             let (of_medians, per_round) = ratios(
                 &self.beyond_noop(index(ours)),
@@ -181,7 +188,7 @@ impl Rounds {
 
 /// The ratio of the medians of `a` and `b`, and the median of their
 /// per-round ratios.
-fn ratios(a: &[f64], b: &[f64]) -> (f64, f64) {
+pub(crate) fn ratios(a: &[f64], b: &[f64]) -> (f64, f64) {
     let per_round = a.iter().zip(b).map(|(a, b)| a / b).collect();
     (
         Quartiles::of(a.to_vec()).median / Quartiles::of(b.to_vec()).median,
@@ -197,14 +204,14 @@ fn index(contender: Contender) -> usize {
 }
 
 /// The median and the quartiles of some values.
-struct Quartiles {
-    lower: f64,
-    median: f64,
-    upper: f64,
+pub(crate) struct Quartiles {
+    pub(crate) lower: f64,
+    pub(crate) median: f64,
+    pub(crate) upper: f64,
 }
 
 impl Quartiles {
-    fn of(mut values: Vec<f64>) -> Quartiles {
+    pub(crate) fn of(mut values: Vec<f64>) -> Quartiles {
         assert!(!values.is_empty(), "quartiles of nothing");
         values.sort_by(f64::total_cmp);
         Quartiles {
@@ -224,7 +231,7 @@ fn quantile(values: &[f64], q: f64) -> f64 {
 }
 
 /// The first three fields of `/proc/loadavg`, where there is one.
-fn load_average() -> Option<String> {
+pub(crate) fn load_average() -> Option<String> {
     let text = std::fs::read_to_string("/proc/loadavg").ok()?;
     let fields: Vec<&str> = text.split_whitespace().take(3).collect();
     (fields.len() == 3).then(|| fields.join(" "))
