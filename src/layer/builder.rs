@@ -619,6 +619,38 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
     }
 }
 
+/// # Adaptive protection
+impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
+    /// Guards the whole layer with `rule` (Sentinel's system rule, with
+    /// Kratos's BBR check): before any rule of the key, a request is
+    /// refused when the layer's totals reach a limit of the rule, or when
+    /// the CPU is busy and more requests are in flight than the service can
+    /// hold. Refusals are `503 Service Unavailable` with `Retry-After`
+    /// (gRPC 14 under [`grpc`](Self::grpc)), counted as blocks of the key
+    /// with [`Reason::System`](crate::flow::Reason::System). See
+    /// [`system`](crate::system) for the checks and the CPU reading.
+    ///
+    /// Every request the layer passes then also records into one
+    /// layer-wide statistics node; a layer without `system` keeps none.
+    ///
+    /// ```
+    /// use tower_sliding_window::{system::SystemRule, SlidingWindowLayer};
+    ///
+    /// let layer = SlidingWindowLayer::qps(100).system(SystemRule::bbr().max_concurrency(256));
+    /// # let _ = layer;
+    /// ```
+    ///
+    /// # Panics
+    ///
+    /// Where the process's CPU use cannot be read (every platform but
+    /// Linux), unless the rule reads its own
+    /// [`CpuSource`](crate::system::CpuSource).
+    pub fn system(self, rule: crate::system::SystemRule) -> Self {
+        crate::system::check_platform(&rule);
+        self.configure(|s| s.system = Some(rule))
+    }
+}
+
 impl<X: KeyExtractor, M: Clone, R> Clone for SlidingWindowLayer<X, M, R> {
     fn clone(&self) -> Self {
         SlidingWindowLayer {

@@ -46,8 +46,14 @@ impl InFlight {
             .map(|()| Self::holding(Arc::clone(entry), started_us))
     }
 
-    /// The guard of a place already taken in `entry`'s gauge.
+    /// The guard of a place already taken in `entry`'s gauge. Under a
+    /// system rule the request also passes into the layer-wide node here:
+    /// every guard is made through this function, whatever path the
+    /// request took (at once, after a wait, with a concurrency place).
     fn holding(entry: Arc<Entry>, started_us: u64) -> Self {
+        if let Some(system) = &entry.system {
+            system.enter();
+        }
         InFlight {
             entry,
             started_us,
@@ -92,6 +98,9 @@ impl InFlight {
         let (now_ms, now_us) = node.clock().now_both();
         let rt_us = now_us.saturating_sub(self.started_us);
         node.record_completion_at(now_ms, Duration::from_micros(rt_us), failed);
+        if let Some(system) = &self.entry.system {
+            system.complete(now_ms, Duration::from_micros(rt_us), failed);
+        }
         // The layer's histogram, once an exporter wants it: two relaxed
         // adds on counters the layer shares (see `RtHistogram`).
         if let Some(histogram) = self.entry.rt_histogram.get() {
@@ -114,6 +123,9 @@ impl Drop for InFlight {
             // The inner service panicked: a failure, not a success, for
             // the breakers too (a probe that panics failed).
             node.increase_exception_qps(1);
+            if let Some(system) = &self.entry.system {
+                system.panicked();
+            }
             if !self.entry.breakers.is_empty() {
                 let (now_ms, now_us) = node.clock().now_both();
                 let rt_us = now_us.saturating_sub(self.started_us);
@@ -123,5 +135,9 @@ impl Drop for InFlight {
         }
         // Matched by the increase in `InFlight::start`.
         node.release_concurrency();
+        // Matched by the `enter` in `holding`.
+        if let Some(system) = &self.entry.system {
+            system.leave();
+        }
     }
 }

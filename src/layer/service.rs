@@ -204,6 +204,12 @@ where
         // One clock reading: the window's time and the start of the
         // response time.
         let (now, started_us) = registry.clock().now_both();
+        // The layer's system rule, if any, before any rule of the key: its
+        // refusal is answered once the key is known (a block of the key).
+        let system = match registry.system() {
+            None => Ok(()),
+            Some(system) => system.check(),
+        };
 
         // The key and its entry. Split and reassemble: both move, nothing
         // is cloned. The extractor hands its key straight to the table (by
@@ -238,6 +244,10 @@ where
             behind: entry.node.lag(now, at),
             started_us,
         };
+        if let Err(refused) = system {
+            let refusal = refused.refusal(entry.limit());
+            return self.refused(request, entry, None, at, refusal);
+        }
 
         // The decisions, in order: breakers, concurrency and warm-up, then
         // admission, which is asked only if the first ones passed. What

@@ -12,6 +12,7 @@ use crate::clock::SharedClock;
 use crate::flow::breaker::Breaker;
 use crate::flow::Behaviours;
 use crate::sync::{read, write, RwLock};
+use crate::system::SystemRule;
 
 /// Default `max_keys`: see `SlidingWindowLayer::max_keys`.
 pub(crate) const DEFAULT_MAX_KEYS: usize = 4096;
@@ -61,6 +62,8 @@ pub(crate) struct Settings<K> {
     /// Every key's circuit breakers are built from these, in this order
     /// (`SlidingWindowLayer::breaker`).
     pub(crate) breakers: Vec<Breaker>,
+    /// The layer's adaptive protection (`SlidingWindowLayer::system`).
+    pub(crate) system: Option<SystemRule>,
 }
 
 impl<K> Settings<K> {
@@ -73,6 +76,7 @@ impl<K> Settings<K> {
             max_keys: DEFAULT_MAX_KEYS,
             rules: HashMap::new(),
             breakers: Vec::new(),
+            system: None,
         }
     }
 
@@ -107,6 +111,7 @@ impl<K> Settings<K> {
             max_keys: self.max_keys,
             rules,
             breakers: self.breakers,
+            system: self.system,
         }
     }
 }
