@@ -130,8 +130,20 @@
       '<div>in flight<b id="total-concurrency">' + t.concurrency + "</b></div>" +
       '<div>avg RT<b id="total-rt">' + rt(t.avg_rt_us) + "</b></div>" +
       (s.store ? '<div>store<b id="store" class="store ' + esc(mode(s.store)) + '">' + esc(mode(s.store)) +
-        "</b><small>" + s.store.failures + " failed of " + s.store.round_trips + " round trips</small></div>" : "");
+        "</b><small>" + s.store.failures + " failed of " + s.store.round_trips + " round trips</small></div>" : "") +
+      (s.system ? systemBox(s.system) : "");
     if (s.limits_editable) showForm(s);
+  }
+
+  // The system rule (adaptive protection): CPU, in flight against BBR's
+  // estimate, refusals since the layer was built.
+  function systemBox(sys) {
+    var refused = 0;
+    for (var check in sys.refusals) refused += sys.refusals[check];
+    return '<div>system<b id="system" class="' + (sys.bbr_active ? "bbr-on" : "bbr-off") + '">' +
+      Math.round(sys.cpu * 100) + "% CPU</b><small>" + sys.in_flight + " in flight, BBR " +
+      (sys.bbr_active ? "on at " : "off, estimate ") + sys.max_in_flight + "; " + refused +
+      " refused</small></div>";
   }
 
   var form = document.getElementById("change");
