@@ -858,6 +858,9 @@ impl EncodeLabelSet for SystemLabels<'_> {
     }
 }
 
+/// A whole-number gauge of a system rule: name, help, and its reading.
+type SystemGauge = (&'static str, &'static str, fn(&SystemStatus) -> u64);
+
 /// One gauge sample of a layer's system rule.
 fn write_system_gauge<V: prometheus_client::encoding::EncodeGaugeValue>(
     metric: &mut MetricEncoder<'_>,
@@ -909,7 +912,7 @@ fn write_system(encoder: &mut DescriptorEncoder<'_>, reads: &[(&Part, Reading)])
     for (layer, status) in &systems {
         write_system_gauge(&mut metric, *layer, &status.cpu)?;
     }
-    let gauges: [(&str, &str, fn(&SystemStatus) -> u64); 2] = [
+    let gauges: [SystemGauge; 2] = [
         (
             "sliding_window_system_in_flight",
             "Requests of the whole layer in flight now.",

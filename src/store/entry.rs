@@ -57,6 +57,9 @@ const DEFAULT_POLICY: u64 = u64::MAX;
 const OVERFLOW_POLICY: u64 = u64::MAX - 1;
 
 impl Entry {
+    // The key's own settings, then the two layer-wide parts every entry
+    // holds (the histogram slot and the system rule).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         window: Window,
         clock: SharedClock,

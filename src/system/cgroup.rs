@@ -161,7 +161,7 @@ fn cgroup_dir(root: &Path, path: &str) -> PathBuf {
 /// time passed times the CPUs available, capped at 1 (a reading can run a
 /// little ahead of the wall clock). `None` when no time passed.
 pub(crate) fn usage(used_us: u64, wall_us: u64, cpus: f64) -> Option<f64> {
-    if wall_us == 0 || !(cpus > 0.0) {
+    if wall_us == 0 || cpus.is_nan() || cpus <= 0.0 {
         return None;
     }
     Some((used_us as f64 / (wall_us as f64 * cpus)).min(1.0))
