@@ -1,7 +1,9 @@
 //! `SlidingWindow`: the service that dispatches each request on its key's
 //! decisions.
 //!
-//! `call` finds the key and its entry, asks the controllers in order (the
+//! `call` asks the layer's system rule first, if it has one (one call,
+//! before the key lookup; its refusal is answered once the key is known),
+//! then finds the key and its entry, asks the controllers in order (the
 //! circuit breakers, the concurrency gauge and warm-up, then one of the
 //! shared store, pacing or the window), each of which answers with a
 //! [`Decision`], and acts on the one decision that comes out: call the

@@ -266,6 +266,22 @@ mod tests {
         assert_eq!(reader.cpus(), 2.0);
     }
 
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_detected_reader_reads_this_process() {
+        let reader = CpuReader::detect();
+        let first = reader.used_us().expect("a reading on Linux");
+        // Some CPU time, so that the next reading has moved.
+        let mut x = 0u64;
+        for i in 0..20_000_000u64 {
+            x = x.wrapping_mul(31).wrapping_add(i);
+        }
+        std::hint::black_box(x);
+        let second = reader.used_us().expect("a reading on Linux");
+        assert!(second >= first, "{first} then {second}");
+        assert!(reader.cpus() > 0.0);
+    }
+
     #[test]
     fn usage_is_against_the_cpus_available() {
         // A container limited to 2 CPUs that used 2 CPUs' time is at 100 %.

@@ -71,7 +71,8 @@
 //!   ([`available_parallelism`](std::thread::available_parallelism))
 //!   without a quota. This counts every process of the cgroup, which is
 //!   what a container's limit is about;
-//! - without a v2 cgroup (a v1-only host): the process's own user and
+//! - without a v2 hierarchy mounted at `/sys/fs/cgroup` (a v1 or hybrid
+//!   host, where the CPU controller lives in v1): the process's own user and
 //!   system time from `/proc/self/stat` against the CPUs available. The
 //!   process, not the machine (`/proc/stat`): what the layer can relieve
 //!   is its own process's load.
@@ -120,11 +121,66 @@ pub(crate) use state::System;
 /// Panics, naming `.system` and the platform, when `rule` samples the
 /// process's CPU use where it cannot be read.
 pub(crate) fn check_platform(rule: &SystemRule) {
-    if rule.samples_process_cpu() && !cfg!(target_os = "linux") {
-        panic!(
+    if let Some(message) = unsupported(rule, std::env::consts::OS) {
+        panic!("{message}");
+    }
+}
+
+/// Why `rule` cannot run on `os`, if it cannot: the process's CPU use is
+/// read on Linux only.
+fn unsupported(rule: &SystemRule, os: &str) -> Option<String> {
+    (rule.samples_process_cpu() && os != "linux").then(|| {
+        format!(
             "SlidingWindowLayer::system: the process's CPU use can be read on Linux only, \
-             not on {}; give the rule a CpuSource (SystemRule::cpu_source)",
-            std::env::consts::OS
+             not on {os}; give the rule a CpuSource (SystemRule::cpu_source)"
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn elsewhere_than_linux_the_process_cpu_is_refused_with_the_platform_named() {
+        let message = unsupported(&SystemRule::bbr(), "macos").expect("unsupported");
+        assert!(message.contains("SlidingWindowLayer::system"), "{message}");
+        assert!(message.contains("not on macos"), "{message}");
+        assert!(message.contains("SystemRule::cpu_source"), "{message}");
+        assert_eq!(unsupported(&SystemRule::bbr(), "linux"), None);
+        assert_eq!(
+            unsupported(&SystemRule::bbr().cpu_source(|| 0.5), "windows"),
+            None
         );
+    }
+
+    #[test]
+    #[should_panic(expected = "SystemRule::cpu_threshold: must be in (0, 1]")]
+    fn a_threshold_above_one_is_refused() {
+        let _ = SystemRule::bbr().cpu_threshold(1.5);
+    }
+
+    #[test]
+    #[should_panic(expected = "SystemRule::cpu_threshold: must be in (0, 1]")]
+    fn a_nan_threshold_is_refused() {
+        let _ = SystemRule::bbr().cpu_threshold(f64::NAN);
+    }
+
+    #[test]
+    #[should_panic(expected = "SystemRule::max_qps: must be at least 1")]
+    fn a_zero_max_qps_is_refused() {
+        let _ = SystemRule::bbr().max_qps(0);
+    }
+
+    #[test]
+    #[should_panic(expected = "SystemRule::max_concurrency: must be at least 1")]
+    fn a_zero_max_concurrency_is_refused() {
+        let _ = SystemRule::bbr().max_concurrency(0);
+    }
+
+    #[test]
+    #[should_panic(expected = "SystemRule::max_avg_rt: must be more than zero")]
+    fn a_zero_max_avg_rt_is_refused() {
+        let _ = SystemRule::bbr().max_avg_rt(std::time::Duration::ZERO);
     }
 }
