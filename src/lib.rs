@@ -23,6 +23,7 @@ pub mod store;
 #[cfg(not(feature = "redis"))]
 mod store;
 mod sync;
+pub mod system;
 
 pub use error::ConfigError;
 #[cfg(feature = "dashboard")]

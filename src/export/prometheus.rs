@@ -16,6 +16,7 @@ use prometheus_client::metrics::MetricType;
 use super::KeyLabel;
 use crate::handle::{Lifetime, StatsHandle};
 use crate::stat::{Counts, RtCounts, RtHistogram, DEFAULT_RT_BUCKETS};
+use crate::system::{SystemCheck, SystemStatus};
 
 /// The layer's statistics for a [`prometheus_client`] registry, read when
 /// the registry is encoded (at scrape time).
@@ -399,6 +400,8 @@ struct Reading {
     keys: Vec<(Option<String>, Lifetime)>,
     overflow: Lifetime,
     histogram: Option<RtCounts>,
+    /// The layer's system rule, if it has one.
+    system: Option<SystemStatus>,
 }
 
 impl<K: KeyLabel + Clone + Eq + Hash + Send + Sync + 'static> Source for StatsHandle<K> {
@@ -421,6 +424,7 @@ impl<K: KeyLabel + Clone + Eq + Hash + Send + Sync + 'static> Source for StatsHa
             } else {
                 self.rt_slot().get().map(RtHistogram::read)
             },
+            system: self.system(),
         }
     }
 }
@@ -842,6 +846,104 @@ impl Collector for PrometheusCollector {
                 }
             }
         }
+        write_system(&mut encoder, &reads)
+    }
+}
+
+/// The labels of a system rule's series: `layer` if named, and `check`
+/// for its refusals.
+struct SystemLabels<'a> {
+    layer: Option<&'a str>,
+    check: Option<&'static str>,
+}
+
+impl EncodeLabelSet for SystemLabels<'_> {
+    fn encode(&self, encoder: &mut LabelSetEncoder<'_>) -> fmt::Result {
+        let layer = self.layer.map(|layer| ("layer", layer));
+        let check = self.check.map(|check| ("check", check));
+        for (name, value) in [layer, check].into_iter().flatten() {
+            let mut label = encoder.encode_label();
+            let mut key = label.encode_label_key()?;
+            key.write_str(name)?;
+            let mut value_encoder = key.encode_label_value()?;
+            Escaped(value).encode(&mut value_encoder)?;
+            value_encoder.finish()?;
+        }
         Ok(())
     }
+}
+
+/// A whole-number gauge of a system rule: name, help, and its reading.
+type SystemGauge = (&'static str, &'static str, fn(&SystemStatus) -> u64);
+
+/// One gauge sample of a layer's system rule.
+fn write_system_gauge<V: prometheus_client::encoding::EncodeGaugeValue>(
+    metric: &mut MetricEncoder<'_>,
+    layer: Option<&str>,
+    value: &V,
+) -> fmt::Result {
+    match layer {
+        Some(_) => metric
+            .encode_family(&SystemLabels { layer, check: None })?
+            .encode_gauge(value),
+        None => metric.encode_gauge(value),
+    }
+}
+
+/// The system rules' series, for the layers that have one (none at all,
+/// descriptors included, when no layer has): refusals per check, the CPU
+/// use, and the requests in flight against the BBR estimate.
+fn write_system(encoder: &mut DescriptorEncoder<'_>, reads: &[(&Part, Reading)]) -> fmt::Result {
+    let systems: Vec<(Option<&str>, &SystemStatus)> = reads
+        .iter()
+        .filter_map(|(part, reading)| Some((part.layer.as_deref(), reading.system.as_ref()?)))
+        .collect();
+    if systems.is_empty() {
+        return Ok(());
+    }
+    let mut metric = encoder.encode_descriptor(
+        "sliding_window_system_refusals",
+        "Requests refused by the layer's system rule (adaptive protection), per check.",
+        None,
+        MetricType::Counter,
+    )?;
+    for (layer, status) in &systems {
+        for check in SystemCheck::ALL {
+            let labels = SystemLabels {
+                layer: *layer,
+                check: Some(check.as_str()),
+            };
+            metric
+                .encode_family(&labels)?
+                .encode_counter::<NoLabelSet, _, u64>(&status.refusals_of(check), None)?;
+        }
+    }
+    let mut metric = encoder.encode_descriptor(
+        "sliding_window_system_cpu",
+        "The CPU use the system rule reads, as a fraction of the CPU the service may use.",
+        None,
+        MetricType::Gauge,
+    )?;
+    for (layer, status) in &systems {
+        write_system_gauge(&mut metric, *layer, &status.cpu)?;
+    }
+    let gauges: [SystemGauge; 2] = [
+        (
+            "sliding_window_system_in_flight",
+            "Requests of the whole layer in flight now.",
+            |s| s.in_flight,
+        ),
+        (
+            "sliding_window_system_max_in_flight",
+            "The BBR estimate: requests in flight the service holds at its best throughput and latency.",
+            |s| s.max_in_flight,
+        ),
+    ];
+    for (name, help, get) in gauges {
+        let mut metric = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+        for (layer, status) in &systems {
+            write_system_gauge(&mut metric, *layer, &get(status))?;
+        }
+    }
+    Ok(())
 }

@@ -44,6 +44,12 @@ pub enum Reason {
     /// [`max_keys`](crate::SlidingWindowLayer::max_keys)) and the overflow
     /// entry it shares with the other such keys holds its limit.
     Overflow,
+    /// The layer's [`system`](crate::SlidingWindowLayer::system) rule
+    /// refused the request: the whole layer is at a limit of its rule, or
+    /// the CPU is busy and more requests are in flight than the service
+    /// can hold (see [`system`](crate::system)). Answered with
+    /// `503 Service Unavailable`.
+    System,
 }
 
 impl Reason {
@@ -63,6 +69,7 @@ impl Reason {
             Reason::Throttle => "throttle",
             Reason::Store => "store",
             Reason::Overflow => "overflow",
+            Reason::System => "system",
         }
     }
 }
@@ -192,6 +199,7 @@ mod tests {
             Reason::Throttle,
             Reason::Store,
             Reason::Overflow,
+            Reason::System,
         ];
         let names: std::collections::HashSet<_> = all.iter().map(Reason::as_str).collect();
         assert_eq!(names.len(), all.len());

@@ -450,6 +450,26 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
         total.waiting = waiting;
         total
     }
+
+    /// The state of the layer's [`system`](crate::SlidingWindowLayer::system)
+    /// rule: the CPU use and the layer-wide totals its checks read now, and
+    /// its refusals per check so far. `None` when the layer has no system
+    /// rule.
+    ///
+    /// ```
+    /// use tower_sliding_window::system::{SystemCheck, SystemRule};
+    /// use tower_sliding_window::SlidingWindowLayer;
+    ///
+    /// let layer = SlidingWindowLayer::qps(100).system(SystemRule::bbr().cpu_source(|| 0.25));
+    /// let system = layer.handle().system().expect("a system rule is set");
+    /// assert_eq!(system.cpu, 0.25);
+    /// assert!(!system.bbr_active);
+    /// assert_eq!(system.refusals_of(SystemCheck::Bbr), 0);
+    /// assert!(SlidingWindowLayer::qps(100).handle().system().is_none());
+    /// ```
+    pub fn system(&self) -> Option<crate::system::SystemStatus> {
+        self.registry().system().map(|system| system.status())
+    }
 }
 
 /// # Changing limits

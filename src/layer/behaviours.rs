@@ -400,6 +400,8 @@ pub(super) const WARM_UP_WHY: &str = "a compact key keeps no warm-up state";
 pub(super) const PRIORITIZED_WHY: &str =
     "a compact key keeps no borrowed passes for a later bucket";
 pub(super) const THROTTLE_WHY: &str = "a compact key keeps no pacing turns";
+pub(super) const SYSTEM_WHY: &str = "a compact layer records no completions (response times, \
+     requests in flight) for the system rule to read; give the rule to a full layer behind it";
 #[cfg(feature = "redis")]
 pub(super) const STORE_WHY: &str =
     "a compact key keeps no local window beside the store's for the failure policy to fall back on";

@@ -401,8 +401,10 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
     /// compact key does not keep (completions, a gauge of requests in
     /// flight, warm-up tokens, borrowed passes, pacing turns); the shared
     /// `store` (feature `redis`) needs the local window its failure policy
-    /// falls back on and the statistics it records per key. Use a full
-    /// layer for them: a layer with `compact` and any of them panics when
+    /// falls back on and the statistics it records per key; the
+    /// [`system`](Self::system) rule reads completions a compact layer does
+    /// not record (give it to a full layer behind the compact one). Use a
+    /// full layer for them: a layer with `compact` and any of them panics when
     /// it is configured, whatever the order of the calls, with a message
     /// naming both.
     ///
@@ -441,12 +443,12 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
     /// # Panics
     ///
     /// When the layer has a breaker, `max_concurrency`, `warm_up`,
-    /// `prioritized`, `throttle` or a `store`; when the window has more than
+    /// `prioritized`, `throttle`, a `system` rule or a `store`; when the window has more than
     /// 10 buckets; when the default limit, a rule or the overflow limit is
     /// above 65 535.
     pub fn compact(self) -> Self {
         use super::behaviours::{
-            BREAKER_WHY, CONCURRENCY_WHY, PRIORITIZED_WHY, THROTTLE_WHY, WARM_UP_WHY,
+            BREAKER_WHY, CONCURRENCY_WHY, PRIORITIZED_WHY, SYSTEM_WHY, THROTTLE_WHY, WARM_UP_WHY,
         };
         let settings = self.store.settings();
         let conflicts = [
@@ -467,6 +469,7 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
                 THROTTLE_WHY,
             ),
             (self.priority.is_some(), "prioritized", PRIORITIZED_WHY),
+            (settings.system.is_some(), "system", SYSTEM_WHY),
         ];
         for (set, setting, why) in conflicts {
             if set {
@@ -833,6 +836,45 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
         self.respond(|r| r.grpc = true)
             .classify(GrpcErrorsAsFailures::make_classifier())
             .track_body()
+    }
+}
+
+/// # Adaptive protection
+impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
+    /// Guards the whole layer with `rule` (Sentinel's system rule, with
+    /// Kratos's BBR check): before any rule of the key, a request is
+    /// refused when the layer's totals reach a limit of the rule, or when
+    /// the CPU is busy and more requests are in flight than the service can
+    /// hold. Refusals are `503 Service Unavailable` with `Retry-After`
+    /// (gRPC 14 under [`grpc`](Self::grpc)), counted as blocks of the key
+    /// with [`Reason::System`](crate::flow::Reason::System). See
+    /// [`system`](crate::system) for the checks and the CPU reading.
+    ///
+    /// Every request the layer passes then also records into one
+    /// layer-wide statistics node; a layer without `system` keeps none.
+    ///
+    /// ```
+    /// use tower_sliding_window::{system::SystemRule, SlidingWindowLayer};
+    ///
+    /// let layer = SlidingWindowLayer::qps(100).system(SystemRule::bbr().max_concurrency(256));
+    /// # let _ = layer;
+    /// ```
+    ///
+    /// # Panics
+    ///
+    /// Where the process's CPU use cannot be read (every platform but
+    /// Linux), unless the rule reads its own
+    /// [`CpuSource`](crate::system::CpuSource).
+    pub fn system(self, rule: crate::system::SystemRule) -> Self {
+        crate::system::check_platform(&rule);
+        self.configure(|s| {
+            super::behaviours::refuse_on_compact(
+                s.compact,
+                "system",
+                super::behaviours::SYSTEM_WHY,
+            );
+            s.system = Some(rule);
+        })
     }
 }
 

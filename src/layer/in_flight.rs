@@ -61,8 +61,14 @@ impl InFlight {
         }
     }
 
-    /// The guard of a place already taken in `entry`'s gauge.
+    /// The guard of a place already taken in `entry`'s gauge. Under a
+    /// system rule the request also passes into the layer-wide node here:
+    /// every guard is made through this function, whatever path the
+    /// request took (at once, after a wait, with a concurrency place).
     fn holding(entry: Arc<Entry>, started_us: u64) -> Self {
+        if let Some(system) = &entry.system {
+            system.enter();
+        }
         InFlight {
             entry: Some(entry),
             started_us,
@@ -106,6 +112,9 @@ impl InFlight {
         let (now_ms, now_us) = node.clock().now_both();
         let rt_us = now_us.saturating_sub(self.started_us);
         node.record_completion_at(now_ms, Duration::from_micros(rt_us), failed);
+        if let Some(system) = &entry.system {
+            system.complete(now_ms, Duration::from_micros(rt_us), failed);
+        }
         // The layer's histogram, once an exporter wants it: two relaxed
         // adds on counters the layer shares (see `RtHistogram`).
         if let Some(histogram) = entry.rt_histogram.get() {
@@ -130,6 +139,9 @@ impl Drop for InFlight {
             // The inner service panicked: a failure, not a success, for
             // the breakers too (a probe that panics failed).
             node.increase_exception_qps(1);
+            if let Some(system) = &entry.system {
+                system.panicked();
+            }
             if !entry.breakers.is_empty() {
                 let (now_ms, now_us) = node.clock().now_both();
                 let rt_us = now_us.saturating_sub(self.started_us);
@@ -138,5 +150,9 @@ impl Drop for InFlight {
         }
         // Matched by the increase in `InFlight::start`.
         node.release_concurrency();
+        // Matched by the `enter` in `holding`.
+        if let Some(system) = &entry.system {
+            system.leave();
+        }
     }
 }

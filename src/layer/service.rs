@@ -1,7 +1,9 @@
 //! `SlidingWindow`: the service that dispatches each request on its key's
 //! decisions.
 //!
-//! `call` finds the key and its entry, asks the controllers in order (the
+//! `call` asks the layer's system rule first, if it has one (one call,
+//! before the key lookup; its refusal is answered once the key is known),
+//! then finds the key and its entry, asks the controllers in order (the
 //! circuit breakers, the concurrency gauge and warm-up, then one of the
 //! shared store, pacing or the window), each of which answers with a
 //! [`Decision`], and acts on the one decision that comes out: call the
@@ -231,6 +233,12 @@ where
         // One clock reading: the window's time and the start of the
         // response time.
         let (now, started_us) = registry.clock().now_both();
+        // The layer's system rule, if any, before any rule of the key: its
+        // refusal is answered once the key is known (a block of the key).
+        let system = match registry.system() {
+            None => Ok(()),
+            Some(system) => system.check(),
+        };
 
         // The key and its entry. Split and reassemble: both move, nothing
         // is cloned. The extractor hands its key straight to the table (by
@@ -265,6 +273,10 @@ where
             behind: entry.node.lag(now, at),
             started_us,
         };
+        if let Err(refused) = system {
+            let refusal = refused.refusal(entry.limit());
+            return self.refused(request, entry, None, at, refusal);
+        }
 
         // The decisions, in order: breakers, concurrency and warm-up, then
         // admission, which is asked only if the first ones passed. What

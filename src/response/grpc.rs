@@ -29,12 +29,14 @@ const GRPC_MESSAGE: HeaderName = HeaderName::from_static("grpc-message");
 const GRPC_STATUS_DETAILS: HeaderName = HeaderName::from_static("grpc-status-details-bin");
 
 /// The gRPC status of a refusal for `reason`: `UNAVAILABLE` (14) for an open
-/// breaker, whose upstream is failing; `RESOURCE_EXHAUSTED` (8) for every
-/// other reason, each of which is about the client's quota or the layer's
-/// capacity. The match names every reason, so a new one is decided here.
+/// breaker, whose upstream is failing, and for the system rule, whose
+/// service is overloaded (a transient state that gRPC clients retry, as
+/// Netflix's concurrency limiter answers); `RESOURCE_EXHAUSTED` (8) for
+/// every other reason, each of which is about the client's quota or the
+/// layer's capacity per key. The match names every reason, so a new one is decided here.
 pub(crate) fn code_of(reason: Reason) -> GrpcCode {
     match reason {
-        Reason::Breaker => GrpcCode::Unavailable,
+        Reason::Breaker | Reason::System => GrpcCode::Unavailable,
         Reason::Window
         | Reason::Concurrency
         | Reason::Throttle
@@ -53,6 +55,7 @@ pub(crate) fn message_of(reason: Reason, retry_after_secs: u64) -> String {
         Reason::Store => "rate limit reached (shared store)",
         Reason::Overflow => "rate limit reached (overflow)",
         Reason::Breaker => "circuit breaker open",
+        Reason::System => "service overloaded",
     };
     format!("{what}: retry in {retry_after_secs} s")
 }
@@ -328,6 +331,7 @@ mod tests {
             (Reason::Store, GrpcCode::ResourceExhausted),
             (Reason::Overflow, GrpcCode::ResourceExhausted),
             (Reason::Breaker, GrpcCode::Unavailable),
+            (Reason::System, GrpcCode::Unavailable),
         ] {
             assert_eq!(code_of(reason), code, "{reason:?}");
         }

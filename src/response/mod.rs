@@ -16,11 +16,14 @@
 //! | [`Store`](Reason::Store): the shared store refused (feature `redis`) | 429, or `status` | yes, with the store's figures | the store's answer |
 //! | [`Overflow`](Reason::Overflow): the key found no room in the key table and the shared overflow entry holds its limit | 429, or `status` | yes, policy `"overflow"` | as for `Window` |
 //! | [`Breaker`](Reason::Breaker): a circuit breaker of the key is open, or half-open with its probe out | 503 | no | the breaker turns half-open |
+//! | [`System`](Reason::System): the layer's [`system`](crate::SlidingWindowLayer::system) rule (adaptive protection) | 503 | no | 1 s (an overload ends at no predictable time) |
 //!
 //! [`status`](crate::SlidingWindowLayer::status) sets the status of the
-//! rate-limit refusals (every reason but `Breaker`). A breaker's refusal
-//! stays `503 Service Unavailable`: the upstream is failing, which is not
-//! the client's quota, so it carries no RateLimit fields either. Both are
+//! rate-limit refusals (every reason but `Breaker` and `System`). A
+//! breaker's refusal stays `503 Service Unavailable`: the upstream is
+//! failing, which is not the client's quota, so it carries no RateLimit
+//! fields either; the same goes for the system rule's, whose service is
+//! overloaded. Both are
 //! defaults: a [`reject_with`](crate::SlidingWindowLayer::reject_with)
 //! builder gets a [`Rejection`] for every refusal, with its reason and the
 //! status the layer would have sent, and may send any response.
@@ -211,19 +214,20 @@ impl fmt::Debug for ResponseConfig {
 }
 
 /// The status the layer answers a refusal for `reason` with, unless a
-/// builder says otherwise: 503 for a breaker, the configured one (429 by
-/// default) for every rate-limit refusal.
+/// builder says otherwise: 503 for a breaker and for the system rule, the
+/// configured one (429 by default) for every rate-limit refusal.
 fn status_of(config: &ResponseConfig, reason: Reason) -> StatusCode {
     match reason {
-        Reason::Breaker => StatusCode::SERVICE_UNAVAILABLE,
+        Reason::Breaker | Reason::System => StatusCode::SERVICE_UNAVAILABLE,
         _ => config.status,
     }
 }
 
 /// Whether the RateLimit fields go on a refusal for `reason`: not on a
-/// breaker's, which says nothing about the client's quota.
+/// breaker's or the system rule's, which say nothing about the client's
+/// quota.
 fn writes_quota(reason: Reason) -> bool {
-    !matches!(reason, Reason::Breaker)
+    !matches!(reason, Reason::Breaker | Reason::System)
 }
 
 /// The response for a request refused for `reason`: the configured
@@ -361,6 +365,22 @@ mod tests {
     }
 
     #[test]
+    fn a_system_refusal_is_503_whatever_the_status_without_ratelimit_fields() {
+        let config = ResponseConfig {
+            status: StatusCode::TOO_MANY_REQUESTS,
+            legacy_headers: true,
+            ..ResponseConfig::default()
+        };
+        let r = rejection_response(&config, Reason::System, &quota(None), 1_000);
+        assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(r.headers()[RETRY_AFTER], "1");
+        assert_eq!(r.body(), "Service Unavailable: retry in 1 s\n");
+        assert!(!r.headers().contains_key("ratelimit"));
+        assert!(!r.headers().contains_key("ratelimit-policy"));
+        assert!(!r.headers().contains_key("x-ratelimit-limit"));
+    }
+
+    #[test]
     fn under_grpc_every_reason_is_a_trailers_only_answer_whatever_the_status() {
         let config = ResponseConfig {
             grpc: true,
@@ -374,6 +394,7 @@ mod tests {
             (Reason::Store, "8", true),
             (Reason::Overflow, "8", true),
             (Reason::Breaker, "14", false),
+            (Reason::System, "14", false),
         ] {
             let r = rejection_response(&config, reason, &quota(None), 1_500);
             assert_eq!(r.status(), StatusCode::OK, "{reason:?}");

@@ -13,6 +13,7 @@ use crate::clock::SharedClock;
 use crate::flow::breaker::Breaker;
 use crate::flow::Behaviours;
 use crate::sync::{read, write, RwLock};
+use crate::system::SystemRule;
 
 /// Default `max_keys`: see `SlidingWindowLayer::max_keys`.
 pub(crate) const DEFAULT_MAX_KEYS: usize = 4096;
@@ -70,6 +71,8 @@ pub(crate) struct Settings<K> {
     /// Keys keep only what admission needs, in a compact table
     /// (`SlidingWindowLayer::compact`).
     pub(crate) compact: bool,
+    /// The layer's adaptive protection (`SlidingWindowLayer::system`).
+    pub(crate) system: Option<SystemRule>,
 }
 
 impl<K> Settings<K> {
@@ -84,6 +87,7 @@ impl<K> Settings<K> {
             rules: HashMap::new(),
             breakers: Vec::new(),
             compact: false,
+            system: None,
         }
     }
 
@@ -120,6 +124,7 @@ impl<K> Settings<K> {
             rules,
             breakers: self.breakers,
             compact: self.compact,
+            system: self.system,
         }
     }
 }

@@ -6,6 +6,7 @@ use crate::flow::warm_up::WarmUp;
 use crate::flow::{Decision, Pacer, Reason, Refusal};
 use crate::stat::{RtSlot, StatisticNode};
 use crate::sync::{AtomicU64, Ordering};
+use crate::system::System;
 
 use super::Window;
 
@@ -44,6 +45,11 @@ pub(crate) struct Entry {
     /// is an acquire load paired with the release of the set: a completion
     /// that sees the slot set sees the histogram whole.
     pub(crate) rt_histogram: RtSlot,
+    /// The layer's system rule and its layer-wide statistics, shared by
+    /// every entry; `None` (8 bytes, nothing allocated) without
+    /// `SlidingWindowLayer::system`. Every in-flight guard of the key
+    /// records into it.
+    pub(crate) system: Option<Arc<System>>,
 }
 
 const DEFAULT_POLICY: u64 = u64::MAX;
@@ -51,6 +57,9 @@ const DEFAULT_POLICY: u64 = u64::MAX;
 const OVERFLOW_POLICY: u64 = u64::MAX - 1;
 
 impl Entry {
+    // The key's own settings, then the two layer-wide parts every entry
+    // holds (the histogram slot and the system rule).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         window: Window,
         clock: SharedClock,
@@ -59,6 +68,7 @@ impl Entry {
         pinned: bool,
         breakers: &[Breaker],
         rt_histogram: &RtSlot,
+        system: Option<&Arc<System>>,
     ) -> Self {
         Entry {
             node: StatisticNode::build(
@@ -76,6 +86,7 @@ impl Entry {
             warm_up: window.behaviours.warm_up.map(|_| Box::new(WarmUp::new())),
             waiting: AtomicU64::new(0),
             rt_histogram: Arc::clone(rt_histogram),
+            system: system.cloned(),
         }
     }
 

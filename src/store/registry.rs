@@ -52,6 +52,7 @@ use crate::key::KeyVisitor;
 use crate::rules::Status;
 use crate::stat::{Counts, MetricBucket, RtSlot};
 use crate::sync::{fence, read, write, AtomicU64, AtomicUsize, Ordering, RwLock};
+use crate::system::System;
 
 /// At most one overflow warning per this many milliseconds of the clock.
 pub(crate) const OVERFLOW_WARN_EVERY_MS: u64 = 60_000;
@@ -181,6 +182,9 @@ pub(crate) struct Registry<K> {
     /// The keys refused most over the last minute (every refusal path
     /// records into it, see [`blocked`](Self::blocked)).
     blocked: TopBlocked<K>,
+    /// The layer's system rule, built with the table (its CPU sampler
+    /// subscription lives as long as the table); every entry holds it.
+    system: Option<Arc<System>>,
 }
 
 impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
@@ -195,7 +199,11 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
             ref breakers,
             compact: _,
             max_keys_given: _,
+            ref system,
         } = *settings;
+        let system = system
+            .as_ref()
+            .map(|rule| Arc::new(System::new(rule, clock.clone())));
         let breakers: Arc<[Breaker]> = Arc::from(breakers.as_slice());
         let hasher = RandomState::new();
         let rt_histogram = RtSlot::default();
@@ -208,6 +216,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
                 false,
                 &breakers,
                 &rt_histogram,
+                system.as_ref(),
             )
             .into_overflow(),
         );
@@ -232,7 +241,14 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
             evicted: MetricBucket::new(),
             rt_histogram,
             blocked: TopBlocked::new(),
+            system,
         }
+    }
+
+    /// The layer's system rule, if it has one.
+    #[inline]
+    pub(crate) fn system(&self) -> Option<&Arc<System>> {
+        self.system.as_ref()
     }
 
     /// The layer's top-blocked summary: a refusal path records the refused
@@ -347,6 +363,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
             pinned,
             &self.breakers,
             &self.rt_histogram,
+            self.system.as_ref(),
         );
         (Arc::new(key), Arc::new(entry))
     }

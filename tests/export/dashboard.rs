@@ -1167,3 +1167,37 @@ async fn top_blocked_lists_hostile_keys_as_the_handle_does() {
         assert!(blocks[5..].iter().all(|b| *b == 1), "{top}");
     }
 }
+
+#[tokio::test]
+async fn stats_show_the_system_rule_only_for_a_layer_with_one() {
+    use tower_sliding_window::system::SystemRule;
+
+    let layer = SlidingWindowLayer::qps(100)
+        .key(PathKey)
+        .clock(clock())
+        .system(SystemRule::bbr().max_qps(1).cpu_source(|| 0.5));
+    let stats = layer.handle();
+    let app = Router::new()
+        .route("/{*path}", get(|| async { "ok" }))
+        .layer(layer);
+    assert_eq!(send(&app, req("/a")).await.status, StatusCode::OK);
+    assert_eq!(
+        send(&app, req("/a")).await.status,
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+    let s = json(&dashboard::router(stats), "/stats").await;
+    let system = &s["system"];
+    assert_eq!(system["cpu"], 0.5);
+    assert_eq!(system["cpu_threshold"], 0.8);
+    assert_eq!(system["bbr_active"], false);
+    assert_eq!(system["in_flight"], 0);
+    assert_eq!(system["refusals"]["qps"], 1);
+    assert_eq!(system["refusals"]["bbr"], 0);
+    let (_, plain) = app_plain();
+    let s = json(&dashboard::router(plain), "/stats").await;
+    assert!(s.get("system").is_none(), "{s}");
+}
+
+fn app_plain() -> (Router, StatsHandle<String>) {
+    app(10, 16)
+}

@@ -1075,3 +1075,41 @@ async fn series_that_come_and_go_account_for_every_request() {
         "the keys with a series changed {changes} times"
     );
 }
+
+#[tokio::test]
+async fn a_system_rule_exports_its_refusals_per_check_and_its_cpu() {
+    use tower_sliding_window::system::SystemRule;
+
+    let layer = SlidingWindowLayer::qps(100)
+        .clock(clock())
+        .system(SystemRule::bbr().max_qps(2).cpu_source(|| 0.375));
+    let stats = layer.handle();
+    let app = Router::new()
+        .route("/", routing::get(|| async { "ok" }))
+        .layer(layer);
+    for expected in [
+        StatusCode::OK,
+        StatusCode::OK,
+        StatusCode::SERVICE_UNAVAILABLE,
+    ] {
+        assert_eq!(send(&app, req("/")).await.status, expected);
+    }
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(stats.collector().layer("api")));
+    let (text, _) = exposition(&registry);
+    for line in [
+        r#"sliding_window_system_refusals_total{layer="api",check="qps"} 1"#,
+        r#"sliding_window_system_refusals_total{layer="api",check="bbr"} 0"#,
+        r#"sliding_window_system_cpu{layer="api"} 0.375"#,
+        r#"sliding_window_system_in_flight{layer="api"} 0"#,
+        r#"sliding_window_system_max_in_flight{layer="api"} 0"#,
+    ] {
+        assert!(text.lines().any(|l| l == line), "no {line:?} in\n{text}");
+    }
+    // A layer without a system rule writes none of these.
+    let plain = SlidingWindowLayer::qps(100).handle();
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(plain.collector()));
+    let (text, _) = exposition(&registry);
+    assert!(!text.contains("sliding_window_system"), "{text}");
+}

@@ -10,3 +10,4 @@ mod breaker_axum;
 mod flow_concurrency;
 mod flow_strict;
 mod flow_waiting;
+mod system;

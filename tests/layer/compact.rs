@@ -317,8 +317,11 @@ fn compact_refuses_each_setting_it_cannot_keep_in_either_order() {
             "{setting}: {message}"
         );
     }
-    let cases: [(&str, Configure); 5] = [
+    let cases: [(&str, Configure); 6] = [
         ("breaker", |l| l.breaker(Breaker::error_ratio(0.5))),
+        ("system", |l| {
+            l.system(tower_sliding_window::system::SystemRule::bbr().max_qps(100))
+        }),
         ("max_concurrency", |l| l.max_concurrency(4)),
         ("warm_up", |l| l.warm_up(Duration::from_secs(10))),
         ("throttle", |l| l.throttle(Duration::from_millis(100))),

@@ -133,8 +133,20 @@
         "</b><small>" + s.store.failures + " failed of " + s.store.round_trips + " round trips</small></div>" : "") +
       (s.rules.version || s.rules.last_error ? '<div>rules<b id="rules-version">v' + s.rules.version + "</b>" +
         (s.rules.last_error ? '<small id="rules-error" class="error">' + esc(s.rules.last_error) + "</small>" : "") +
-        "</div>" : "");
+        "</div>" : "") +
+      (s.system ? systemBox(s.system) : "");
     if (s.limits_editable) showForm(s);
+  }
+
+  // The system rule (adaptive protection): CPU, in flight against BBR's
+  // estimate, refusals since the layer was built.
+  function systemBox(sys) {
+    var refused = 0;
+    for (var check in sys.refusals) refused += sys.refusals[check];
+    return '<div>system<b id="system" class="' + (sys.bbr_active ? "bbr-on" : "bbr-off") + '">' +
+      Math.round(sys.cpu * 100) + "% CPU</b><small>" + sys.in_flight + " in flight, BBR " +
+      (sys.bbr_active ? "on at " : "off, estimate ") + sys.max_in_flight + "; " + refused +
+      " refused</small></div>";
   }
 
   var form = document.getElementById("change");

@@ -42,6 +42,8 @@ pub(super) struct Table {
     /// `StatsHandle::top_blocked(TOP_BLOCKED)`, each key as its label
     /// (`None`: the missing key).
     blocked: Vec<(Option<String>, u64)>,
+    /// The layer's system rule, if it has one.
+    system: Option<crate::system::SystemStatus>,
 }
 
 /// What one reader asks of the table: `?search=` and `?history=`.
@@ -97,6 +99,7 @@ where
         store: store_status(handle),
         rules: RulesView::of(handle.rules_status()),
         blocked,
+        system: handle.system(),
     }
 }
 
@@ -168,6 +171,7 @@ pub(super) fn json(
         },
         top_blocked: Blocked(&table.blocked),
         rules: &table.rules,
+        system: table.system.as_ref().map(SystemJson::of),
     };
     let mut out = Vec::with_capacity(
         1024 + label_bytes + listed.len() * (4 + 10 * 4) + with_history * HISTORY_BYTES,
@@ -193,6 +197,40 @@ struct Document<'a> {
     keys: Keys<'a>,
     top_blocked: Blocked<'a>,
     rules: &'a RulesView,
+    /// Only for a layer with a system rule: absent otherwise, so a layer
+    /// without one writes what it wrote before the rule existed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    system: Option<SystemJson>,
+}
+
+/// The system rule's state in `GET /stats`: the CPU use and its threshold,
+/// whether BBR runs, the layer's requests in flight against BBR's estimate,
+/// and the refusals per check (`SystemCheck::as_str` names) since the layer
+/// was built.
+#[derive(Serialize)]
+struct SystemJson {
+    cpu: f64,
+    cpu_threshold: f64,
+    bbr_active: bool,
+    in_flight: u64,
+    max_in_flight: u64,
+    refusals: std::collections::BTreeMap<&'static str, u64>,
+}
+
+impl SystemJson {
+    fn of(status: &crate::system::SystemStatus) -> SystemJson {
+        SystemJson {
+            cpu: status.cpu,
+            cpu_threshold: status.cpu_threshold,
+            bbr_active: status.bbr_active,
+            in_flight: status.in_flight,
+            max_in_flight: status.max_in_flight,
+            refusals: crate::system::SystemCheck::ALL
+                .into_iter()
+                .map(|check| (check.as_str(), status.refusals_of(check)))
+                .collect(),
+        }
+    }
 }
 
 /// `StatsHandle::rules_status` as the JSON writes it: the error as its

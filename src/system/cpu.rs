@@ -1,0 +1,214 @@
+//! The CPU use the BBR check reads: the [`CpuSource`] trait, and the
+//! process's own use, sampled by one background thread shared by every
+//! layer with a system rule.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, Weak};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// How often the sampler reads the CPU time (Kratos BBR's 500 ms).
+pub(crate) const SAMPLE_EVERY: Duration = Duration::from_millis(500);
+
+/// The weight of the previous average in each new sample (Kratos BBR's
+/// `decay = 0.95`): `cpu = cpu × 0.95 + sample × 0.05`.
+pub(crate) const DECAY: f64 = 0.95;
+
+/// The name of the sampler thread.
+pub(crate) const THREAD_NAME: &str = "tsw-cpu-sampler";
+
+/// Where a [`SystemRule`](super::SystemRule) reads the CPU use it compares
+/// with its [`cpu_threshold`](super::SystemRule::cpu_threshold).
+///
+/// The default is the process's own use, sampled in the background (see
+/// the [module docs](super)). Give another with
+/// [`SystemRule::cpu_source`](super::SystemRule::cpu_source): a fixed or
+/// test-controlled figure, or a reading of a host agent's. Any
+/// `Fn() -> f64 + Send + Sync` is one.
+///
+/// ```
+/// use std::sync::atomic::{AtomicU64, Ordering};
+/// use std::sync::Arc;
+/// use tower_sliding_window::system::SystemRule;
+///
+/// // A figure the test moves: f64 bits in an atomic.
+/// let cpu = Arc::new(AtomicU64::new(0.9f64.to_bits()));
+/// let reading = Arc::clone(&cpu);
+/// let rule = SystemRule::bbr()
+///     .cpu_source(move || f64::from_bits(reading.load(Ordering::Relaxed)));
+/// cpu.store(0.1f64.to_bits(), Ordering::Relaxed);
+/// # let _ = rule;
+/// ```
+pub trait CpuSource: Send + Sync + 'static {
+    /// The CPU use now, as a fraction of the CPU the service may use: 0.0
+    /// idle, 1.0 all of it. Called on every request the BBR check sees, so
+    /// it must be cheap (a load of a sampled figure). A value that is not a
+    /// number reads as 0.
+    fn cpu_usage(&self) -> f64;
+}
+
+impl<F: Fn() -> f64 + Send + Sync + 'static> CpuSource for F {
+    fn cpu_usage(&self) -> f64 {
+        self()
+    }
+}
+
+/// The process's CPU use, as the shared sampler thread keeps it: one
+/// subscription to the thread, which runs while any exists.
+pub(crate) struct ProcessCpu {
+    sampler: Arc<Sampler>,
+}
+
+impl ProcessCpu {
+    /// Subscribes to the sampler, starting its thread if no one else holds
+    /// it.
+    pub(crate) fn subscribe() -> ProcessCpu {
+        ProcessCpu {
+            sampler: Sampler::shared(),
+        }
+    }
+}
+
+impl CpuSource for ProcessCpu {
+    fn cpu_usage(&self) -> f64 {
+        self.sampler.state.load()
+    }
+}
+
+impl fmt::Debug for ProcessCpu {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ProcessCpu")
+            .field("cpu_usage", &self.sampler.state.load())
+            .finish()
+    }
+}
+
+/// The one sampler of the process, while someone holds it. Its `Drop`
+/// (with the last holder) stops and joins the thread.
+static SAMPLER: Mutex<Weak<Sampler>> = Mutex::new(Weak::new());
+
+/// The sampler thread and what it shares with its readers.
+struct Sampler {
+    state: Arc<SamplerState>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// What the sampler thread shares: the average, and the stop signal.
+struct SamplerState {
+    /// The EWMA of the CPU use, as `f64` bits. Written by the sampler
+    /// thread alone; read relaxed by requests: a figure read on its own,
+    /// a stale one for up to a sample is what the check expects.
+    ewma: AtomicU64,
+    /// Set once, by the `Sampler`'s drop; the thread waits on `wake`.
+    stop: Mutex<bool>,
+    wake: Condvar,
+}
+
+impl SamplerState {
+    fn load(&self) -> f64 {
+        f64::from_bits(self.ewma.load(Ordering::Relaxed))
+    }
+}
+
+impl Sampler {
+    /// The running sampler, or a new one (with its thread) if none runs.
+    fn shared() -> Arc<Sampler> {
+        let mut slot = SAMPLER.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(sampler) = slot.upgrade() {
+            return sampler;
+        }
+        let state = Arc::new(SamplerState {
+            ewma: AtomicU64::new(0f64.to_bits()),
+            stop: Mutex::new(false),
+            wake: Condvar::new(),
+        });
+        let thread_state = Arc::clone(&state);
+        let thread = std::thread::Builder::new()
+            .name(THREAD_NAME.to_owned())
+            .spawn(move || run(&thread_state))
+            .expect("SlidingWindowLayer::system: could not start the CPU sampler thread");
+        let sampler = Arc::new(Sampler {
+            state,
+            thread: Some(thread),
+        });
+        *slot = Arc::downgrade(&sampler);
+        sampler
+    }
+}
+
+impl Drop for Sampler {
+    fn drop(&mut self) {
+        *self.state.stop.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        self.state.wake.notify_all();
+        if let Some(thread) = self.thread.take() {
+            // The thread holds only the state, never the `Sampler`, so this
+            // drop never runs on it.
+            let _ = thread.join();
+        }
+    }
+}
+
+/// The sampler thread: every `SAMPLE_EVERY`, the CPU use since the last
+/// reading folded into the average, until told to stop.
+fn run(state: &SamplerState) {
+    let reader = super::cgroup::CpuReader::detect();
+    let mut last = reader.used_us().map(|used| (used, Instant::now()));
+    let mut stop = state.stop.lock().unwrap_or_else(|e| e.into_inner());
+    loop {
+        let deadline = Instant::now() + SAMPLE_EVERY;
+        while !*stop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            stop = state
+                .wake
+                .wait_timeout(stop, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        if *stop {
+            return;
+        }
+        let now = (reader.used_us(), Instant::now());
+        if let (Some((used_before, at_before)), (Some(used), at)) = (last, now) {
+            let wall_us = at.duration_since(at_before).as_micros() as u64;
+            if let Some(sample) =
+                super::cgroup::usage(used.saturating_sub(used_before), wall_us, reader.cpus())
+            {
+                state
+                    .ewma
+                    .store(fold(state.load(), sample).to_bits(), Ordering::Relaxed);
+            }
+        }
+        // A failed reading keeps the average and starts again from the
+        // next good one.
+        last = now.0.map(|used| (used, now.1));
+    }
+}
+
+/// One sample folded into the average, as Kratos BBR does.
+pub(crate) fn fold(average: f64, sample: f64) -> f64 {
+    average * DECAY + sample * (1.0 - DECAY)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_average_moves_five_percent_towards_each_sample() {
+        assert!((fold(0.0, 1.0) - 0.05).abs() < 1e-12);
+        assert!((fold(0.5, 0.5) - 0.5).abs() < 1e-12);
+        // From idle, a fully busy process is seen at 80 % after 32 samples
+        // (16 s): 1 - 0.95^32 = 0.806.
+        let mut cpu = 0.0;
+        for _ in 0..31 {
+            cpu = fold(cpu, 1.0);
+        }
+        assert!(cpu < 0.8, "{cpu}");
+        cpu = fold(cpu, 1.0);
+        assert!(cpu >= 0.8, "{cpu}");
+    }
+}

@@ -1,0 +1,186 @@
+//! Adaptive protection: Sentinel's system rule, with Kratos's BBR check.
+//!
+//! A [`SystemRule`] set with
+//! [`SlidingWindowLayer::system`](crate::SlidingWindowLayer::system) guards
+//! the whole layer, whatever the key: it reads the layer's totals (requests
+//! in flight, passes, completions and response times over the last second,
+//! all keys together) and the CPU use, and refuses requests before any
+//! per-key rule is asked, so that an overloaded service keeps answering the
+//! requests it admits at the speed it can. Its refusals are
+//! `503 Service Unavailable` with `Retry-After: 1` and no RateLimit fields
+//! (the service is busy; the client's quota is not spent), or gRPC status
+//! 14 `UNAVAILABLE` under [`grpc`](crate::SlidingWindowLayer::grpc), whose
+//! clients retry it as a transient condition. Each is counted as a block
+//! of the request's key, with [`Reason::System`](crate::flow::Reason::System),
+//! and per check in [`StatsHandle::system`](crate::StatsHandle::system).
+//!
+//! # The checks
+//!
+//! In the order Sentinel's `SystemRuleManager` asks them; the first that
+//! refuses decides:
+//!
+//! | check | refuses when | use it for |
+//! |---|---|---|
+//! | [`max_qps`](SystemRule::max_qps) | the layer passed `max` requests in the last second | a known capacity, measured in a load test |
+//! | [`max_concurrency`](SystemRule::max_concurrency) | `max` requests are in flight | a pool (database connections, worker threads) that holds one per request |
+//! | [`max_avg_rt`](SystemRule::max_avg_rt) | the average response time of the last second is above `max` | a latency target you would rather shed load than miss |
+//! | BBR ([`bbr`](SystemRule::bbr)) | the CPU is busy, more than one request is in flight, and more than the estimate below | a CPU-bound service whose capacity you do not know or that changes |
+//!
+//! The first three are exact at their thresholds: `max_qps(n)` passes `n`
+//! requests in any second of the layer's window and refuses the next;
+//! `max_concurrency(n)` lets `n` be in flight and refuses the next one
+//! (Sentinel's `curThreadNum > maxThread` lets `maxThread + 1` in);
+//! `max_avg_rt(d)` refuses once the average is above `d`. They read the
+//! counts when the request arrives and reserve nothing, as Sentinel's
+//! do: requests arriving at the same instant may each see the last place.
+//!
+//! BBR follows Kratos (`ratelimit/bbr`): while the CPU use is at or above
+//! [`cpu_threshold`](SystemRule::cpu_threshold) (default 0.8), a request is
+//! refused when `in_flight > 1` and `in_flight > max_in_flight`, where
+//!
+//! ```text
+//! max_in_flight = floor(max_pass × buckets_per_second × min_rt / 1000 + 0.5)
+//! ```
+//!
+//! `max_pass` is the most completions in one 100 ms bucket and `min_rt` the
+//! shortest response time (ms), both over the last second: by Little's law,
+//! the requests the service can hold when it runs at its best throughput
+//! and its best latency. Anything above that is queueing, which only adds
+//! latency. The check keeps running for 1 s after its last refusal made
+//! while the CPU was busy, even if the CPU falls below the threshold, so
+//! that it does not flap (Kratos measures that second from when dropping
+//! started; here it is from the last drop). Unlike Sentinel's, the CPU is
+//! a gate of BBR, never a refusal of its own.
+//!
+//! Differences from the originals: the totals are one second of 10
+//! buckets of 100 ms (Kratos keeps 10 s of 100 buckets; Sentinel one
+//! second of 2), `min_rt` is the shortest response time rather than the
+//! shortest bucket average, and while nothing has completed in the last
+//! second the estimate is 0, so BBR lets only one request in flight when
+//! the CPU is busy.
+//!
+//! # The CPU use
+//!
+//! An exponentially weighted average, as Kratos keeps it: every 500 ms
+//! `cpu = cpu × 0.95 + sample × 0.05`, starting from 0 (from idle, a fully
+//! busy process reads 0.8 after 16 s). On Linux the sample is:
+//!
+//! - the process's cgroup (v2): `usage_usec` of its `cpu.stat` against
+//!   its `cpu.max` quota, so a container limited to 2 CPUs is at 1.0 when
+//!   it uses 2, or against the CPUs available
+//!   ([`available_parallelism`](std::thread::available_parallelism))
+//!   without a quota. This counts every process of the cgroup, which is
+//!   what a container's limit is about;
+//! - without a v2 hierarchy mounted at `/sys/fs/cgroup` (a v1 or hybrid
+//!   host, where the CPU controller lives in v1): the process's own user and
+//!   system time from `/proc/self/stat` against the CPUs available. The
+//!   process, not the machine (`/proc/stat`): what the layer can relieve
+//!   is its own process's load.
+//!
+//! One thread samples for every layer of the process (named
+//! `tsw-cpu-sampler`): it starts when the first layer with a system rule
+//! that samples the process is built (makes its first service or handle),
+//! and stops with the last (its services, clones and handles all dropped).
+//! A layer without `system` starts nothing and pays nothing. A failed
+//! reading keeps the last average.
+//!
+//! Elsewhere than Linux the process's CPU use cannot be read:
+//! [`system`](crate::SlidingWindowLayer::system) panics with a message
+//! that says so, unless the rule reads another [`CpuSource`]
+//! ([`SystemRule::cpu_source`]), which is also how tests drive the check.
+//!
+//! # Example
+//!
+//! ```
+//! use std::time::Duration;
+//! use axum::{routing::get, Router};
+//! use tower_sliding_window::{system::SystemRule, PeerIpKey, SlidingWindowLayer};
+//!
+//! let limit = SlidingWindowLayer::qps(100)
+//!     .key(PeerIpKey)
+//!     .system(SystemRule::bbr().max_concurrency(512));
+//! let stats = limit.handle();
+//! let app: Router = Router::new().route("/", get(|| async { "hi" })).layer(limit);
+//! let system = stats.system().expect("the layer has a system rule");
+//! assert_eq!(system.in_flight, 0);
+//! assert_eq!(system.total_refusals(), 0);
+//! # let _ = app;
+//! ```
+
+mod cgroup;
+mod cpu;
+mod rule;
+mod state;
+
+pub use cpu::CpuSource;
+pub use rule::SystemRule;
+pub use state::{SystemCheck, SystemStatus};
+
+pub(crate) use state::System;
+
+/// Panics, naming `.system` and the platform, when `rule` samples the
+/// process's CPU use where it cannot be read.
+pub(crate) fn check_platform(rule: &SystemRule) {
+    if let Some(message) = unsupported(rule, std::env::consts::OS) {
+        panic!("{message}");
+    }
+}
+
+/// Why `rule` cannot run on `os`, if it cannot: the process's CPU use is
+/// read on Linux only.
+fn unsupported(rule: &SystemRule, os: &str) -> Option<String> {
+    (rule.samples_process_cpu() && os != "linux").then(|| {
+        format!(
+            "SlidingWindowLayer::system: the process's CPU use can be read on Linux only, \
+             not on {os}; give the rule a CpuSource (SystemRule::cpu_source)"
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn elsewhere_than_linux_the_process_cpu_is_refused_with_the_platform_named() {
+        let message = unsupported(&SystemRule::bbr(), "macos").expect("unsupported");
+        assert!(message.contains("SlidingWindowLayer::system"), "{message}");
+        assert!(message.contains("not on macos"), "{message}");
+        assert!(message.contains("SystemRule::cpu_source"), "{message}");
+        assert_eq!(unsupported(&SystemRule::bbr(), "linux"), None);
+        assert_eq!(
+            unsupported(&SystemRule::bbr().cpu_source(|| 0.5), "windows"),
+            None
+        );
+    }
+
+    #[test]
+    #[should_panic(expected = "SystemRule::cpu_threshold: must be in (0, 1]")]
+    fn a_threshold_above_one_is_refused() {
+        let _ = SystemRule::bbr().cpu_threshold(1.5);
+    }
+
+    #[test]
+    #[should_panic(expected = "SystemRule::cpu_threshold: must be in (0, 1]")]
+    fn a_nan_threshold_is_refused() {
+        let _ = SystemRule::bbr().cpu_threshold(f64::NAN);
+    }
+
+    #[test]
+    #[should_panic(expected = "SystemRule::max_qps: must be at least 1")]
+    fn a_zero_max_qps_is_refused() {
+        let _ = SystemRule::bbr().max_qps(0);
+    }
+
+    #[test]
+    #[should_panic(expected = "SystemRule::max_concurrency: must be at least 1")]
+    fn a_zero_max_concurrency_is_refused() {
+        let _ = SystemRule::bbr().max_concurrency(0);
+    }
+
+    #[test]
+    #[should_panic(expected = "SystemRule::max_avg_rt: must be more than zero")]
+    fn a_zero_max_avg_rt_is_refused() {
+        let _ = SystemRule::bbr().max_avg_rt(std::time::Duration::ZERO);
+    }
+}
