@@ -399,7 +399,7 @@ mod tests {
         assert_eq!(parse_forwarded_element(b"for"), None);
         assert_eq!(parse_forwarded_element(b"for=\""), None);
         let mut padded = b"for=192.0.2.60".to_vec();
-        padded.extend(std::iter::repeat(b';').take(MAX_ELEMENT_BYTES));
+        padded.extend(std::iter::repeat_n(b';', MAX_ELEMENT_BYTES));
         assert_eq!(parse_forwarded_element(&padded), None);
     }
 }

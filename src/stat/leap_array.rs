@@ -550,7 +550,7 @@ impl<B> Rotation<'_, B> {
 
     /// Whether `start` would be the newest window ever opened.
     pub(crate) fn is_newest(&self, start: u64) -> bool {
-        self.newest_before.map_or(true, |newest| start > newest)
+        self.newest_before.is_none_or(|newest| start > newest)
     }
 
     /// Step 4, last: publishes `start` as the window slot `idx` holds. Call
@@ -559,7 +559,7 @@ impl<B> Rotation<'_, B> {
         // Release: the reset before this happens-before every write by a
         // thread that loads this stamp with Acquire (step 1).
         self.array.slots[idx].stamp.store(start, Ordering::Release);
-        if self.newest.map_or(true, |newest| start > newest) {
+        if self.newest.is_none_or(|newest| start > newest) {
             self.newest = Some(start);
             // Relaxed: published by the Release that unlocks, and only a
             // hint anyway (see `newest_slot`).

@@ -257,7 +257,7 @@ fn stress_never_over_on_real_threads() {
             }
         });
         let now = clock.now_millis();
-        times.extend(std::iter::repeat(now).take(passed.into_inner() as usize));
+        times.extend(std::iter::repeat_n(now, passed.into_inner() as usize));
         // Uneven steps, so phases fall at every offset within a bucket.
         step = (step * 37 + 11) % 97;
         clock.advance(Duration::from_millis(step + 1));

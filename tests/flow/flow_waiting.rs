@@ -95,7 +95,7 @@ async fn throttle_waits_are_spaced_by_interval_over_limit() {
     // waits, so each wait is within a millisecond of its 100 ms step.
     for (i, at) in done.iter().enumerate() {
         let want = ms(100 * i as u64);
-        let off = if *at > want { *at - want } else { want - *at };
+        let off = at.abs_diff(want);
         assert!(off <= ms(2), "turn {i} came at {at:?}, want {want:?}");
     }
 }

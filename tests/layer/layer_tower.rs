@@ -161,7 +161,7 @@ async fn poll_ready_only_forwards_and_reserves_nothing() {
     assert!(
         stats
             .snapshot(&())
-            .map_or(true, |s| s.pass == 0 && s.block == 0),
+            .is_none_or(|s| s.pass == 0 && s.block == 0),
         "poll_ready recorded something {}",
         at(&clock)
     );

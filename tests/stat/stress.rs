@@ -206,7 +206,7 @@ fn moving_clock_loses_and_duplicates_nothing() {
         let in_window = |b: u64| b <= newest && newest - b < interval;
         let sum = |keep: &dyn Fn(u64, u64) -> bool| -> u64 {
             all.iter()
-                .filter(|(&(s0, s1), _)| keep(s0, s1))
+                .filter(|&(&(s0, s1), _)| keep(s0, s1))
                 .map(|(_, n)| n)
                 .sum()
         };

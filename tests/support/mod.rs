@@ -114,7 +114,7 @@ where
 /// `n + m` requests in one window.
 pub fn ok_then_429(n: usize, m: usize) -> Vec<StatusCode> {
     let mut out = vec![StatusCode::OK; n];
-    out.extend(std::iter::repeat(StatusCode::TOO_MANY_REQUESTS).take(m));
+    out.extend(std::iter::repeat_n(StatusCode::TOO_MANY_REQUESTS, m));
     out
 }
 

@@ -97,7 +97,7 @@ impl Breakers {
     pub(crate) fn none_open(&self) -> bool {
         self.0
             .as_ref()
-            .map_or(true, |list| list.not_closed.load(Ordering::Relaxed) == 0)
+            .is_none_or(|list| list.not_closed.load(Ordering::Relaxed) == 0)
     }
 
     /// Whether a completion that took `rt_us` and `failed` or not (or

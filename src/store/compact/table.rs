@@ -543,7 +543,7 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
                         (empties, first.unwrap_or(0))
                     }
                 };
-                if empties > 0 && best.map_or(true, |(most, _, _)| empties > most) {
+                if empties > 0 && best.is_none_or(|(most, _, _)| empties > most) {
                     best = Some((empties, which, first));
                 }
             }
