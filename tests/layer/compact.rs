@@ -386,6 +386,7 @@ fn compact_refuses_more_buckets_and_larger_limits_than_it_counts() {
     );
 }
 
+#[cfg(feature = "prometheus")]
 #[test]
 fn the_collector_of_a_compact_layer_exports_the_layers_totals_without_keys() {
     let clock = clock();
@@ -556,6 +557,7 @@ async fn compact_refuses_a_shared_store_in_either_order() {
     }
 }
 
+#[cfg(feature = "dashboard")]
 #[test]
 fn the_dashboard_lists_a_compact_layers_keys_and_total() {
     use tower_sliding_window::dashboard;
