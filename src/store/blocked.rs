@@ -508,7 +508,7 @@ mod tests {
         (
             summary.period.unwrap_or(u64::MAX),
             summary.counters.capacity(),
-            summary.index.capacity(),
+            summary.index.allocation_size(),
         )
     }
 
@@ -590,7 +590,7 @@ mod tests {
             }
         }
         let after: Vec<_> = heavy.iter().map(|&k| summary_of(&top, k, 0)).collect();
-        assert_eq!(before, after, "(period, counter capacity, index capacity)");
+        assert_eq!(before, after, "(period, counter capacity, bytes allocated by the index)");
         assert_eq!(after[0].1, 64);
         let total: u64 = truth.values().sum();
         let got = top.top(usize::MAX, 9_999);
