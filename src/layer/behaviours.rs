@@ -14,7 +14,10 @@ use crate::flow::breaker::{Breaker, MAX_BREAKERS};
 use crate::flow::WarmUpSettings;
 use crate::key::KeyExtractor;
 
-use super::builder::SlidingWindowLayer;
+use super::builder::{
+    refuse_on_compact, SlidingWindowLayer, BREAKER_WHY, CONCURRENCY_WHY, PRIORITIZED_WHY,
+    THROTTLE_WHY, WARM_UP_WHY,
+};
 
 /// # Flow behaviours
 impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
@@ -388,31 +391,5 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
             );
             s.breakers.push(breaker);
         })
-    }
-}
-
-/// Why a compact layer cannot have each setting (see
-/// [`SlidingWindowLayer::compact`]).
-pub(super) const BREAKER_WHY: &str =
-    "a compact key keeps no completions (success, failure, response time) for a breaker to judge";
-pub(super) const CONCURRENCY_WHY: &str = "a compact key keeps no gauge of requests in flight";
-pub(super) const WARM_UP_WHY: &str = "a compact key keeps no warm-up state";
-pub(super) const PRIORITIZED_WHY: &str =
-    "a compact key keeps no borrowed passes for a later bucket";
-pub(super) const THROTTLE_WHY: &str = "a compact key keeps no pacing turns";
-pub(super) const SYSTEM_WHY: &str = "a compact layer records no completions (response times, \
-     requests in flight) for the system rule to read; give the rule to a full layer behind it";
-#[cfg(feature = "redis")]
-pub(super) const STORE_WHY: &str =
-    "a compact key keeps no local window beside the store's for the failure policy to fall back on";
-
-/// Panics, naming `setting` and `compact`, when a layer that is `compact`
-/// is given `setting`, which a compact key cannot support (`why`).
-pub(super) fn refuse_on_compact(compact: bool, setting: &str, why: &str) {
-    if compact {
-        panic!(
-            "SlidingWindowLayer::{setting}: invalid `{setting}` on a `compact` layer: {why}; \
-             drop `compact` (a full key records everything) or `{setting}`"
-        );
     }
 }

@@ -447,7 +447,7 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
     /// 10 buckets; when the default limit, a rule or the overflow limit is
     /// above 65 535.
     pub fn compact(self) -> Self {
-        use super::behaviours::{
+        use {
             BREAKER_WHY, CONCURRENCY_WHY, PRIORITIZED_WHY, SYSTEM_WHY, THROTTLE_WHY, WARM_UP_WHY,
         };
         let settings = self.store.settings();
@@ -484,7 +484,7 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
             panic!(
                 "SlidingWindowLayer::compact: invalid `compact` with `store`: {}; drop `compact` \
                  (a full key records everything) or `store`",
-                super::behaviours::STORE_WHY
+                STORE_WHY
             );
         }
         check_compact_buckets("compact", settings.window.sample_count);
@@ -593,7 +593,7 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
         X::Key: crate::store::StoreKey,
     {
         if self.is_compact() {
-            super::behaviours::refuse_on_compact(true, "store", super::behaviours::STORE_WHY);
+            refuse_on_compact(true, "store", STORE_WHY);
         }
         self.remote = self.remote.with_store(store);
         self
@@ -868,11 +868,7 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
     pub fn system(self, rule: crate::system::SystemRule) -> Self {
         crate::system::check_platform(&rule);
         self.configure(|s| {
-            super::behaviours::refuse_on_compact(
-                s.compact,
-                "system",
-                super::behaviours::SYSTEM_WHY,
-            );
+            refuse_on_compact(s.compact, "system", SYSTEM_WHY);
             s.system = Some(rule);
         })
     }
@@ -959,6 +955,32 @@ pub(super) fn check_compact_limit(method: &str, setting: &str, limit: u64) {
         panic!(
             "SlidingWindowLayer::{method}: invalid `{setting}` on a `compact` layer: at most \
              {COMPACT_MAX_LIMIT} per window (got {limit})"
+        );
+    }
+}
+
+/// Why a compact layer cannot have each setting (see
+/// [`SlidingWindowLayer::compact`]).
+pub(super) const BREAKER_WHY: &str =
+    "a compact key keeps no completions (success, failure, response time) for a breaker to judge";
+pub(super) const CONCURRENCY_WHY: &str = "a compact key keeps no gauge of requests in flight";
+pub(super) const WARM_UP_WHY: &str = "a compact key keeps no warm-up state";
+pub(super) const PRIORITIZED_WHY: &str =
+    "a compact key keeps no borrowed passes for a later bucket";
+pub(super) const THROTTLE_WHY: &str = "a compact key keeps no pacing turns";
+pub(super) const SYSTEM_WHY: &str = "a compact layer records no completions (response times, \
+     requests in flight) for the system rule to read; give the rule to a full layer behind it";
+#[cfg(feature = "redis")]
+pub(super) const STORE_WHY: &str =
+    "a compact key keeps no local window beside the store's for the failure policy to fall back on";
+
+/// Panics, naming `setting` and `compact`, when a layer that is `compact`
+/// is given `setting`, which a compact key cannot support (`why`).
+pub(super) fn refuse_on_compact(compact: bool, setting: &str, why: &str) {
+    if compact {
+        panic!(
+            "SlidingWindowLayer::{setting}: invalid `{setting}` on a `compact` layer: {why}; \
+             drop `compact` (a full key records everything) or `{setting}`"
         );
     }
 }

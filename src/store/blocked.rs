@@ -590,7 +590,10 @@ mod tests {
             }
         }
         let after: Vec<_> = heavy.iter().map(|&k| summary_of(&top, k, 0)).collect();
-        assert_eq!(before, after, "(period, counter capacity, bytes allocated by the index)");
+        assert_eq!(
+            before, after,
+            "(period, counter capacity, bytes allocated by the index)"
+        );
         assert_eq!(after[0].1, 64);
         let total: u64 = truth.values().sum();
         let got = top.top(usize::MAX, 9_999);
