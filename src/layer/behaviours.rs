@@ -15,9 +15,10 @@ use crate::flow::WarmUpSettings;
 use crate::key::KeyExtractor;
 
 use super::builder::{
-    refuse_on_compact, SlidingWindowLayer, BREAKER_WHY, CONCURRENCY_WHY, PRIORITIZED_WHY,
-    THROTTLE_WHY, WARM_UP_WHY,
+    refuse_on_compact, SlidingWindowLayer, BREAKER_WHY, CONCURRENCY_WHY, WARM_UP_WHY,
 };
+#[cfg(feature = "tokio")]
+use super::builder::{PRIORITIZED_WHY, THROTTLE_WHY};
 
 /// # Flow behaviours
 impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
