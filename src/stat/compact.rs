@@ -147,7 +147,22 @@ impl CompactShape {
     /// Length of one bucket.
     #[inline]
     pub(crate) fn bucket_ms(&self) -> u64 {
-        self.interval_ms / self.sample_count.max(1) as u64
+        // Every request divides by the bucket count (see `Grid::of`): a
+        // constant divisor per arm is a multiplication, not a division.
+        let interval = self.interval_ms;
+        match self.sample_count {
+            1 => interval,
+            2 => interval / 2,
+            3 => interval / 3,
+            4 => interval / 4,
+            5 => interval / 5,
+            6 => interval / 6,
+            7 => interval / 7,
+            8 => interval / 8,
+            9 => interval / 9,
+            10 => interval / 10,
+            n => interval / n.max(1) as u64,
+        }
     }
 
     /// Checks that a compact window can have this shape.
@@ -265,9 +280,23 @@ impl Grid {
         if number == 0 {
             return None;
         }
-        let value = ((number - 1) * self.len + (stamp >> self.q)) % self.period;
+        // The one division of a request's decode is `now % period`: an
+        // encoded stamp's value is below the period, and the difference of
+        // two values below it is below twice it, so the other two remainders
+        // are a comparison (any other stamp still takes the division).
+        let value = (number - 1) * self.len + (stamp >> self.q);
+        let value = if value < self.period {
+            value
+        } else {
+            value % self.period
+        };
         let now = now.min(MAX_TIME);
-        let behind = (now % self.period + self.period - value) % self.period;
+        let behind = now % self.period + self.period - value;
+        let behind = if behind < self.period {
+            behind
+        } else {
+            behind - self.period
+        };
         if behind <= self.period / 2 && behind <= now {
             Some(now - behind)
         } else {
