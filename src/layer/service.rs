@@ -334,16 +334,16 @@ impl<S, X: KeyExtractor, M: MakeClassifier, R> SlidingWindow<S, X, M, R> {
             }
             let window = place.value;
             // As for a full key (see `call`): a reading behind the key's
-            // newest bucket is moved forward to it.
-            let at = window.effective_now(shape, now);
-            let behind = window.lag(shape, now, at);
+            // newest bucket is moved forward to it (`at`, `behind` later
+            // than the clock).
+            let (at, behind, decision) = window.admit(shape, now, place.limit, place.overflow);
             let counted = CompactCounted {
                 window,
                 shape,
                 tag: place.tag,
                 overflow: place.overflow,
             };
-            match window.decide(shape, (at, behind), place.limit, place.overflow) {
+            match decision {
                 Decision::Pass(pass) => {
                     place.totals.add_pass();
                     CompactOutcome::Pass(self.shared.response.headers_on_pass.then(|| {

@@ -345,6 +345,13 @@ struct View {
     block: u16,
 }
 
+/// What [`CompactWindow::in_newest`] decided.
+enum InNewest {
+    Passed(u64),
+    Refused(View, u64),
+    Changed,
+}
+
 impl View {
     /// Where `at` lies: how many buckets after the newest its bucket is
     /// (negative when before it), and where its bucket starts; `None` with
@@ -529,7 +536,7 @@ impl CompactWindow {
         'fresh: loop {
             // Acquire: the ring and stamp of this head's rotation are
             // visible below.
-            let mut head = self.head.load(Ordering::Acquire);
+            let head = self.head.load(Ordering::Acquire);
             if head & LOCKED != 0 {
                 backoff(&mut round);
                 continue;
@@ -551,44 +558,109 @@ impl CompactWindow {
                     }
                 }
             };
-            let ring = self.load_ring(grid.depth());
-            let before: u64 = ring[..grid.depth()].iter().map(|&p| u64::from(p)).sum();
-            loop {
-                let pass = head & COUNT_MASK;
-                let window_pass = before + u64::from(pass);
-                if window_pass < limit && pass < COUNT_MASK {
-                    // AcqRel: the pass is ordered after every read it was
-                    // decided on; a rotation begun since has changed the
-                    // head, so the swap fails (module docs).
-                    match self.head.compare_exchange(
-                        head,
-                        head + 1,
-                        Ordering::AcqRel,
-                        Ordering::Acquire,
-                    ) {
-                        Ok(_) => return passed(window_pass + 1),
-                        Err(actual) if actual & STATE_MASK == head & STATE_MASK => {
-                            head = actual;
-                        }
-                        Err(_) => continue 'fresh,
-                    }
-                } else {
-                    // A refusal swaps nothing: check that no rotation
-                    // overlapped the reads (Relaxed after the Acquire loads
-                    // above, as a sequence lock's second read).
-                    if self.head.load(Ordering::Relaxed) & STATE_MASK != head & STATE_MASK {
-                        continue 'fresh;
-                    }
-                    let mut passes = [0u16; COMPACT_MAX_BUCKETS + 1];
-                    passes[0] = pass as u16;
-                    passes[1..].copy_from_slice(&ring);
-                    let view = View {
-                        newest: Some(newest),
-                        passes,
-                        block: 0,
+            match self.in_newest(&grid, head, newest, limit) {
+                InNewest::Passed(window_pass) => return passed(window_pass),
+                InNewest::Refused(view, window_pass) => return refuse(&view, window_pass),
+                InNewest::Changed => continue 'fresh,
+            }
+        }
+    }
+
+    /// [`effective_now`](Self::effective_now), [`lag`](Self::lag) and
+    /// [`decide`](Self::decide) for a request whose clock reads `now`:
+    /// `(at, behind, decision)`, as the three in turn give them. A reading
+    /// in the newest bucket (the common case: every request but the first
+    /// of a bucket) is decided there at once, with `at = now`, on one read
+    /// of the words and one decode of the stamp; any other reading takes
+    /// the three in turn.
+    #[inline]
+    pub(crate) fn admit(
+        &self,
+        shape: &CompactShape,
+        now: u64,
+        limit: u64,
+        overflow: bool,
+    ) -> (u64, u64, Decision<Pass>) {
+        let grid = Grid::of(shape);
+        // Acquire: as in `decide`.
+        let head = self.head.load(Ordering::Acquire);
+        if head & LOCKED == 0 && now <= MAX_TIME {
+            let stamp = self.stamp.load(Ordering::Acquire);
+            if let Some(newest) = grid.decode(stamp_of(head, stamp), now) {
+                // `effective_now` gives `now` itself for a reading at or
+                // after the newest bucket's start, and `decide` at `now`
+                // stays in that bucket if `now` is before its end.
+                if newest <= now && now < newest + grid.len {
+                    let passed = |window_pass: u64| {
+                        Decision::Pass(Pass {
+                            limit,
+                            window_pass: Some(window_pass),
+                            reset_ms: None,
+                        })
                     };
-                    return refuse(&view, window_pass);
+                    match self.in_newest(&grid, head, newest, limit) {
+                        InNewest::Passed(window_pass) => return (now, 0, passed(window_pass)),
+                        // A refusal's answer (its wait) is computed as
+                        // `decide` computes it; a change of the words
+                        // meanwhile is read again there.
+                        InNewest::Refused(..) | InNewest::Changed => {}
+                    }
                 }
+            }
+        }
+        let at = self.effective_now(shape, now);
+        let behind = self.lag(shape, now, at);
+        (
+            at,
+            behind,
+            self.decide(shape, (at, behind), limit, overflow),
+        )
+    }
+
+    /// One request in the newest bucket (starting at `newest`, read with
+    /// the unlocked `head`) against `limit`: a pass recorded by a
+    /// compare-and-swap of the head, with the passes it leaves in the
+    /// window; or a refusal with the view it was decided on and the passes
+    /// in the window; or `Changed` if a rotation overlapped the reads.
+    #[inline]
+    fn in_newest(&self, grid: &Grid, mut head: u32, newest: u64, limit: u64) -> InNewest {
+        let ring = self.load_ring(grid.depth());
+        let before: u64 = ring[..grid.depth()].iter().map(|&p| u64::from(p)).sum();
+        loop {
+            let pass = head & COUNT_MASK;
+            let window_pass = before + u64::from(pass);
+            if window_pass < limit && pass < COUNT_MASK {
+                // AcqRel: the pass is ordered after every read it was
+                // decided on; a rotation begun since has changed the
+                // head, so the swap fails (module docs).
+                match self.head.compare_exchange(
+                    head,
+                    head + 1,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                ) {
+                    Ok(_) => return InNewest::Passed(window_pass + 1),
+                    Err(actual) if actual & STATE_MASK == head & STATE_MASK => {
+                        head = actual;
+                    }
+                    Err(_) => return InNewest::Changed,
+                }
+            } else {
+                // A refusal swaps nothing: check that no rotation
+                // overlapped the reads (Relaxed after the Acquire loads
+                // above, as a sequence lock's second read).
+                if self.head.load(Ordering::Relaxed) & STATE_MASK != head & STATE_MASK {
+                    return InNewest::Changed;
+                }
+                let mut passes = [0u16; COMPACT_MAX_BUCKETS + 1];
+                passes[0] = pass as u16;
+                passes[1..].copy_from_slice(&ring);
+                let view = View {
+                    newest: Some(newest),
+                    passes,
+                    block: 0,
+                };
+                return InNewest::Refused(view, window_pass);
             }
         }
     }
@@ -954,9 +1026,8 @@ mod loom_models {
     /// One request as the layer makes it: `true` if it passed; a refusal
     /// records its block.
     fn request(window: &CompactWindow, shape: &CompactShape, now: u64, limit: u64) -> bool {
-        let at = window.effective_now(shape, now);
-        let behind = window.lag(shape, now, at);
-        match window.decide(shape, (at, behind), limit, false) {
+        let (at, _, decision) = window.admit(shape, now, limit, false);
+        match decision {
             Decision::Pass(pass) => {
                 assert!(pass.window_pass.is_some_and(|w| w <= limit));
                 true
@@ -1155,13 +1226,10 @@ mod tests {
                 }
                 Decision::Wait(never) => match never {},
             };
-            let c_at = self.compact.effective_now(&self.shape, now);
-            let c_behind = self.compact.lag(&self.shape, now, c_at);
+            // As the layer asks it: the three steps in one.
+            let (c_at, c_behind, decision) = self.compact.admit(&self.shape, now, limit, overflow);
             assert_eq!(c_behind, behind, "lag at {now}");
-            let compact = match self
-                .compact
-                .decide(&self.shape, (c_at, c_behind), limit, overflow)
-            {
+            let compact = match decision {
                 Decision::Pass(pass) => {
                     let reset = self.compact.pass_reset_ms(
                         &self.shape,
