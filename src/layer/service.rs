@@ -74,19 +74,28 @@ pub struct SlidingWindow<
     inner: S,
     extractor: X,
     make_classifier: M,
+    /// Everything the clones of this service share, behind one reference
+    /// count: a router clones the service for every request (axum's
+    /// `Route` does), and each reference counted field would cost that
+    /// clone, and its drop, an atomic read-modify-write.
+    shared: Arc<Shared<X::Key>>,
+    body: PhantomData<fn() -> R>,
+}
+
+/// The state every clone of one [`SlidingWindow`] shares.
+struct Shared<K> {
     response: Arc<ResponseConfig>,
     /// The key table, resolved from `store` when the service was made, so
     /// that requests reach it without going through the store.
-    registry: Arc<Registry<X::Key>>,
-    store: Arc<Store<X::Key>>,
+    registry: Arc<Registry<K>>,
+    store: Arc<Store<K>>,
     /// The compact table, when the layer is compact: `call` then takes the
     /// compact path (see `compact_decide`).
-    compact: Option<Arc<CompactKeys<X::Key>>>,
+    compact: Option<Arc<CompactKeys<K>>>,
     /// Which requests may borrow quota (`prioritized`).
     priority: Option<Priority>,
     /// The shared store, if any (feature `redis`).
-    remote: RemoteSlot<X::Key>,
-    body: PhantomData<fn() -> R>,
+    remote: RemoteSlot<K>,
 }
 
 impl<S> SlidingWindow<S> {
@@ -158,12 +167,14 @@ impl<S, X: KeyExtractor, M, R> SlidingWindow<S, X, M, R> {
             inner,
             extractor,
             make_classifier,
-            response,
-            registry,
-            store,
-            compact,
-            priority,
-            remote,
+            shared: Arc::new(Shared {
+                response,
+                registry,
+                store,
+                compact,
+                priority,
+                remote,
+            }),
             body: PhantomData,
         }
     }
@@ -185,7 +196,7 @@ impl<S, X: KeyExtractor, M, R> SlidingWindow<S, X, M, R> {
 
     /// A handle on the live statistics and limits.
     pub fn handle(&self) -> StatsHandle<X::Key> {
-        StatsHandle::new(Arc::clone(&self.store)).with_remote(self.remote.clone())
+        StatsHandle::new(Arc::clone(&self.shared.store)).with_remote(self.shared.remote.clone())
     }
 }
 
@@ -212,7 +223,7 @@ where
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
         // A compact layer's requests take their own path, decided once
         // here: a full layer pays one predictable branch for it.
-        if let Some(keys) = &self.compact {
+        if let Some(keys) = &self.shared.compact {
             let (parts, body) = request.into_parts();
             return match self.compact_decide(keys, &parts) {
                 CompactOutcome::Pass(quota) => {
@@ -222,14 +233,14 @@ where
                 CompactOutcome::Refused(response, at) => {
                     // Who was refused, as for a full key (see `refused`):
                     // read again from the head, on this path only.
-                    let blocked = self.registry.blocked();
+                    let blocked = self.shared.registry.blocked();
                     self.extractor
                         .visit(&parts, RecordBlocked { blocked, now: at });
                     ResponseFuture::blocked(response)
                 }
             };
         }
-        let registry = &*self.registry;
+        let registry = &*self.shared.registry;
         // One clock reading: the window's time and the start of the
         // response time.
         let (now, started_us) = registry.clock().now_both();
@@ -246,7 +257,7 @@ where
         // gives the key's identity in the store.
         let (parts, body) = request.into_parts();
         #[cfg(feature = "redis")]
-        let (entry, remote_id): (_, RemoteId) = match &self.remote.remote {
+        let (entry, remote_id): (_, RemoteId) = match &self.shared.remote.remote {
             None => (self.extractor.visit(&parts, Lookup { registry, now }), None),
             Some(remote) => {
                 let lookup = RemoteLookup {
@@ -293,6 +304,7 @@ where
         match decision {
             Decision::Pass(pass) => {
                 let quota = self
+                    .shared
                     .response
                     .headers_on_pass
                     .then(|| self.pass_quota(&entry, pass, times));
@@ -326,7 +338,7 @@ impl<S, X: KeyExtractor, M: MakeClassifier, R> SlidingWindow<S, X, M, R> {
     /// window is the only controller.
     #[inline(never)]
     fn compact_decide(&self, keys: &CompactKeys<X::Key>, parts: &Parts) -> CompactOutcome {
-        let registry = &*self.registry;
+        let registry = &*self.shared.registry;
         let now = registry.clock().now_millis();
         let decide = |place: Place<'_, CompactWindow>, shape: &CompactShape| {
             if place.overflow {
@@ -334,19 +346,19 @@ impl<S, X: KeyExtractor, M: MakeClassifier, R> SlidingWindow<S, X, M, R> {
             }
             let window = place.value;
             // As for a full key (see `call`): a reading behind the key's
-            // newest bucket is moved forward to it.
-            let at = window.effective_now(shape, now);
-            let behind = window.lag(shape, now, at);
+            // newest bucket is moved forward to it (`at`, `behind` later
+            // than the clock).
+            let (at, behind, decision) = window.admit(shape, now, place.limit, place.overflow);
             let counted = CompactCounted {
                 window,
                 shape,
                 tag: place.tag,
                 overflow: place.overflow,
             };
-            match window.decide(shape, (at, behind), place.limit, place.overflow) {
+            match decision {
                 Decision::Pass(pass) => {
                     place.totals.add_pass();
-                    CompactOutcome::Pass(self.response.headers_on_pass.then(|| {
+                    CompactOutcome::Pass(self.shared.response.headers_on_pass.then(|| {
                         let window_pass = pass
                             .window_pass
                             .unwrap_or_else(|| window.window_counts(shape, at).0);
@@ -355,7 +367,7 @@ impl<S, X: KeyExtractor, M: MakeClassifier, R> SlidingWindow<S, X, M, R> {
                         });
                         Box::new(quota(
                             &counted,
-                            &self.response,
+                            &self.shared.response,
                             pass.limit,
                             window_pass,
                             reset,
@@ -382,7 +394,7 @@ impl<S, X: KeyExtractor, M: MakeClassifier, R> SlidingWindow<S, X, M, R> {
         at: u64,
         refusal: Refusal,
     ) -> Response<Bytes> {
-        refuse(key, at, refusal, &self.response)
+        refuse(key, at, refusal, &self.shared.response)
     }
 }
 
@@ -415,7 +427,7 @@ impl<S, X: KeyExtractor, M: MakeClassifier, R> SlidingWindow<S, X, M, R> {
     /// check of three values and passes with the key's limit.
     #[inline]
     fn before_window(&self, entry: &Arc<Entry>, times: Times) -> Decision<Go> {
-        let behaviours = &self.registry.window().behaviours;
+        let behaviours = &self.shared.registry.window().behaviours;
         if behaviours.max_concurrency.is_none()
             && behaviours.warm_up.is_none()
             && entry.breakers.none_open()
@@ -433,7 +445,7 @@ impl<S, X: KeyExtractor, M: MakeClassifier, R> SlidingWindow<S, X, M, R> {
     /// (warm-up moves the limit, never the admission step).
     #[inline(never)]
     fn prelude(&self, entry: &Arc<Entry>, times: Times) -> Decision<Go> {
-        let window = self.registry.window();
+        let window = self.shared.registry.window();
         let limit = entry.limit();
         // A probe slot taken here is freed at once if a controller below
         // refuses the request (the probe is dropped), or when it is
@@ -484,12 +496,12 @@ impl<S, X: KeyExtractor, M: MakeClassifier, R> SlidingWindow<S, X, M, R> {
         times: Times,
         limit: u64,
     ) -> Decision<Pass, Gate> {
-        let window = self.registry.window();
+        let window = self.shared.registry.window();
         #[cfg(feature = "redis")]
-        if let (Some(id), Some(remote)) = (remote_id, &self.remote.remote) {
+        if let (Some(id), Some(remote)) = (remote_id, &self.shared.remote.remote) {
             return remote::decide(
                 &remote.store,
-                self.remote.policy,
+                self.shared.remote.policy,
                 entry,
                 id,
                 limit,
@@ -543,7 +555,7 @@ impl<S, X: KeyExtractor, M: MakeClassifier, R> SlidingWindow<S, X, M, R> {
         limit: u64,
         max_wait: Duration,
     ) -> Decision<Pass, Gate> {
-        let window = self.registry.window();
+        let window = self.shared.registry.window();
         // Outside a tokio runtime nothing can wait: only a turn due now.
         // Inside one, a turn is taken only if it is `TIMER_TICK` inside
         // `max_wait`: tokio's timer fires on millisecond ticks, so the wait,
@@ -594,7 +606,7 @@ impl<S, X: KeyExtractor, M: MakeClassifier, R> SlidingWindow<S, X, M, R> {
         at: u64,
         limit: u64,
     ) -> (Request<ReqBody>, Option<Gate>) {
-        let Some(priority) = &self.priority else {
+        let Some(priority) = &self.shared.priority else {
             return (request, None);
         };
         if !wait::can_wait() {
@@ -606,7 +618,7 @@ impl<S, X: KeyExtractor, M: MakeClassifier, R> SlidingWindow<S, X, M, R> {
         if !prioritized {
             return (request, None);
         }
-        let interval_ms = self.registry.window().interval_ms;
+        let interval_ms = self.shared.registry.window().interval_ms;
         let Some(wait_ms) = flow::occupy_wait_ms(&entry.node, at, limit, interval_ms) else {
             return (request, None);
         };
@@ -655,7 +667,7 @@ impl<S, X: KeyExtractor, M: MakeClassifier, R> SlidingWindow<S, X, M, R> {
                 in_flight,
                 classifier,
                 quota,
-                legacy_headers: self.response.legacy_headers,
+                legacy_headers: self.shared.response.legacy_headers,
             },
         )
     }
@@ -670,7 +682,13 @@ impl<S, X: KeyExtractor, M: MakeClassifier, R> SlidingWindow<S, X, M, R> {
         let reset = pass.reset_ms.unwrap_or_else(|| {
             flow::pass_reset_ms(&entry.node, at, behind, pass.limit, window_pass)
         });
-        Box::new(quota(entry, &self.response, pass.limit, window_pass, reset))
+        Box::new(quota(
+            entry,
+            &self.shared.response,
+            pass.limit,
+            window_pass,
+            reset,
+        ))
     }
 
     /// The response future of a request that waits at `gate` before it
@@ -699,12 +717,12 @@ impl<S, X: KeyExtractor, M: MakeClassifier, R> SlidingWindow<S, X, M, R> {
                     ready,
                     request,
                     extractor: self.extractor.clone(),
-                    registry: Arc::clone(&self.registry),
+                    registry: Arc::clone(&self.shared.registry),
                 }),
                 entry,
                 reserved,
                 classifier,
-                response: Arc::clone(&self.response),
+                response: Arc::clone(&self.shared.response),
             },
         )
     }
@@ -756,12 +774,12 @@ impl<S, X: KeyExtractor, M: MakeClassifier, R> SlidingWindow<S, X, M, R> {
         // Who was refused: the key is read again from the request's head,
         // here only, so that a pass pays nothing for it.
         let (parts, _) = request.into_parts();
-        let blocked = self.registry.blocked();
+        let blocked = self.shared.registry.blocked();
         self.extractor
             .visit(&parts, RecordBlocked { blocked, now: at });
         // Gives the concurrency place and the probe slot back first.
         drop(held);
-        ResponseFuture::blocked(refuse(&*entry, at, refusal, &self.response))
+        ResponseFuture::blocked(refuse(&*entry, at, refusal, &self.shared.response))
     }
 }
 
@@ -806,12 +824,7 @@ impl<S: Clone, X: KeyExtractor, M: Clone, R> Clone for SlidingWindow<S, X, M, R>
             inner: self.inner.clone(),
             extractor: self.extractor.clone(),
             make_classifier: self.make_classifier.clone(),
-            response: Arc::clone(&self.response),
-            registry: Arc::clone(&self.registry),
-            store: Arc::clone(&self.store),
-            compact: self.compact.clone(),
-            priority: self.priority.clone(),
-            remote: self.remote.clone(),
+            shared: Arc::clone(&self.shared),
             body: PhantomData,
         }
     }
@@ -822,7 +835,7 @@ impl<S: fmt::Debug, X: KeyExtractor + fmt::Debug, M, R> fmt::Debug for SlidingWi
         f.debug_struct("SlidingWindow")
             .field("inner", &self.inner)
             .field("key", &self.extractor)
-            .field("state", &self.store)
+            .field("state", &self.shared.store)
             .finish_non_exhaustive()
     }
 }

@@ -147,7 +147,22 @@ impl CompactShape {
     /// Length of one bucket.
     #[inline]
     pub(crate) fn bucket_ms(&self) -> u64 {
-        self.interval_ms / self.sample_count.max(1) as u64
+        // Every request divides by the bucket count (see `Grid::of`): a
+        // constant divisor per arm is a multiplication, not a division.
+        let interval = self.interval_ms;
+        match self.sample_count {
+            1 => interval,
+            2 => interval / 2,
+            3 => interval / 3,
+            4 => interval / 4,
+            5 => interval / 5,
+            6 => interval / 6,
+            7 => interval / 7,
+            8 => interval / 8,
+            9 => interval / 9,
+            10 => interval / 10,
+            n => interval / n.max(1) as u64,
+        }
     }
 
     /// Checks that a compact window can have this shape.
@@ -265,9 +280,23 @@ impl Grid {
         if number == 0 {
             return None;
         }
-        let value = ((number - 1) * self.len + (stamp >> self.q)) % self.period;
+        // The one division of a request's decode is `now % period`: an
+        // encoded stamp's value is below the period, and the difference of
+        // two values below it is below twice it, so the other two remainders
+        // are a comparison (any other stamp still takes the division).
+        let value = (number - 1) * self.len + (stamp >> self.q);
+        let value = if value < self.period {
+            value
+        } else {
+            value % self.period
+        };
         let now = now.min(MAX_TIME);
-        let behind = (now % self.period + self.period - value) % self.period;
+        let behind = now % self.period + self.period - value;
+        let behind = if behind < self.period {
+            behind
+        } else {
+            behind - self.period
+        };
         if behind <= self.period / 2 && behind <= now {
             Some(now - behind)
         } else {
@@ -314,6 +343,13 @@ struct View {
     /// buckets before it.
     passes: [u16; COMPACT_MAX_BUCKETS + 1],
     block: u16,
+}
+
+/// What [`CompactWindow::in_newest`] decided.
+enum InNewest {
+    Passed(u64),
+    Refused(View, u64),
+    Changed,
 }
 
 impl View {
@@ -500,7 +536,7 @@ impl CompactWindow {
         'fresh: loop {
             // Acquire: the ring and stamp of this head's rotation are
             // visible below.
-            let mut head = self.head.load(Ordering::Acquire);
+            let head = self.head.load(Ordering::Acquire);
             if head & LOCKED != 0 {
                 backoff(&mut round);
                 continue;
@@ -522,44 +558,109 @@ impl CompactWindow {
                     }
                 }
             };
-            let ring = self.load_ring(grid.depth());
-            let before: u64 = ring[..grid.depth()].iter().map(|&p| u64::from(p)).sum();
-            loop {
-                let pass = head & COUNT_MASK;
-                let window_pass = before + u64::from(pass);
-                if window_pass < limit && pass < COUNT_MASK {
-                    // AcqRel: the pass is ordered after every read it was
-                    // decided on; a rotation begun since has changed the
-                    // head, so the swap fails (module docs).
-                    match self.head.compare_exchange(
-                        head,
-                        head + 1,
-                        Ordering::AcqRel,
-                        Ordering::Acquire,
-                    ) {
-                        Ok(_) => return passed(window_pass + 1),
-                        Err(actual) if actual & STATE_MASK == head & STATE_MASK => {
-                            head = actual;
-                        }
-                        Err(_) => continue 'fresh,
-                    }
-                } else {
-                    // A refusal swaps nothing: check that no rotation
-                    // overlapped the reads (Relaxed after the Acquire loads
-                    // above, as a sequence lock's second read).
-                    if self.head.load(Ordering::Relaxed) & STATE_MASK != head & STATE_MASK {
-                        continue 'fresh;
-                    }
-                    let mut passes = [0u16; COMPACT_MAX_BUCKETS + 1];
-                    passes[0] = pass as u16;
-                    passes[1..].copy_from_slice(&ring);
-                    let view = View {
-                        newest: Some(newest),
-                        passes,
-                        block: 0,
+            match self.in_newest(&grid, head, newest, limit) {
+                InNewest::Passed(window_pass) => return passed(window_pass),
+                InNewest::Refused(view, window_pass) => return refuse(&view, window_pass),
+                InNewest::Changed => continue 'fresh,
+            }
+        }
+    }
+
+    /// [`effective_now`](Self::effective_now), [`lag`](Self::lag) and
+    /// [`decide`](Self::decide) for a request whose clock reads `now`:
+    /// `(at, behind, decision)`, as the three in turn give them. A reading
+    /// in the newest bucket (the common case: every request but the first
+    /// of a bucket) is decided there at once, with `at = now`, on one read
+    /// of the words and one decode of the stamp; any other reading takes
+    /// the three in turn.
+    #[inline]
+    pub(crate) fn admit(
+        &self,
+        shape: &CompactShape,
+        now: u64,
+        limit: u64,
+        overflow: bool,
+    ) -> (u64, u64, Decision<Pass>) {
+        let grid = Grid::of(shape);
+        // Acquire: as in `decide`.
+        let head = self.head.load(Ordering::Acquire);
+        if head & LOCKED == 0 && now <= MAX_TIME {
+            let stamp = self.stamp.load(Ordering::Acquire);
+            if let Some(newest) = grid.decode(stamp_of(head, stamp), now) {
+                // `effective_now` gives `now` itself for a reading at or
+                // after the newest bucket's start, and `decide` at `now`
+                // stays in that bucket if `now` is before its end.
+                if newest <= now && now < newest + grid.len {
+                    let passed = |window_pass: u64| {
+                        Decision::Pass(Pass {
+                            limit,
+                            window_pass: Some(window_pass),
+                            reset_ms: None,
+                        })
                     };
-                    return refuse(&view, window_pass);
+                    match self.in_newest(&grid, head, newest, limit) {
+                        InNewest::Passed(window_pass) => return (now, 0, passed(window_pass)),
+                        // A refusal's answer (its wait) is computed as
+                        // `decide` computes it; a change of the words
+                        // meanwhile is read again there.
+                        InNewest::Refused(..) | InNewest::Changed => {}
+                    }
                 }
+            }
+        }
+        let at = self.effective_now(shape, now);
+        let behind = self.lag(shape, now, at);
+        (
+            at,
+            behind,
+            self.decide(shape, (at, behind), limit, overflow),
+        )
+    }
+
+    /// One request in the newest bucket (starting at `newest`, read with
+    /// the unlocked `head`) against `limit`: a pass recorded by a
+    /// compare-and-swap of the head, with the passes it leaves in the
+    /// window; or a refusal with the view it was decided on and the passes
+    /// in the window; or `Changed` if a rotation overlapped the reads.
+    #[inline]
+    fn in_newest(&self, grid: &Grid, mut head: u32, newest: u64, limit: u64) -> InNewest {
+        let ring = self.load_ring(grid.depth());
+        let before: u64 = ring[..grid.depth()].iter().map(|&p| u64::from(p)).sum();
+        loop {
+            let pass = head & COUNT_MASK;
+            let window_pass = before + u64::from(pass);
+            if window_pass < limit && pass < COUNT_MASK {
+                // AcqRel: the pass is ordered after every read it was
+                // decided on; a rotation begun since has changed the
+                // head, so the swap fails (module docs).
+                match self.head.compare_exchange(
+                    head,
+                    head + 1,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                ) {
+                    Ok(_) => return InNewest::Passed(window_pass + 1),
+                    Err(actual) if actual & STATE_MASK == head & STATE_MASK => {
+                        head = actual;
+                    }
+                    Err(_) => return InNewest::Changed,
+                }
+            } else {
+                // A refusal swaps nothing: check that no rotation
+                // overlapped the reads (Relaxed after the Acquire loads
+                // above, as a sequence lock's second read).
+                if self.head.load(Ordering::Relaxed) & STATE_MASK != head & STATE_MASK {
+                    return InNewest::Changed;
+                }
+                let mut passes = [0u16; COMPACT_MAX_BUCKETS + 1];
+                passes[0] = pass as u16;
+                passes[1..].copy_from_slice(&ring);
+                let view = View {
+                    newest: Some(newest),
+                    passes,
+                    block: 0,
+                };
+                return InNewest::Refused(view, window_pass);
             }
         }
     }
@@ -925,9 +1026,8 @@ mod loom_models {
     /// One request as the layer makes it: `true` if it passed; a refusal
     /// records its block.
     fn request(window: &CompactWindow, shape: &CompactShape, now: u64, limit: u64) -> bool {
-        let at = window.effective_now(shape, now);
-        let behind = window.lag(shape, now, at);
-        match window.decide(shape, (at, behind), limit, false) {
+        let (at, _, decision) = window.admit(shape, now, limit, false);
+        match decision {
             Decision::Pass(pass) => {
                 assert!(pass.window_pass.is_some_and(|w| w <= limit));
                 true
@@ -1126,13 +1226,10 @@ mod tests {
                 }
                 Decision::Wait(never) => match never {},
             };
-            let c_at = self.compact.effective_now(&self.shape, now);
-            let c_behind = self.compact.lag(&self.shape, now, c_at);
+            // As the layer asks it: the three steps in one.
+            let (c_at, c_behind, decision) = self.compact.admit(&self.shape, now, limit, overflow);
             assert_eq!(c_behind, behind, "lag at {now}");
-            let compact = match self
-                .compact
-                .decide(&self.shape, (c_at, c_behind), limit, overflow)
-            {
+            let compact = match decision {
                 Decision::Pass(pass) => {
                     let reset = self.compact.pass_reset_ms(
                         &self.shape,

@@ -238,10 +238,7 @@ mod loom_models {
             Owned(key),
             |window| window.is_idle(&SHAPE, now),
             |place| {
-                let window = place.value;
-                let at = window.effective_now(&SHAPE, now);
-                let behind = window.lag(&SHAPE, now, at);
-                let decision = window.decide(&SHAPE, (at, behind), place.limit, place.overflow);
+                let (_, _, decision) = place.value.admit(&SHAPE, now, place.limit, place.overflow);
                 (matches!(decision, Decision::Pass(_)), place.overflow)
             },
         )
