@@ -1,5 +1,5 @@
 //! What a key costs in memory, including the key, and the bound of the
-//! default table under hostile keys (issue 8, item 1).
+//! default table under hostile keys.
 //!
 //! A global allocator tallies, per thread, the bytes allocated and freed.
 //! The layer's service is called directly on the test thread (its `call`
@@ -216,7 +216,7 @@ fn allocated_by(f: impl FnOnce()) -> u64 {
     ALLOCATED.with(Cell::get) - before
 }
 
-// Issue 8 item 1: a request with a huge header value copied the value into
+// A request with a huge header value copied the value into
 // its key (and made it three times larger when it was not UTF-8).
 #[test]
 fn a_request_with_a_huge_header_value_copies_only_its_key() {

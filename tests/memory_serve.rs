@@ -1,5 +1,5 @@
 //! Resident memory under a flood of distinct large keys through
-//! `axum::serve` (issue 8, item 1): the key table stays within the bound
+//! `axum::serve`: the key table stays within the bound
 //! documented on `SlidingWindowLayer::max_keys` however large the header
 //! values clients send.
 //!

@@ -325,7 +325,7 @@ fn request_allocations(app: &axum::Router, rt: &tokio::runtime::Runtime, uri: &s
     allocated
 }
 
-// Issue 7 item 8: `MatchedPathKey` built a `String` for every request.
+// `MatchedPathKey` built a `String` for every request.
 #[cfg(feature = "axum")]
 #[test]
 fn matched_path_key_allocates_nothing_for_a_key_it_has_seen() {

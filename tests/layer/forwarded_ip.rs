@@ -1,5 +1,4 @@
-//! `ForwardedIpKey` against clients that lie in their forwarding headers
-//! (issue 7, item 8).
+//! `ForwardedIpKey` against clients that lie in their forwarding headers.
 
 use crate::support;
 

@@ -1,6 +1,6 @@
-//! Keys chosen by a hostile client, through an axum `Router` (issue 8,
-//! items 1, 5 and 7): header values that are not UTF-8, maximum-size header
-//! values and paths, and `HEAD` requests against `GET` rules.
+//! Keys chosen by a hostile client, through an axum `Router`: header
+//! values that are not UTF-8, maximum-size header values and paths, and
+//! `HEAD` requests against `GET` rules.
 
 use crate::support;
 
@@ -52,7 +52,7 @@ async fn statuses(
     out
 }
 
-// Issue 8 item 5: axum answers HEAD with the GET handler, and HEAD was keyed
+// Axum answers HEAD with the GET handler, and HEAD was keyed
 // `HEAD /x`, so a strict `GET /x` rule let every HEAD through.
 #[tokio::test]
 async fn head_requests_count_against_the_get_rule_of_method_path_key() {
@@ -107,7 +107,7 @@ async fn head_requests_count_against_the_get_rule_of_matched_path_key() {
     assert_eq!(stats.len(), 1);
 }
 
-// Issue 8 item 7: lossy conversion put these three values under one key.
+// Lossy conversion put these three values under one key.
 #[tokio::test]
 async fn header_values_that_differ_in_invalid_bytes_are_distinct_keys() {
     let clock = clock();
@@ -149,7 +149,7 @@ async fn header_values_that_differ_in_invalid_bytes_are_distinct_keys() {
     assert!(stats.snapshot(&Some("\x7facme\\xff".to_owned())).is_some());
 }
 
-// Issue 8 item 1: a header value of ~400 KB was kept whole as the key.
+// A header value of ~400 KB was kept whole as the key.
 #[tokio::test]
 async fn maximum_size_header_values_are_kept_as_short_keys() {
     let clock = clock();

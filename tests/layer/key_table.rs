@@ -1,5 +1,4 @@
-//! The key table against races and clocks that step (issue 8, items 2, 4
-//! and 6): reads that must not stall requests, an eviction sweep with a
+//! The key table against races and clocks that step: reads that must not stall requests, an eviction sweep with a
 //! stale clock reading, and clocks that step back or read far ahead.
 //!
 //! Interleavings are forced with key types whose `Hash` or `Clone` stops at
@@ -118,7 +117,7 @@ fn ok_service(
     service_fn(|_: Request<Body>| async { Ok::<_, Infallible>(Response::new(Body::empty())) })
 }
 
-// Issue 8 item 4: a thread read the clock, was preempted before its sweep,
+// A thread read the clock, was preempted before its sweep,
 // and the sweep then evicted a key that had passed meanwhile in a newer
 // bucket; the key passed again: 2 passes in one bucket under a limit of 1.
 #[test]
@@ -166,7 +165,7 @@ fn a_sweep_with_a_stale_clock_reading_keeps_a_key_that_passed_since() {
     assert_eq!((a.pass, a.block), (1, 1), "{}", at(&clock));
 }
 
-// Issue 8 item 2: `keys()` cloned every key under the shard locks, and a
+// `keys()` cloned every key under the shard locks, and a
 // request for a new key waited behind it.
 #[test]
 fn a_slow_read_of_the_keys_does_not_block_requests_for_new_keys() {
@@ -217,7 +216,7 @@ fn a_slow_read_of_the_keys_does_not_block_requests_for_new_keys() {
     assert!(keys >= 65, "the read saw the table ({keys} keys)");
 }
 
-// Issue 8 item 2: `total()` cloned every key.
+// `total()` cloned every key.
 #[test]
 fn total_clones_no_key() {
     let clock = clock();
@@ -237,7 +236,7 @@ fn total_clones_no_key() {
     assert_eq!(total.limit, 500);
 }
 
-// Issue 8 item 6: a clock stepped back 1 h on a full key refused every
+// A clock stepped back 1 h on a full key refused every
 // request for 3601 s while answering `Retry-After: 1`, and the snapshot
 // showed no blocks.
 #[test]
@@ -285,7 +284,7 @@ fn a_clock_stepped_back_gets_an_honest_retry_after_and_counted_blocks() {
     assert_eq!(send(&svc, "").status, StatusCode::OK, "{}", at(&clock));
 }
 
-// Issue 8 item 6: one reading 10 years ahead set the last sweep there, and
+// One reading 10 years ahead set the last sweep there, and
 // no sweep ran again until real time caught up.
 #[test]
 fn sweeps_resume_after_a_reading_far_ahead() {
@@ -321,7 +320,7 @@ fn sweeps_resume_after_a_reading_far_ahead() {
     assert!(stats.snapshot("d").is_none(), "{}", at(&clock));
 }
 
-// Issue 8 item 10: keys that find no room share the overflow entry; its
+// Keys that find no room share the overflow entry; its
 // limit is now a setting.
 #[test]
 fn overflow_limit_sets_the_limit_keys_without_room_share() {
