@@ -330,7 +330,10 @@ fn a_watcher_that_cannot_start_says_why_and_leaves_nothing_running() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let stats = layer();
-    let before = watcher_threads();
+    // Threads of the watchers of earlier tests (these tests run one at a
+    // time) may still be ending: start from none.
+    threads_become(0, "the threads of earlier watchers gone");
+    let before = 0;
 
     let missing = dir.path().join("missing.toml");
     let err = stats.watch_rules(&missing).unwrap_err();
@@ -390,7 +393,10 @@ fn a_dropped_watcher_stops_its_threads_and_applies_nothing_more() {
     let path = dir.path().join("rules.toml");
     write(&path, "[limits]\n\"/a\" = 3\n");
     let stats = layer();
-    let before = watcher_threads();
+    // Threads of the watchers of earlier tests (these tests run one at a
+    // time) may still be ending: start from none.
+    threads_become(0, "the threads of earlier watchers gone");
+    let before = 0;
     let watcher = stats.watch_rules(&path).unwrap();
     if cfg!(target_os = "linux") {
         // A thread names itself once it runs.
