@@ -361,10 +361,15 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
     /// takes an empty slot there, or evicts an idle key there (one with no
     /// pass left in its window, the bucket `strict` counts included: an
     /// evicted client never comes back with a fresh allowance), looking at
-    /// those 32 slots only (twice at most), never at the rest of the table. With neither, it shares
-    /// the overflow entry, as in a full table: limited by
-    /// [`overflow_limit`](Self::overflow_limit) and named `"overflow"` in
-    /// its RateLimit fields. Keys with their own limit (a
+    /// those 32 slots only (twice at most), never at the rest of the
+    /// table. With neither, it shares the overflow entry, as in a full
+    /// table: limited by [`overflow_limit`](Self::overflow_limit) and named
+    /// `"overflow"` in its RateLimit fields. Because a key looks at two
+    /// groups only, a table filled to exactly `max_keys` busy keys can send
+    /// a few of them there although other groups have room: 6 to 9 in a
+    /// million, measured (`cargo run --release -p perf --bin load --
+    /// memory`); give `max_keys` some headroom over the clients you expect
+    /// at once. Keys with their own limit (a
     /// [`rule`](Self::rule), [`StatsHandle::set_limit`]) live apart, are
     /// never evicted or overflowed, and do not count against `max_keys`.
     ///
