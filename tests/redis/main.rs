@@ -2,6 +2,8 @@
 //!
 //! One binary for the area (as tower groups its tests), one module per surface.
 
+#[path = "../support/redis_replica.rs"]
+mod redis_replica;
 #[path = "../support/redis_server.rs"]
 mod redis_server;
 

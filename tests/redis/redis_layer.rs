@@ -5,6 +5,7 @@
 
 #![cfg(feature = "redis")]
 
+use crate::redis_replica::{burst, in_turn, send, Replica};
 use crate::redis_server;
 
 use std::time::{Duration, Instant};
@@ -19,14 +20,7 @@ use tower::ServiceExt;
 use tower_sliding_window::clock::{Clock, ManualClock};
 use tower_sliding_window::response::Rejection;
 use tower_sliding_window::store::{RedisStore, StoreErrorKind, StoreFailure, StoreMode};
-use tower_sliding_window::{PathKey, SlidingWindowLayer, StatsHandle};
-
-/// One replica: a router behind its own layer and its own store
-/// (connection), and the layer's handle.
-struct Replica {
-    app: Router,
-    stats: StatsHandle<String>,
-}
+use tower_sliding_window::{PathKey, SlidingWindowLayer};
 
 async fn replica(
     server: &RedisServer,
@@ -57,41 +51,7 @@ fn with_store(
         .clock(clock.clone())
         .store(store)
         .on_store_error(policy);
-    let stats = layer.handle();
-    let app = Router::new()
-        .route("/{*path}", get(|| async { "ok" }))
-        .layer(layer);
-    Replica { app, stats }
-}
-
-async fn send(app: &Router, path: &str) -> StatusCode {
-    let request = Request::get(path).body(Body::empty()).expect("request");
-    app.clone()
-        .oneshot(request)
-        .await
-        .expect("infallible")
-        .status()
-}
-
-/// Sends `per_replica` concurrent requests for `path` to each replica;
-/// returns how many were answered 200, and panics on anything but 200/429.
-async fn burst(replicas: &[Replica], path: &str, per_replica: usize) -> u64 {
-    let mut tasks = Vec::new();
-    for replica in replicas {
-        for _ in 0..per_replica {
-            let (app, path) = (replica.app.clone(), path.to_owned());
-            tasks.push(tokio::spawn(async move { send(&app, &path).await }));
-        }
-    }
-    let mut ok = 0;
-    for task in tasks {
-        match task.await.expect("no panic") {
-            StatusCode::OK => ok += 1,
-            StatusCode::TOO_MANY_REQUESTS => {}
-            other => panic!("unexpected status {other}"),
-        }
-    }
-    ok
+    Replica::new(layer)
 }
 
 #[ignore = "needs redis-server"]
@@ -700,20 +660,6 @@ async fn refusals_decided_in_redis_count_in_top_blocked() {
     assert_eq!(b.stats.top_blocked(5), [("/api".to_owned(), 2)]);
 }
 
-/// `count` requests for `path`, one after another; how many were answered
-/// 200 (anything but 200/429 panics).
-async fn in_turn(app: &Router, path: &str, count: usize) -> u64 {
-    let mut ok = 0;
-    for _ in 0..count {
-        match send(app, path).await {
-            StatusCode::OK => ok += 1,
-            StatusCode::TOO_MANY_REQUESTS => {}
-            other => panic!("unexpected status {other}"),
-        }
-    }
-    ok
-}
-
 /// One replica on a window of a minute (so that a restart of Redis fits in
 /// it whatever the clock's steps) with a 1 ms probe interval.
 async fn minute_replica(server: &RedisServer, clock: &ManualClock, limit: u64) -> Replica {
@@ -729,11 +675,7 @@ async fn minute_replica(server: &RedisServer, clock: &ManualClock, limit: u64) -
         .clock(clock.clone())
         .store(store)
         .on_store_error(StoreFailure::Local);
-    let stats = layer.handle();
-    let app = Router::new()
-        .route("/{*path}", get(|| async { "ok" }))
-        .layer(layer);
-    Replica { app, stats }
+    Replica::new(layer)
 }
 
 /// Redis forgets a key's passes mid-window (FLUSHALL, or a restart without

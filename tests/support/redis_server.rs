@@ -95,6 +95,34 @@ impl RedisServer {
         }
     }
 
+    /// Stops the server for a while without closing anything (SIGSTOP):
+    /// its connections stay open and it answers nothing until
+    /// [`resume`](Self::resume).
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Lets a [`pause`](Self::pause)d server run again (SIGCONT): it
+    /// answers what it was sent meanwhile.
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, signal: &str) {
+        let child = self.child.as_ref().expect("a running server");
+        let status = Command::new("kill")
+            .arg(signal)
+            .arg(child.id().to_string())
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill {signal} {}: {status}", child.id());
+    }
+
+    /// Whether the server runs (it was not killed).
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
     /// Starts the server again on the same port, with empty memory.
     pub fn restart(&mut self) {
         self.kill();
@@ -170,8 +198,8 @@ fn unique() -> u64 {
 
 /// A Redis Cluster of throwaway servers: each a [`RedisServer`] with
 /// cluster mode on (its `nodes.conf` in its own temporary directory), the
-/// slots spread over all of them as primaries with no replicas, by
-/// `redis-cli --cluster create`. Stopped with its servers on drop.
+/// slots spread over the primaries, each with its replicas if asked for,
+/// by `redis-cli --cluster create`. Stopped with its servers on drop.
 ///
 /// It runs Redis's `redis-server` and `redis-cli` (Debian packages
 /// `redis-server` and `redis-tools`); Valkey is not used, Debian 12 has no
@@ -181,27 +209,40 @@ pub struct RedisCluster {
 }
 
 impl RedisCluster {
-    /// Starts `primaries` servers (at least 3, as Redis requires), makes
-    /// them one cluster and waits until every node reports
-    /// `cluster_state:ok`.
+    /// Starts `primaries` servers (at least 3, as Redis requires) with no
+    /// replicas, and a node timeout of 1 s; see [`start_with`](Self::start_with).
     ///
     /// # Panics
     ///
     /// When no cluster can be made here.
     pub fn start(primaries: usize) -> RedisCluster {
+        RedisCluster::start_with(primaries, 0, 1000)
+    }
+
+    /// Starts `primaries` servers, each with `replicas` replicas, makes
+    /// them one cluster, and waits until every node reports
+    /// `cluster_state:ok` and every replica has synced. A node that does
+    /// not answer its peers for `node_timeout_ms` is failed: its replica
+    /// takes over, or (with none) the cluster stops serving until it is
+    /// back.
+    ///
+    /// # Panics
+    ///
+    /// When no cluster can be made here.
+    pub fn start_with(primaries: usize, replicas: usize, node_timeout_ms: u64) -> RedisCluster {
         if let Err(err) = Command::new("redis-cli").arg("--version").output() {
             unavailable(&format!("cannot run redis-cli: {err}"));
         }
+        let node_timeout = node_timeout_ms.to_string();
         let settings = [
             "--cluster-enabled",
             "yes",
             "--cluster-config-file",
             "nodes.conf",
-            // A dead primary is known to the others within a second.
             "--cluster-node-timeout",
-            "1000",
+            &node_timeout,
         ];
-        let nodes: Vec<RedisServer> = (0..primaries)
+        let nodes: Vec<RedisServer> = (0..primaries * (1 + replicas))
             .map(|_| RedisServer::start_with(&settings))
             .collect();
         let mut create = Command::new("redis-cli");
@@ -210,7 +251,7 @@ impl RedisCluster {
             create.arg(format!("127.0.0.1:{}", node.port()));
         }
         let created = create
-            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
             .stdin(Stdio::null())
             .output()
             .unwrap_or_else(|err| unavailable(&format!("cannot run redis-cli: {err}")));
@@ -223,7 +264,7 @@ impl RedisCluster {
         }
         let cluster = RedisCluster { nodes };
         let deadline = Instant::now() + Duration::from_secs(30);
-        while !cluster.is_ok() {
+        while !cluster.is_ok() || cluster.synced_replicas() < primaries * replicas {
             if Instant::now() > deadline {
                 unavailable("the cluster never reported cluster_state:ok within 30 s");
             }
@@ -232,16 +273,113 @@ impl RedisCluster {
         cluster
     }
 
+    /// `redis-cli -p <node i's port> args...`: its output, or `None` when
+    /// it fails (a dead node). Not for a paused node: it would wait.
+    pub fn cli(&self, i: usize, args: &[&str]) -> Option<String> {
+        let out = Command::new("redis-cli")
+            .args(["-h", "127.0.0.1", "-p", &self.nodes[i].port().to_string()])
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .ok()?;
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        (out.status.success() && !text.starts_with("Could not connect")).then_some(text)
+    }
+
     /// Whether every running node reports `cluster_state:ok`.
     pub fn is_ok(&self) -> bool {
-        self.nodes.iter().filter(|n| n.child.is_some()).all(|node| {
-            Command::new("redis-cli")
-                .args(["-h", "127.0.0.1", "-p", &node.port().to_string()])
-                .args(["cluster", "info"])
-                .output()
-                .map(|out| String::from_utf8_lossy(&out.stdout).contains("cluster_state:ok"))
-                .unwrap_or(false)
-        })
+        (0..self.nodes.len())
+            .filter(|&i| self.nodes[i].is_running())
+            .all(|i| {
+                self.cli(i, &["cluster", "info"])
+                    .is_some_and(|info| info.contains("cluster_state:ok"))
+            })
+    }
+
+    /// Replicas whose link to their primary is up and in sync.
+    fn synced_replicas(&self) -> usize {
+        (0..self.nodes.len())
+            .filter(|&i| self.nodes[i].is_running())
+            .filter(|&i| {
+                self.cli(i, &["info", "replication"]).is_some_and(|info| {
+                    info.contains("role:slave")
+                        && info.contains("master_link_status:up")
+                        && info.contains("master_sync_in_progress:0")
+                })
+            })
+            .count()
+    }
+
+    /// The nodes that serve slots now (running primaries), by index, as
+    /// node `from` sees the cluster.
+    pub fn primaries(&self) -> Vec<usize> {
+        let from = (0..self.nodes.len())
+            .find(|&i| self.nodes[i].is_running())
+            .expect("a running node");
+        let nodes = self
+            .cli(from, &["cluster", "nodes"])
+            .expect("cluster nodes");
+        let mut primaries: Vec<usize> = nodes
+            .lines()
+            .filter_map(|line| {
+                let fields: Vec<&str> = line.split_whitespace().collect();
+                let flags = fields.get(2)?;
+                // `<id> <ip:port@bus> <flags> <primary> ... <slots>`
+                if !flags.contains("master") || flags.contains("fail") || fields.len() < 9 {
+                    return None;
+                }
+                let port: u16 = fields[1].split(['@', ':']).nth(1)?.parse().ok()?;
+                let i = self.nodes.iter().position(|n| n.port() == port)?;
+                self.nodes[i].is_running().then_some(i)
+            })
+            .collect();
+        primaries.sort_unstable();
+        primaries
+    }
+
+    /// Waits until every write a running primary has taken is on its
+    /// replicas (their offsets equal the primary's).
+    ///
+    /// # Panics
+    ///
+    /// When they have not caught up within 10 s.
+    pub fn wait_replicated(&self) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        for i in self.primaries() {
+            loop {
+                let info = self.cli(i, &["info", "replication"]).expect("info");
+                let field = |name: &str| -> Option<String> {
+                    info.lines()
+                        .find_map(|line| line.trim().strip_prefix(name))
+                        .map(str::to_owned)
+                };
+                let offset = field("master_repl_offset:").expect("an offset");
+                let replicas: Vec<String> = info
+                    .lines()
+                    .filter(|line| line.starts_with("slave"))
+                    .filter_map(|line| {
+                        let at = line.find("offset=")? + "offset=".len();
+                        Some(line[at..].split(',').next()?.to_owned())
+                    })
+                    .collect();
+                if replicas.iter().all(|o| *o == offset) {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "node {i}: replicas {replicas:?} behind offset {offset}"
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+
+    /// The node id of node `i`.
+    pub fn id(&self, i: usize) -> String {
+        self.cli(i, &["cluster", "myid"])
+            .expect("cluster myid")
+            .trim()
+            .to_owned()
     }
 
     /// Moves every slot of node `from`, with its keys, to node `to`
@@ -252,20 +390,12 @@ impl RedisCluster {
     ///
     /// When the move fails.
     pub fn move_all_slots(&self, from: usize, to: usize) {
-        let id = |i: usize| {
-            let out = Command::new("redis-cli")
-                .args(["-h", "127.0.0.1", "-p", &self.nodes[i].port().to_string()])
-                .args(["cluster", "myid"])
-                .output()
-                .expect("redis-cli cluster myid");
-            String::from_utf8_lossy(&out.stdout).trim().to_owned()
-        };
         let out = Command::new("redis-cli")
             .arg("--cluster")
             .arg("reshard")
             .arg(format!("127.0.0.1:{}", self.nodes[from].port()))
-            .args(["--cluster-from", &id(from)])
-            .args(["--cluster-to", &id(to)])
+            .args(["--cluster-from", &self.id(from)])
+            .args(["--cluster-to", &self.id(to)])
             .args(["--cluster-slots", "16384"])
             .arg("--cluster-yes")
             .stdin(Stdio::null())
