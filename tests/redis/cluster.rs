@@ -34,9 +34,21 @@ async fn replica(
     policy: StoreFailure,
     timeout: Duration,
 ) -> Replica {
+    replica_under("tsw:", cluster, clock, policy, timeout).await
+}
+
+/// [`replica`] with its keys under `prefix`.
+async fn replica_under(
+    prefix: &str,
+    cluster: &RedisCluster,
+    clock: &ManualClock,
+    policy: StoreFailure,
+    timeout: Duration,
+) -> Replica {
     let store = RedisStore::connect_cluster(cluster.urls())
         .await
         .expect("connect to the cluster")
+        .prefix(prefix)
         .clock(clock.clone())
         .timeout(timeout)
         .probe_interval(Duration::from_millis(50));
@@ -123,7 +135,8 @@ async fn two_replicas_share_each_keys_limit_on_a_three_primary_cluster() {
         assert_eq!((status.mode, status.failures), (StoreMode::Remote, 0));
     }
 
-    // A primary dies mid-run (no replica takes its slots over): no 5xx,
+    // A primary dies mid-run (no replica takes its slots over, so the
+    // cluster serves none of them until it is back): no 5xx,
     // nobody waits past the timeout, and the failure policy answers.
     cluster.node(2).kill();
     let mut slowest = Duration::ZERO;
@@ -164,6 +177,41 @@ async fn two_replicas_share_each_keys_limit_on_a_three_primary_cluster() {
     assert_eq!(deny_after_failure.1, 0, "Deny admitted after the failure");
     let status = local.stats.store_status().expect("a store");
     assert!(status.failures > 0);
+
+    // The dead primary comes back (same port and node id, from its
+    // nodes.conf; empty memory, no persistence): the cluster serves every
+    // slot again, and the stores go back to Redis at their next probe. Its
+    // keys start again from 0 there (see "a server that forgets"); fresh
+    // keys pass exactly the limit across both replicas.
+    cluster.node(2).restart();
+    let restarted = Instant::now();
+    while !cluster.is_ok() {
+        assert!(
+            restarted.elapsed() < Duration::from_secs(20),
+            "the cluster is not ok 20 s after the restart"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    eprintln!(
+        "restarted primary: cluster_state:ok after {:?}",
+        restarted.elapsed()
+    );
+    // One request each: the probe that finds Redis back (sent alone, so
+    // that the Local replica's window answers nothing of the bursts).
+    clock.advance(Duration::from_millis(50));
+    for replica in [&deny, &local] {
+        timed(&replica.app, "/probe").await;
+        let status = replica.stats.store_status().expect("a store");
+        assert_eq!(status.mode, StoreMode::Remote, "{status:?}");
+    }
+    for key in 0..30 {
+        let path = format!("/back{key}");
+        assert_eq!(burst([&deny, &local], &path, 15).await, LIMIT, "{path}");
+    }
+    for replica in [&deny, &local] {
+        let status = replica.stats.store_status().expect("a store");
+        assert_eq!(status.mode, StoreMode::Remote, "{status:?}");
+    }
 }
 
 /// The names of every key on the running primaries, with the node that
@@ -395,7 +443,7 @@ async fn a_primary_stalled_for_three_seconds_is_answered_by_the_policy_within_th
     let timeout = Duration::from_millis(300);
     let deny_a = replica(&cluster, &clock, StoreFailure::Deny, timeout).await;
     let deny_b = replica(&cluster, &clock, StoreFailure::Deny, timeout).await;
-    let local = replica(&cluster, &clock, StoreFailure::Local, timeout).await;
+    let local = replica_under("local:", &cluster, &clock, StoreFailure::Local, timeout).await;
     let all = [&deny_a, &deny_b, &local];
 
     five_each(&deny_a).await;
@@ -436,8 +484,43 @@ async fn a_primary_stalled_for_three_seconds_is_answered_by_the_policy_within_th
         failures.first, failures.last, run.requests, run.slowest
     );
     run.check(timeout);
+    // Every pass a Deny replica admitted is in Redis. Calls that timed out
+    // while the node stood still ran when it woke: their passes are in
+    // Redis too, though no one was admitted (fewer passes for the rest of
+    // the window, never more).
+    let admitted: u64 = run
+        .passed
+        .iter()
+        .filter(|(path, _)| path.starts_with("/b"))
+        .map(|(_, passed)| passed)
+        .sum();
+    let in_redis = passes_in_redis(&cluster, "tsw:").await - 5 * 30;
+    eprintln!(
+        "stalled primary: {admitted} passes admitted by the Deny replicas, {in_redis} in redis"
+    );
+    assert!(
+        in_redis >= admitted,
+        "{in_redis} in redis, {admitted} admitted"
+    );
     counts_go_on([&deny_a, &deny_b]).await;
     assert!(all_remote(&all));
+}
+
+/// The passes recorded in the buckets of every key under `prefix`.
+async fn passes_in_redis(cluster: &RedisCluster, prefix: &str) -> u64 {
+    let urls = cluster.urls();
+    let mut sum = 0;
+    for (node, name) in names(cluster).await {
+        if !name.starts_with(prefix) || name.ends_with(":limit") {
+            continue;
+        }
+        let mut conn = redis_server::raw(&urls[node]).await;
+        let counts: Vec<u64> = redis::AsyncCommands::hvals(&mut conn, &name)
+            .await
+            .expect("hvals");
+        sum += counts.iter().sum::<u64>();
+    }
+    sum
 }
 
 /// One key's slot moves by hand while requests for it go on: `CLUSTER
