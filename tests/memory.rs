@@ -10,8 +10,6 @@
 //! `cargo test --test memory -- --nocapture` prints the figures quoted in
 //! the docs of `SlidingWindowLayer::max_keys`.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::convert::Infallible;
 use std::mem::size_of;
 
@@ -23,55 +21,13 @@ use tower_sliding_window::key::{MAX_DIGEST_KEY_BYTES, MAX_KEY_BYTES};
 use tower_sliding_window::stat::StatisticNode;
 use tower_sliding_window::{HeaderKey, PathKey, SlidingWindowLayer};
 
-struct Counting;
+#[path = "support/counting_alloc.rs"]
+mod counting_alloc;
 
-thread_local! {
-    static ALLOCATED: Cell<u64> = const { Cell::new(0) };
-    static FREED: Cell<u64> = const { Cell::new(0) };
-}
-
-fn add(cell: &'static std::thread::LocalKey<Cell<u64>>, bytes: usize) {
-    // `try_with`: a thread's locals may be gone while it is torn down.
-    let _ = cell.try_with(|c| c.set(c.get() + bytes as u64));
-}
-
-// SAFETY: every method forwards to `System` with the arguments it was given;
-// counting touches only const-initialised thread-locals without destructors,
-// which never allocate.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        add(&ALLOCATED, layout.size());
-        // SAFETY: the caller upholds `GlobalAlloc::alloc`'s contract.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        add(&ALLOCATED, layout.size());
-        // SAFETY: as for `alloc`.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        add(&FREED, layout.size());
-        add(&ALLOCATED, new_size);
-        // SAFETY: the caller upholds `GlobalAlloc::realloc`'s contract.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        add(&FREED, layout.size());
-        // SAFETY: the caller upholds `GlobalAlloc::dealloc`'s contract.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
+use counting_alloc::{allocated_by, live, Counting};
 
 #[global_allocator]
 static GLOBAL: Counting = Counting;
-
-/// Bytes the current thread holds now, net of what it freed.
-fn live() -> i64 {
-    ALLOCATED.with(Cell::get) as i64 - FREED.with(Cell::get) as i64
-}
 
 /// Default `max_keys`.
 const KEYS: usize = 4096;
@@ -209,13 +165,6 @@ fn long_paths_keep_a_bounded_key() {
     assert!(keys[1].starts_with("/ppp"), "{}", keys[1]);
 }
 
-/// Bytes the current thread allocates while running `f`.
-fn allocated_by(f: impl FnOnce()) -> u64 {
-    let before = ALLOCATED.with(Cell::get);
-    f();
-    ALLOCATED.with(Cell::get) - before
-}
-
 // A request with a huge header value copied the value into
 // its key (and made it three times larger when it was not UTF-8).
 #[test]
@@ -225,7 +174,7 @@ fn a_request_with_a_huge_header_value_copies_only_its_key() {
         let value = HeaderValue::from_bytes(&vec![fill; 400 * 1024]).unwrap();
         send(&mut svc, value.clone());
         let request = Request::get("/").header("x-key", value).body(()).unwrap();
-        let bytes = allocated_by(|| drop(svc.call(request)));
+        let bytes = allocated_by(|| drop(svc.call(request))).1.bytes;
         println!("a request with a 400 KiB {name} header value allocates {bytes} bytes");
         assert!(bytes < 1024, "{name}: {bytes} bytes");
     }

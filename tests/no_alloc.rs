@@ -11,8 +11,6 @@
 //! `cargo test --test no_alloc -- --nocapture` also prints the memory
 //! figures of a `StatisticNode`.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::hint::black_box;
 use std::mem::size_of;
 use std::time::{Duration, Instant};
@@ -21,71 +19,13 @@ use tower_sliding_window::clock::{Clock, ManualClock, SystemClock};
 use tower_sliding_window::flow::TryPass;
 use tower_sliding_window::stat::{ArrayMetric, MetricBucket, StatisticNode};
 
-/// Counts allocations per thread, then defers to the system allocator.
-struct Counting;
+#[path = "support/counting_alloc.rs"]
+mod counting_alloc;
 
-thread_local! {
-    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
-    static BYTES: Cell<u64> = const { Cell::new(0) };
-}
-
-fn record(bytes: usize) {
-    // `try_with`: allocations can happen while a thread's locals are being
-    // torn down, when they can no longer be counted (nor matter here).
-    let _ = ALLOCATIONS.try_with(|n| n.set(n.get() + 1));
-    let _ = BYTES.try_with(|b| b.set(b.get() + bytes as u64));
-}
-
-// SAFETY: every method forwards to `System` with the arguments it was given;
-// counting touches only const-initialised thread-locals without destructors,
-// which never allocate.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        record(layout.size());
-        // SAFETY: the caller upholds `GlobalAlloc::alloc`'s contract.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        record(layout.size());
-        // SAFETY: as for `alloc`.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        record(new_size);
-        // SAFETY: the caller upholds `GlobalAlloc::realloc`'s contract.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: the caller upholds `GlobalAlloc::dealloc`'s contract.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
+use counting_alloc::{allocated_by, Allocated, Counting, NOTHING};
 
 #[global_allocator]
 static GLOBAL: Counting = Counting;
-
-/// What the current thread allocated while running `f`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Allocated {
-    count: u64,
-    bytes: u64,
-}
-
-fn allocated_by<R>(f: impl FnOnce() -> R) -> (R, Allocated) {
-    let count = ALLOCATIONS.with(Cell::get);
-    let bytes = BYTES.with(Cell::get);
-    let result = f();
-    let allocated = Allocated {
-        count: ALLOCATIONS.with(Cell::get) - count,
-        bytes: BYTES.with(Cell::get) - bytes,
-    };
-    (result, allocated)
-}
-
-const NOTHING: Allocated = Allocated { count: 0, bytes: 0 };
 
 /// Every recording, admission and scalar read of an `ArrayMetric`.
 fn exercise_metric(m: &ArrayMetric, limit: u64) {
@@ -311,9 +251,15 @@ fn memory_per_statistic_node() {
 }
 
 /// Allocations of one request through `app` (built beforehand), on a
-/// current-thread runtime, so every allocation lands on this thread.
+/// current-thread runtime, so every allocation lands on this thread; the
+/// response must have `status`.
 #[cfg(feature = "axum")]
-fn request_allocations(app: &axum::Router, rt: &tokio::runtime::Runtime, uri: &str) -> Allocated {
+fn request_allocations(
+    app: &axum::Router,
+    rt: &tokio::runtime::Runtime,
+    uri: &str,
+    status: http::StatusCode,
+) -> Allocated {
     use tower::ServiceExt;
     let request = http::Request::get(uri)
         .body(axum::body::Body::empty())
@@ -321,7 +267,7 @@ fn request_allocations(app: &axum::Router, rt: &tokio::runtime::Runtime, uri: &s
     let app = app.clone();
     let (response, allocated) = allocated_by(|| rt.block_on(app.oneshot(request)));
     let response = response.expect("infallible");
-    assert_eq!(response.status(), http::StatusCode::OK);
+    assert_eq!(response.status(), status);
     allocated
 }
 
@@ -350,12 +296,12 @@ fn matched_path_key_allocates_nothing_for_a_key_it_has_seen() {
     );
     // Warm up: the first request for a key creates its entry.
     for app in [&global, &matched, &by_closure] {
-        request_allocations(app, &rt, "/users/1");
+        request_allocations(app, &rt, "/users/1", http::StatusCode::OK);
     }
 
-    let baseline = request_allocations(&global, &rt, "/users/2");
-    let keyed = request_allocations(&matched, &rt, "/users/3");
-    let owned_key = request_allocations(&by_closure, &rt, "/users/1");
+    let baseline = request_allocations(&global, &rt, "/users/2", http::StatusCode::OK);
+    let keyed = request_allocations(&matched, &rt, "/users/3", http::StatusCode::OK);
+    let owned_key = request_allocations(&by_closure, &rt, "/users/1", http::StatusCode::OK);
     println!("allocations per request: global key {baseline:?}, MatchedPathKey {keyed:?}, closure {owned_key:?}");
     assert_eq!(
         keyed.count, baseline.count,
@@ -409,20 +355,6 @@ fn ip_keys_of_ipv6_clients_allocate_nothing() {
     );
 }
 
-/// Allocations of one request through `app` that the layer refuses.
-#[cfg(feature = "axum")]
-fn refusal_allocations(app: &axum::Router, rt: &tokio::runtime::Runtime, uri: &str) -> Allocated {
-    use tower::ServiceExt;
-    let request = http::Request::get(uri)
-        .body(axum::body::Body::empty())
-        .expect("valid request");
-    let app = app.clone();
-    let (response, allocated) = allocated_by(|| rt.block_on(app.oneshot(request)));
-    let response = response.expect("infallible");
-    assert_eq!(response.status(), http::StatusCode::TOO_MANY_REQUESTS);
-    allocated
-}
-
 /// A refusal records its key for `StatsHandle::top_blocked`: for a key
 /// that already holds a counter, looked up by its borrowed form, that
 /// allocates nothing beyond what the refusal of the one global key (which
@@ -446,11 +378,26 @@ fn recording_a_refused_known_key_allocates_nothing() {
     // Warm up: the first refusal of a key creates its entry and its
     // counter (and the summary's storage).
     for app in [&global, &matched, &by_closure] {
-        refusal_allocations(app, &rt, "/users/1");
+        request_allocations(app, &rt, "/users/1", http::StatusCode::TOO_MANY_REQUESTS);
     }
-    let baseline = refusal_allocations(&global, &rt, "/users/2");
-    let keyed = refusal_allocations(&matched, &rt, "/users/3");
-    let owned_key = refusal_allocations(&by_closure, &rt, "/users/1");
+    let baseline = request_allocations(
+        &global,
+        &rt,
+        "/users/2",
+        http::StatusCode::TOO_MANY_REQUESTS,
+    );
+    let keyed = request_allocations(
+        &matched,
+        &rt,
+        "/users/3",
+        http::StatusCode::TOO_MANY_REQUESTS,
+    );
+    let owned_key = request_allocations(
+        &by_closure,
+        &rt,
+        "/users/1",
+        http::StatusCode::TOO_MANY_REQUESTS,
+    );
     println!("allocations per refusal: global key {baseline:?}, MatchedPathKey {keyed:?}, closure {owned_key:?}");
     assert_eq!(
         keyed.count, baseline.count,
