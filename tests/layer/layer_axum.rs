@@ -12,7 +12,7 @@ use http::StatusCode;
 use tower_sliding_window::clock::ManualClock;
 use tower_sliding_window::{PathKey, SlidingWindowLayer};
 
-use support::{at, clock, ms, ok_then_429, req, req_with, send, statuses};
+use support::{assert_statuses, at, clock, ms, ok_then_429, req, req_with, send, statuses};
 
 async fn hello() -> &'static str {
     "hello"
@@ -97,12 +97,7 @@ async fn blocked_requests_never_reach_the_handler() {
         )
         .layer(SlidingWindowLayer::qps(3).clock(clock.clone()));
 
-    assert_eq!(
-        statuses(&app, "/", 10).await,
-        ok_then_429(3, 7),
-        "{}",
-        at(&clock)
-    );
+    assert_statuses!(&app, "/", 3, 7, &clock);
     assert_eq!(calls.load(Ordering::SeqCst), 3, "{}", at(&clock));
 }
 
@@ -186,21 +181,11 @@ async fn the_window_slides_bucket_by_bucket() {
     // 3 passes in the bucket at 10 000, 2 in the bucket at 10 500.
     assert_eq!(statuses(&app, "/", 3).await, ok_then_429(3, 0));
     clock.set(10_500);
-    assert_eq!(
-        statuses(&app, "/", 3).await,
-        ok_then_429(2, 1),
-        "{}",
-        at(&clock)
-    );
+    assert_statuses!(&app, "/", 2, 1, &clock);
 
     // One millisecond before the first bucket leaves: still full.
     clock.set(10_999);
-    assert_eq!(
-        statuses(&app, "/", 1).await,
-        ok_then_429(0, 1),
-        "{}",
-        at(&clock)
-    );
+    assert_statuses!(&app, "/", 0, 1, &clock);
     let answer = send(&app, req("/")).await;
     assert_eq!(answer.retry_after(), 1, "{}", at(&clock));
     assert_eq!(answer.header("ratelimit"), r#""default";r=0;t=1"#);
@@ -208,30 +193,15 @@ async fn the_window_slides_bucket_by_bucket() {
     // The first bucket left: exactly its 3 passes are free again, not 5 (a
     // fixed window would reset to 5 here).
     clock.set(11_000);
-    assert_eq!(
-        statuses(&app, "/", 4).await,
-        ok_then_429(3, 1),
-        "{}",
-        at(&clock)
-    );
+    assert_statuses!(&app, "/", 3, 1, &clock);
 
     // The bucket at 10 500 leaves at 11 500.
     clock.set(11_500);
-    assert_eq!(
-        statuses(&app, "/", 3).await,
-        ok_then_429(2, 1),
-        "{}",
-        at(&clock)
-    );
+    assert_statuses!(&app, "/", 2, 1, &clock);
 
     // A whole window later everything is free.
     clock.set(13_000);
-    assert_eq!(
-        statuses(&app, "/", 6).await,
-        ok_then_429(5, 1),
-        "{}",
-        at(&clock)
-    );
+    assert_statuses!(&app, "/", 5, 1, &clock);
 }
 
 #[tokio::test]
@@ -241,25 +211,10 @@ async fn keys_are_independent() {
     let stats = layer.handle();
     let app = app(layer);
 
-    assert_eq!(
-        statuses(&app, "/a", 4).await,
-        ok_then_429(2, 2),
-        "{}",
-        at(&clock)
-    );
-    assert_eq!(
-        statuses(&app, "/b", 3).await,
-        ok_then_429(2, 1),
-        "{}",
-        at(&clock)
-    );
+    assert_statuses!(&app, "/a", 2, 2, &clock);
+    assert_statuses!(&app, "/b", 2, 1, &clock);
     // The query is not part of the path key.
-    assert_eq!(
-        statuses(&app, "/a?page=2", 1).await,
-        ok_then_429(0, 1),
-        "{}",
-        at(&clock)
-    );
+    assert_statuses!(&app, "/a?page=2", 0, 1, &clock);
 
     let a = stats.snapshot("/a").expect("key /a");
     let b = stats.snapshot("/b").expect("key /b");
@@ -283,18 +238,8 @@ async fn a_rule_overrides_the_default_limit_for_its_key() {
     let stats = layer.handle();
     let app = app(layer);
 
-    assert_eq!(
-        statuses(&app, "/login", 3).await,
-        ok_then_429(1, 2),
-        "{}",
-        at(&clock)
-    );
-    assert_eq!(
-        statuses(&app, "/a", 5).await,
-        ok_then_429(4, 1),
-        "{}",
-        at(&clock)
-    );
+    assert_statuses!(&app, "/login", 1, 2, &clock);
+    assert_statuses!(&app, "/a", 4, 1, &clock);
     assert_eq!(stats.snapshot("/login").map(|s| s.limit), Some(1));
     assert_eq!(stats.snapshot("/a").map(|s| s.limit), Some(4));
 
@@ -341,29 +286,14 @@ async fn set_limit_applies_on_the_next_request_without_a_burst() {
 
     // Raised to 8: two more, not eight more.
     stats.set_limit("/a", 8);
-    assert_eq!(
-        statuses(&app, "/a", 4).await,
-        ok_then_429(2, 2),
-        "{}",
-        at(&clock)
-    );
+    assert_statuses!(&app, "/a", 2, 2, &clock);
 
     // Other keys keep the default.
-    assert_eq!(
-        statuses(&app, "/b", 11).await,
-        ok_then_429(10, 1),
-        "{}",
-        at(&clock)
-    );
+    assert_statuses!(&app, "/b", 10, 1, &clock);
 
     // After the window slides the new limit holds on its own.
     clock.set(11_000);
-    assert_eq!(
-        statuses(&app, "/a", 9).await,
-        ok_then_429(8, 1),
-        "{}",
-        at(&clock)
-    );
+    assert_statuses!(&app, "/a", 8, 1, &clock);
 }
 
 #[tokio::test]
@@ -375,12 +305,7 @@ async fn set_limit_on_the_global_key() {
 
     assert_eq!(statuses(&app, "/", 1).await, ok_then_429(1, 0));
     stats.set_limit((), 3);
-    assert_eq!(
-        statuses(&app, "/", 4).await,
-        ok_then_429(2, 2),
-        "{}",
-        at(&clock)
-    );
+    assert_statuses!(&app, "/", 2, 2, &clock);
     assert_eq!(stats.snapshot(&()).map(|s| s.limit), Some(3));
 }
 
@@ -392,12 +317,7 @@ async fn set_limit_on_the_global_key_before_any_request() {
     stats.set_limit((), 2);
     let app = app(layer);
 
-    assert_eq!(
-        statuses(&app, "/", 3).await,
-        ok_then_429(2, 1),
-        "{}",
-        at(&clock)
-    );
+    assert_statuses!(&app, "/", 2, 1, &clock);
     assert_eq!(stats.snapshot(&()).map(|s| s.limit), Some(2));
 }
 
@@ -412,12 +332,7 @@ async fn set_limit_applies_to_a_key_not_seen_yet() {
 
     stats.set_limit("/b", 2);
     assert!(stats.snapshot("/b").is_none(), "no entry before a request");
-    assert_eq!(
-        statuses(&app, "/b", 3).await,
-        ok_then_429(2, 1),
-        "{}",
-        at(&clock)
-    );
+    assert_statuses!(&app, "/b", 2, 1, &clock);
     assert_eq!(stats.snapshot("/b").map(|s| s.limit), Some(2));
 }
 
@@ -439,19 +354,9 @@ async fn limits_survive_eviction_of_the_key() {
     // Past the minute window every key is idle. A new key finds the table
     // full (max_keys 1) and sweeps the idle ones out.
     clock.advance(Duration::from_secs(61));
-    assert_eq!(
-        statuses(&app, "/a", 1).await,
-        ok_then_429(1, 0),
-        "{}",
-        at(&clock)
-    );
+    assert_statuses!(&app, "/a", 1, 0, &clock);
     clock.advance(ms(100));
-    assert_eq!(
-        statuses(&app, "/", 1).await,
-        ok_then_429(1, 0),
-        "{}",
-        at(&clock)
-    );
+    assert_statuses!(&app, "/", 1, 0, &clock);
     assert!(
         stats.snapshot("/login").is_none() && stats.snapshot("/b").is_none(),
         "idle keys evicted {}, keys left: {:?}",
@@ -460,18 +365,8 @@ async fn limits_survive_eviction_of_the_key() {
     );
 
     // Back again: their own limits still apply.
-    assert_eq!(
-        statuses(&app, "/login", 2).await,
-        ok_then_429(1, 1),
-        "{}",
-        at(&clock)
-    );
-    assert_eq!(
-        statuses(&app, "/b", 3).await,
-        ok_then_429(2, 1),
-        "{}",
-        at(&clock)
-    );
+    assert_statuses!(&app, "/login", 1, 1, &clock);
+    assert_statuses!(&app, "/b", 2, 1, &clock);
     assert_eq!(stats.snapshot("/login").map(|s| s.limit), Some(1));
     assert_eq!(stats.snapshot("/b").map(|s| s.limit), Some(2));
 }
@@ -483,12 +378,7 @@ async fn route_layer_does_not_turn_a_404_into_a_429() {
     let stats = layer.handle();
     let app = Router::new().route("/", get(hello)).route_layer(layer);
 
-    assert_eq!(
-        statuses(&app, "/", 2).await,
-        ok_then_429(1, 1),
-        "{}",
-        at(&clock)
-    );
+    assert_statuses!(&app, "/", 1, 1, &clock);
     for _ in 0..3 {
         let answer = send(&app, req("/missing")).await;
         assert_eq!(answer.status, StatusCode::NOT_FOUND, "{}", at(&clock));
@@ -593,18 +483,8 @@ async fn set_limit_zero_blocks_one_key() {
     );
     assert_eq!(answer.retry_after(), 1, "{}", at(&clock));
     clock.advance(Duration::from_secs(5));
-    assert_eq!(
-        statuses(&app, "/a", 2).await,
-        ok_then_429(0, 2),
-        "{}",
-        at(&clock)
-    );
-    assert_eq!(
-        statuses(&app, "/b", 1).await,
-        ok_then_429(1, 0),
-        "{}",
-        at(&clock)
-    );
+    assert_statuses!(&app, "/a", 0, 2, &clock);
+    assert_statuses!(&app, "/b", 1, 0, &clock);
 }
 
 #[tokio::test]
@@ -662,12 +542,7 @@ async fn set_limit_gives_an_overflowed_key_its_own_entry() {
     assert_eq!(stats.overflow().pass, 1);
 
     stats.set_limit("/b", 2);
-    assert_eq!(
-        statuses(&app, "/b", 3).await,
-        ok_then_429(2, 1),
-        "{}",
-        at(&clock)
-    );
+    assert_statuses!(&app, "/b", 2, 1, &clock);
     assert_eq!(
         stats.snapshot("/b").map(|s| (s.pass, s.limit)),
         Some((2, 2))
@@ -699,11 +574,6 @@ async fn a_flood_of_other_keys_does_not_dilute_a_rule() {
         "4 keys and the overflow entry: {:?}",
         stats.keys()
     );
-    assert_eq!(
-        statuses(&app, "/login", 3).await,
-        ok_then_429(2, 1),
-        "{}",
-        at(&clock)
-    );
+    assert_statuses!(&app, "/login", 2, 1, &clock);
     assert_eq!(stats.snapshot("/login").map(|s| s.limit), Some(2));
 }

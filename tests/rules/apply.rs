@@ -11,7 +11,7 @@ use tower_sliding_window::{
 };
 
 use crate::app;
-use crate::support::{at, clock, ok_then_429, req, send, statuses};
+use crate::support::{assert_statuses, at, clock, ok_then_429, req, send, statuses};
 
 /// `(pass, limit)` of every key with an entry, sorted, and the overflow
 /// entry's limit: what a rejected document must leave as it was.
@@ -100,12 +100,7 @@ async fn every_invalid_document_names_its_rule_and_field_and_changes_nothing() {
         // And requests see the old limits: /a is full at 2, /b has 3 left.
         assert_eq!(statuses(&app, "/a", 1).await, ok_then_429(0, 1), "case {i}");
     }
-    assert_eq!(
-        statuses(&app, "/b", 4).await,
-        ok_then_429(3, 1),
-        "{}",
-        at(&clock)
-    );
+    assert_statuses!(&app, "/b", 3, 1, &clock);
 
     // A good document clears the error.
     assert_eq!(stats.apply_rules(&Rules::new()), Ok(2));
@@ -187,18 +182,8 @@ async fn applying_keeps_every_window_no_burst() {
     stats
         .apply_rules(&Rules::new().default_limit(5).limit("/a", 3))
         .unwrap();
-    assert_eq!(
-        statuses(&app, "/a", 1).await,
-        ok_then_429(0, 1),
-        "{}",
-        at(&clock)
-    );
-    assert_eq!(
-        statuses(&app, "/b", 2).await,
-        ok_then_429(1, 1),
-        "{}",
-        at(&clock)
-    );
+    assert_statuses!(&app, "/a", 0, 1, &clock);
+    assert_statuses!(&app, "/b", 1, 1, &clock);
     let answer = send(&app, req("/a")).await;
     assert!(answer.header("ratelimit-policy").ends_with(";q=3;w=1"));
 
@@ -206,34 +191,14 @@ async fn applying_keeps_every_window_no_burst() {
     stats
         .apply_rules(&Rules::new().default_limit(7).limit("/a", 8))
         .unwrap();
-    assert_eq!(
-        statuses(&app, "/a", 4).await,
-        ok_then_429(2, 2),
-        "{}",
-        at(&clock)
-    );
-    assert_eq!(
-        statuses(&app, "/b", 3).await,
-        ok_then_429(2, 1),
-        "{}",
-        at(&clock)
-    );
+    assert_statuses!(&app, "/a", 2, 2, &clock);
+    assert_statuses!(&app, "/b", 2, 1, &clock);
 
     // /a's rule gone and no default: /a and /b are back on the layer's own
     // 10, with their passes (8 and 7) counted.
     stats.apply_rules(&Rules::new()).unwrap();
-    assert_eq!(
-        statuses(&app, "/a", 3).await,
-        ok_then_429(2, 1),
-        "{}",
-        at(&clock)
-    );
-    assert_eq!(
-        statuses(&app, "/b", 4).await,
-        ok_then_429(3, 1),
-        "{}",
-        at(&clock)
-    );
+    assert_statuses!(&app, "/a", 2, 1, &clock);
+    assert_statuses!(&app, "/b", 3, 1, &clock);
     assert_eq!(
         send(&app, req("/a")).await.header("ratelimit-policy"),
         r#""default";q=10;w=1"#
@@ -248,24 +213,9 @@ async fn applying_keeps_every_window_no_burst() {
         .apply_rules(&Rules::new().default_limit(2).limit("/a", 4))
         .unwrap();
     clock.set(11_000);
-    assert_eq!(
-        statuses(&app, "/a", 5).await,
-        ok_then_429(4, 1),
-        "{}",
-        at(&clock)
-    );
-    assert_eq!(
-        statuses(&app, "/b", 3).await,
-        ok_then_429(2, 1),
-        "{}",
-        at(&clock)
-    );
-    assert_eq!(
-        statuses(&app, "/new", 3).await,
-        ok_then_429(2, 1),
-        "{}",
-        at(&clock)
-    );
+    assert_statuses!(&app, "/a", 4, 1, &clock);
+    assert_statuses!(&app, "/b", 2, 1, &clock);
+    assert_statuses!(&app, "/new", 2, 1, &clock);
 }
 
 #[tokio::test]
@@ -317,19 +267,9 @@ async fn the_global_key_takes_the_default_before_and_after_its_first_request() {
     let stats = layer.handle();
     stats.apply_rules(&Rules::new().default_limit(2)).unwrap();
     let app = app(layer);
-    assert_eq!(
-        statuses(&app, "/", 3).await,
-        ok_then_429(2, 1),
-        "{}",
-        at(&clock)
-    );
+    assert_statuses!(&app, "/", 2, 1, &clock);
     stats.apply_rules(&Rules::new().default_limit(4)).unwrap();
-    assert_eq!(
-        statuses(&app, "/", 3).await,
-        ok_then_429(2, 1),
-        "{}",
-        at(&clock)
-    );
+    assert_statuses!(&app, "/", 2, 1, &clock);
     assert_eq!(stats.snapshot(&()).map(|s| s.limit), Some(4));
 }
 

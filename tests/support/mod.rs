@@ -118,6 +118,25 @@ pub fn ok_then_429(n: usize, m: usize) -> Vec<StatusCode> {
     out
 }
 
+/// Asserts that `ok + refused` requests for `uri`, one after another,
+/// are answered `ok` times 200 then `refused` times 429; the message names
+/// the path and the clock's time. A macro, so that a failure points at the
+/// test's line.
+#[allow(unused_macros)]
+macro_rules! assert_statuses {
+    ($app:expr, $uri:expr, $ok:expr, $refused:expr, $clock:expr) => {
+        assert_eq!(
+            $crate::support::statuses($app, $uri, $ok + $refused).await,
+            $crate::support::ok_then_429($ok, $refused),
+            "{} {}",
+            $uri,
+            $crate::support::at($clock)
+        )
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use assert_statuses;
+
 /// The clock's time, for assertion messages.
 pub fn at(clock: &ManualClock) -> String {
     format!("at t={} ms", clock.now_millis())
