@@ -33,7 +33,7 @@ use http::{Request, StatusCode};
 use tower_sliding_window::{PeerIpKey, SlidingWindowLayer};
 
 use crate::direct::{self, Answer, Driven, GovernorKeyed};
-use crate::layer::paired::{load_average, ratios, Quartiles};
+use crate::report::{print_ratio, print_rows, rows};
 
 /// Keys of the large tables.
 const KEYS: u64 = 1_000_000;
@@ -238,45 +238,22 @@ impl Rounds {
         if self.ns.is_empty() {
             return;
         }
-        println!();
-        println!(
+        let rows = rows(
+            Contender::ALL.iter().map(|c| c.id()),
+            |i| self.column(i),
+            |i| self.beyond_floor(i),
+        );
+        let heading = format!(
             "keyed_admission: {} rounds of {BATCH} requests per contender, rotated order, \
              random keys",
             self.ns.len()
         );
-        if let Some(load) = load_average() {
-            println!("load average (1, 5, 15 min): {load}");
-        }
-        println!(
-            "{:<18} {:>11} {:>13}  quartiles of beyond",
-            "contender", "ns/request", "beyond floor"
-        );
-        for (i, contender) in Contender::ALL.iter().enumerate() {
-            let own = Quartiles::of(self.column(i));
-            let beyond = Quartiles::of(self.beyond_floor(i));
-            println!(
-                "{:<18} {:>11.1} {:>13.1}  [{:.1}, {:.1}]",
-                contender.id(),
-                own.median,
-                beyond.median,
-                beyond.lower,
-                beyond.upper
-            );
-        }
+        print_rows(&heading, "beyond floor", 18, &rows);
         for (ours, governor) in [
             (Contender::OursCompact1m, Contender::Governor1m),
             (Contender::OursFull100k, Contender::Governor100k),
         ] {
-            let (of_medians, per_round) = ratios(
-                &self.beyond_floor(index(ours)),
-                &self.beyond_floor(index(governor)),
-            );
-            println!(
-                "{} / {} beyond the floor: {of_medians:.2} (ratio of medians), {per_round:.2} \
-                 (median per-round ratio)",
-                ours.id(),
-                governor.id()
-            );
+            print_ratio(&rows[index(ours)], &rows[index(governor)], "the floor");
         }
     }
 }

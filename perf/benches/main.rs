@@ -32,6 +32,7 @@ mod direct;
 mod export;
 mod keyed;
 mod layer;
+mod report;
 
 #[cfg(feature = "dashboard")]
 criterion_group!(dashboard, export::bench);

@@ -37,6 +37,16 @@ async fn replica(
     replica_under("tsw:", cluster, clock, policy, timeout).await
 }
 
+/// Two replicas that refuse while Redis cannot decide
+/// ([`StoreFailure::Deny`]): only what Redis admitted passes, so the two
+/// together pass at most the limit of a key.
+async fn deny_pair(cluster: &RedisCluster, clock: &ManualClock, timeout: Duration) -> [Replica; 2] {
+    [
+        replica(cluster, clock, StoreFailure::Deny, timeout).await,
+        replica(cluster, clock, StoreFailure::Deny, timeout).await,
+    ]
+}
+
 /// [`replica`] with its keys under `prefix`.
 async fn replica_under(
     prefix: &str,
@@ -371,8 +381,7 @@ async fn a_killed_primary_is_answered_by_the_policy_until_its_replica_takes_over
     let mut cluster = RedisCluster::start_with(3, 1, 1000);
     let clock = ManualClock::new(60_000_000);
     let timeout = Duration::from_millis(300);
-    let deny_a = replica(&cluster, &clock, StoreFailure::Deny, timeout).await;
-    let deny_b = replica(&cluster, &clock, StoreFailure::Deny, timeout).await;
+    let [deny_a, deny_b] = deny_pair(&cluster, &clock, timeout).await;
     let local = replica(&cluster, &clock, StoreFailure::Local, timeout).await;
     let all = [&deny_a, &deny_b, &local];
 
@@ -441,8 +450,7 @@ async fn a_primary_stalled_for_three_seconds_is_answered_by_the_policy_within_th
     let mut cluster = RedisCluster::start_with(3, 0, 10_000);
     let clock = ManualClock::new(60_000_000);
     let timeout = Duration::from_millis(300);
-    let deny_a = replica(&cluster, &clock, StoreFailure::Deny, timeout).await;
-    let deny_b = replica(&cluster, &clock, StoreFailure::Deny, timeout).await;
+    let [deny_a, deny_b] = deny_pair(&cluster, &clock, timeout).await;
     let local = replica_under("local:", &cluster, &clock, StoreFailure::Local, timeout).await;
     let all = [&deny_a, &deny_b, &local];
 
@@ -540,8 +548,7 @@ async fn a_slot_moving_mid_run_is_followed_and_never_admits_more_than_the_limit(
     // Long enough for the client's retries on TRYAGAIN: a call that times
     // out could still run later, and this test counts exactly.
     let timeout = Duration::from_secs(2);
-    let deny_a = replica(&cluster, &clock, StoreFailure::Deny, timeout).await;
-    let deny_b = replica(&cluster, &clock, StoreFailure::Deny, timeout).await;
+    let [deny_a, deny_b] = deny_pair(&cluster, &clock, timeout).await;
     let both = [&deny_a, &deny_b];
     let mut run = Run::default();
 
@@ -699,8 +706,7 @@ async fn garbage_in_a_keys_hash_or_limit_on_a_cluster_is_that_keys_alone() {
     let t = 70_000_000;
     let clock = ManualClock::new(t);
     let timeout = Duration::from_secs(2);
-    let deny_a = replica(&cluster, &clock, StoreFailure::Deny, timeout).await;
-    let deny_b = replica(&cluster, &clock, StoreFailure::Deny, timeout).await;
+    let [deny_a, deny_b] = deny_pair(&cluster, &clock, timeout).await;
     let both = [&deny_a, &deny_b];
     let cases = [
         Garbage::Count("-1000"),
@@ -817,8 +823,7 @@ async fn a_flushed_script_and_a_rogue_eval_on_one_primary_leave_the_count_exact(
     let t = 80_000_000;
     let clock = ManualClock::new(t);
     let timeout = Duration::from_secs(2);
-    let deny_a = replica(&cluster, &clock, StoreFailure::Deny, timeout).await;
-    let deny_b = replica(&cluster, &clock, StoreFailure::Deny, timeout).await;
+    let [deny_a, deny_b] = deny_pair(&cluster, &clock, timeout).await;
     let both = [&deny_a, &deny_b];
 
     let (node, name) = first_pass(&cluster, &deny_a, "/rogue").await;

@@ -41,6 +41,7 @@ use axum::Router;
 use criterion::{Criterion, Throughput};
 
 use super::{runtime, serve_one, Contender};
+use crate::report::{print_ratio, print_rows, rows};
 
 /// Requests per contender per round: long enough that the two clock reads
 /// around it cost under a nanosecond per request, short enough (tens of
@@ -113,31 +114,17 @@ impl Rounds {
         if self.ns.is_empty() {
             return;
         }
-        println!();
-        println!(
-            "layer_paired: {} rounds of {BATCH} requests per contender (1 per \
-             huge-header contender), rotated order",
+        let rows = rows(
+            Contender::ALL.iter().map(|c| c.id()),
+            |i| self.column(i),
+            |i| self.beyond_noop(i),
+        );
+        let heading = format!(
+            "layer_paired: {} rounds of {BATCH} requests per contender (1 per huge-header \
+             contender), rotated order",
             self.ns.len()
         );
-        if let Some(load) = load_average() {
-            println!("load average (1, 5, 15 min): {load}");
-        }
-        println!(
-            "{:<24} {:>11} {:>13}  quartiles of beyond",
-            "contender", "ns/request", "beyond no-op"
-        );
-        for (i, contender) in Contender::ALL.iter().enumerate() {
-            let own = Quartiles::of(self.column(i));
-            let beyond = Quartiles::of(self.beyond_noop(i));
-            println!(
-                "{:<24} {:>11.1} {:>13.1}  [{:.1}, {:.1}]",
-                contender.id(),
-                own.median,
-                beyond.median,
-                beyond.lower,
-                beyond.upper
-            );
-        }
+        print_rows(&heading, "beyond no-op", 24, &rows);
         for (ours, governor) in [
             (Contender::OursGlobal, Contender::TowerGovernor),
             (Contender::OursGlobalTrackBody, Contender::TowerGovernor),
@@ -148,16 +135,7 @@ impl Rounds {
             (Contender::OursCompactHeader, Contender::TowerGovernorHeader),
             (Contender::OursCompactPeerIp, Contender::TowerGovernorPeerIp),
         ] {
-            let (of_medians, per_round) = ratios(
-                &self.beyond_noop(index(ours)),
-                &self.beyond_noop(index(governor)),
-            );
-            println!(
-                "{} / {} beyond no-op: {of_medians:.2} (ratio of medians), \
-                 {per_round:.2} (median per-round ratio)",
-                ours.id(),
-                governor.id(),
-            );
+            print_ratio(&rows[index(ours)], &rows[index(governor)], "no-op");
         }
         // What one closed breaker adds to the same layer, round by round.
         let with = self.column(index(Contender::OursGlobalBreaker));

@@ -1,0 +1,65 @@
+//! The table the interleaved benches (`layer_paired`, `keyed_admission`)
+//! print after their rounds.
+
+use crate::layer::paired::{load_average, ratios, Quartiles};
+
+/// One contender's figures, round by round: its ns per request, and what
+/// it cost beyond its baseline in the same round.
+pub(crate) struct Row {
+    pub(crate) id: &'static str,
+    pub(crate) ns: Vec<f64>,
+    pub(crate) beyond: Vec<f64>,
+}
+
+/// The rows of the contenders named `ids`, in order; `ns(i)` and
+/// `beyond(i)` give contender `i`'s columns.
+pub(crate) fn rows(
+    ids: impl IntoIterator<Item = &'static str>,
+    ns: impl Fn(usize) -> Vec<f64>,
+    beyond: impl Fn(usize) -> Vec<f64>,
+) -> Vec<Row> {
+    ids.into_iter()
+        .enumerate()
+        .map(|(i, id)| Row {
+            id,
+            ns: ns(i),
+            beyond: beyond(i),
+        })
+        .collect()
+}
+
+/// Prints, after a blank line, `heading`, the load average (where there is
+/// one) and a row per contender: the median of its ns per request, and the
+/// median and quartiles of what it cost beyond its baseline (the column
+/// `beyond_column`). Contender names are padded to `width`.
+pub(crate) fn print_rows(heading: &str, beyond_column: &str, width: usize, rows: &[Row]) {
+    println!();
+    println!("{heading}");
+    if let Some(load) = load_average() {
+        println!("load average (1, 5, 15 min): {load}");
+    }
+    println!(
+        "{:<width$} {:>11} {:>13}  quartiles of beyond",
+        "contender", "ns/request", beyond_column
+    );
+    for row in rows {
+        let own = Quartiles::of(row.ns.clone());
+        let beyond = Quartiles::of(row.beyond.clone());
+        println!(
+            "{:<width$} {:>11.1} {:>13.1}  [{:.1}, {:.1}]",
+            row.id, own.median, beyond.median, beyond.lower, beyond.upper
+        );
+    }
+}
+
+/// Prints what `ours` cost beyond its baseline (`baseline` names it)
+/// relative to `theirs`: the ratio of the medians, and the median of the
+/// per-round ratios.
+pub(crate) fn print_ratio(ours: &Row, theirs: &Row, baseline: &str) {
+    let (of_medians, per_round) = ratios(&ours.beyond, &theirs.beyond);
+    println!(
+        "{} / {} beyond {baseline}: {of_medians:.2} (ratio of medians), {per_round:.2} \
+         (median per-round ratio)",
+        ours.id, theirs.id
+    );
+}
