@@ -110,11 +110,12 @@ impl RedisServer {
 
     fn signal(&self, signal: &str) {
         let child = self.child.as_ref().expect("a running server");
-        let status = Command::new("kill")
-            .arg(signal)
-            .arg(child.id().to_string())
+        // The shell's own `kill`: no package beyond a shell needed.
+        let status = Command::new("sh")
+            .arg("-c")
+            .arg(format!("kill {signal} {}", child.id()))
             .status()
-            .expect("run kill");
+            .expect("run sh");
         assert!(status.success(), "kill {signal} {}: {status}", child.id());
     }
 
