@@ -558,24 +558,8 @@ async fn a_slot_moving_mid_run_is_followed_and_never_admits_more_than_the_limit(
     for _ in 0..4 {
         run.send(&deny_a, "/moving").await;
     }
-    let to = *cluster
-        .primaries()
-        .iter()
-        .find(|&&i| i != from)
-        .expect("another primary");
-    let slot = cluster
-        .cli(from, &["cluster", "keyslot", &name])
-        .expect("keyslot");
-    let slot = slot.trim();
-    let setslot = |node: usize, args: &[&str]| {
-        let mut command = vec!["cluster", "setslot", slot];
-        command.extend_from_slice(args);
-        let reply = cluster.cli(node, &command).expect("setslot");
-        assert_eq!(reply.trim(), "OK", "{command:?}");
-    };
-    let (from_id, to_id) = (cluster.id(from), cluster.id(to));
-    setslot(to, &["importing", &from_id]);
-    setslot(from, &["migrating", &to_id]);
+    let moving = SlotMove::of(&cluster, from, &name);
+    moving.open();
     // Two requests while the buckets are still on the old node, two once
     // they are on the new one.
     for _ in 0..2 {
@@ -583,40 +567,17 @@ async fn a_slot_moving_mid_run_is_followed_and_never_admits_more_than_the_limit(
     }
     let open = total(&both, |s| s.failures);
     assert!(open > 0, "TRYAGAIN while the slot is migrating");
-    let to_port = cluster.urls()[to]
-        .trim_end_matches('/')
-        .rsplit(':')
-        .next()
-        .map(str::to_owned);
-    let migrated = cluster
-        .cli(
-            from,
-            &[
-                "migrate",
-                "127.0.0.1",
-                &to_port.expect("a port"),
-                "",
-                "0",
-                "5000",
-                "keys",
-                &name,
-            ],
-        )
-        .expect("migrate");
-    assert_eq!(migrated.trim(), "OK");
+    moving.migrate(&[&name]);
     clock.advance(Duration::from_millis(60));
     for _ in 0..2 {
         run.send(&deny_a, "/moving").await;
     }
-    clock.advance(Duration::from_millis(60));
-    for node in cluster.primaries() {
-        setslot(node, &["node", &to_id]);
-    }
+    moving.close();
     let failed_while_open = total(&both, |s| s.failures);
     eprintln!(
-        "slot {slot} moved by hand: {failed_while_open} failed round trips while it was \
-         open, {} passes of 9 asked",
-        run.passed["/moving"]
+        "slot {} moved by hand: {failed_while_open} failed round trips while it was open, \
+         {} passes of 9 asked",
+        moving.slot, run.passed["/moving"]
     );
     // Moved: the stores come back at their next probe, and the count goes
     // on where it was.
@@ -633,7 +594,46 @@ async fn a_slot_moving_mid_run_is_followed_and_never_admits_more_than_the_limit(
         .filter(|(_, n)| *n == name)
         .map(|(i, _)| i)
         .collect();
-    assert_eq!(after, [to], "the key is on its new node");
+    assert_eq!(after, [moving.to], "the key is on its new node");
+
+    // `/limited` has a shared limit in Redis, so both its names exist
+    // wherever its slot is: no TRYAGAIN. While the slot is open the old
+    // node decides; once the names have moved, the new one does, reached
+    // through `ASK`. Every request is decided in Redis.
+    let (from, name) = first_pass(&cluster, &deny_a, "/limited").await;
+    run.passed.insert("/limited".to_owned(), 1);
+    let limit_name = format!("{name}:limit");
+    let mut conn = redis_server::raw(&cluster.urls()[from]).await;
+    let _: () = redis::AsyncCommands::set(&mut conn, &limit_name, LIMIT)
+        .await
+        .expect("set");
+    for _ in 0..4 {
+        run.send(&deny_a, "/limited").await;
+    }
+    let limited = SlotMove::of(&cluster, from, &name);
+    limited.open();
+    for _ in 0..2 {
+        run.send(&deny_b, "/limited").await;
+    }
+    limited.migrate(&[&name, &limit_name]);
+    for _ in 0..2 {
+        run.send(&deny_a, "/limited").await;
+    }
+    assert_eq!(
+        run.passed["/limited"], 9,
+        "decided in Redis while the slot was open"
+    );
+    limited.close();
+    for _ in 0..5 {
+        run.send(&deny_a, "/limited").await;
+        run.send(&deny_b, "/limited").await;
+    }
+    assert_eq!(run.passed["/limited"], LIMIT, "exactly the limit in all");
+    assert_eq!(
+        total(&both, |s| s.failures),
+        failed_while_open,
+        "no failure"
+    );
 
     // A whole primary's slots move while requests go on: 5 passes on each
     // key before, requests during the move, and the rest after.
@@ -689,6 +689,72 @@ enum Garbage {
     LimitWrongType,
     /// A string where the key's buckets should be.
     WrongType,
+}
+
+/// One slot moved by hand from one primary to another, in the steps
+/// `redis-cli --cluster reshard` takes.
+struct SlotMove<'a> {
+    cluster: &'a RedisCluster,
+    slot: String,
+    from: usize,
+    to: usize,
+}
+
+impl SlotMove<'_> {
+    /// The slot of `name`, on node `from`, to go to another primary.
+    fn of<'a>(cluster: &'a RedisCluster, from: usize, name: &str) -> SlotMove<'a> {
+        let to = *cluster
+            .primaries()
+            .iter()
+            .find(|&&i| i != from)
+            .expect("another primary");
+        let slot = cluster
+            .cli(from, &["cluster", "keyslot", name])
+            .expect("keyslot");
+        SlotMove {
+            cluster,
+            slot: slot.trim().to_owned(),
+            from,
+            to,
+        }
+    }
+
+    fn setslot(&self, node: usize, args: &[&str]) {
+        let mut command = vec!["cluster", "setslot", &self.slot];
+        command.extend_from_slice(args);
+        let reply = self.cluster.cli(node, &command).expect("setslot");
+        assert_eq!(reply.trim(), "OK", "{command:?}");
+    }
+
+    /// `IMPORTING` on the new node, then `MIGRATING` on the old one: the
+    /// old node answers `ASK` for the slot's keys it no longer holds.
+    fn open(&self) {
+        self.setslot(self.to, &["importing", &self.cluster.id(self.from)]);
+        self.setslot(self.from, &["migrating", &self.cluster.id(self.to)]);
+    }
+
+    /// `MIGRATE` of `names` to the new node.
+    fn migrate(&self, names: &[&str]) {
+        let url = &self.cluster.urls()[self.to];
+        let port = url
+            .trim_end_matches('/')
+            .rsplit(':')
+            .next()
+            .expect("a port");
+        let mut command = vec!["migrate", "127.0.0.1", port, "", "0", "5000", "keys"];
+        command.extend_from_slice(names);
+        let reply = self.cluster.cli(self.from, &command).expect("migrate");
+        assert_eq!(reply.trim(), "OK", "{command:?}");
+    }
+
+    /// The slot is the new node's, on every primary: the others answer
+    /// `MOVED`.
+    fn close(&self) {
+        let to = self.cluster.id(self.to);
+        for node in self.cluster.primaries() {
+            self.setslot(node, &["node", &to]);
+        }
+    }
 }
 
 /// Garbage or values of the wrong type in a key's hash or its shared
