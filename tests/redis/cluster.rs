@@ -1,8 +1,19 @@
 //! The Redis store on a Redis Cluster (feature `redis-cluster`): three
-//! primaries, each a `redis-server` the test starts on a free loopback
-//! port, made one cluster with `redis-cli --cluster create`.
+//! primaries (with a replica each where a test needs a failover), each a
+//! `redis-server` the test starts on a free loopback port, made one
+//! cluster with `redis-cli --cluster create`.
 //!
-//! `cargo test --all-features --test redis cluster -- --include-ignored`
+//! Beside exact limits across replicas, the hostile cases: a primary
+//! killed (with and without a replica to take over), a primary stalled
+//! (SIGSTOP), a slot moved by hand and by a reshard mid-run, garbage in a
+//! key's counts and limit, and someone else's scripts. In every one: no 5xx,
+//! no request past the timeout (with room for a loaded machine), no key
+//! past its limit, the failure policy answering while Redis cannot decide,
+//! and exact counts once it can again.
+//!
+//! `cargo test --all-features --test redis cluster -- --include-ignored --nocapture`
+//! (`--nocapture` shows what each fault cost: how long the failure policy
+//! answered, the slowest request).
 //!
 //! These tests run Redis's `redis-server` and `redis-cli` (Debian packages
 //! `redis-server`, `redis-tools`). A Valkey cluster speaks the same
