@@ -14,6 +14,12 @@
 //! last ones read. Unrelated files in the directory cost one read of the
 //! rules file each burst, and apply nothing.
 //!
+//! A file written in place is truncated first and filled after: a read in
+//! between sees it empty or cut short, and an empty document is a valid
+//! one that would drop every per-key limit until the next read. So bytes
+//! that changed are read a second time [`STABLE`] later and applied only
+//! if both reads agree; otherwise the next event or tick reads them again.
+//!
 //! Without events (no backend on this system, the watch failed, or
 //! [`force_polling`](RulesWatcherBuilder::force_polling)), the thread reads
 //! the file every [`poll_interval`](RulesWatcherBuilder::poll_interval)
@@ -47,6 +53,10 @@ pub const MAX_RULES_FILE_BYTES: u64 = 1 << 20;
 
 /// How long events must stop before the file is read.
 const SETTLE: Duration = Duration::from_millis(50);
+
+/// The gap between the two reads that must agree before changed bytes
+/// are applied.
+const STABLE: Duration = Duration::from_millis(20);
 
 /// The longest a burst of events delays a read.
 const MAX_SETTLE: Duration = Duration::from_secs(1);
@@ -433,6 +443,14 @@ where
         };
         if self.last.as_deref() == Some(&bytes[..]) {
             return Ok(());
+        }
+        // Changed bytes may be a file caught half written: apply them only
+        // if they read the same again (see the module docs).
+        std::thread::sleep(STABLE);
+        match self.read() {
+            Ok(again) if again == bytes => {}
+            // Still changing, or gone: the next event or tick looks again.
+            _ => return Ok(()),
         }
         let result = self.apply(&bytes);
         self.last = Some(bytes);

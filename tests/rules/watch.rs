@@ -1,8 +1,10 @@
 //! The rules-file watcher: edits in place, renames, deletion, bad content,
 //! huge files, Kubernetes' symlink swap, polling, and stopping.
 
+use std::collections::BTreeSet;
 use std::fs;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -297,6 +299,55 @@ fn polling_sees_changes_without_events() {
     // Unchanged bytes are not applied again.
     std::thread::sleep(Duration::from_millis(50));
     assert_eq!(stats.rules_status().version, 3);
+}
+
+#[test]
+fn a_file_rewritten_in_place_is_never_applied_half_written() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rules.toml");
+    // A long comment before the limit: a read of a file that was just
+    // truncated, or is half written, is a valid document without the
+    // limit, which would put "/a" back to the layer's 10.
+    let padding = format!("# {}\n", "x".repeat(512 * 1024));
+    let document = |limit: u64| format!("{padding}[limits]\n\"/a\" = {limit}\n");
+    write(&path, &document(4));
+    let stats = layer();
+    let _watcher = RulesWatcher::builder(&path)
+        .force_polling()
+        .poll_interval(Duration::from_millis(1))
+        .start(&stats)
+        .unwrap();
+    wait_for(&stats, "the first read", |s| s.version >= 1);
+    assert_eq!(limit_of(&stats, "/a"), 4);
+
+    let done = AtomicBool::new(false);
+    let seen = std::thread::scope(|scope| {
+        let sampler = scope.spawn(|| {
+            let mut seen = BTreeSet::new();
+            while !done.load(Ordering::Relaxed) {
+                seen.insert(limit_of(&stats, "/a"));
+            }
+            seen
+        });
+        // Writers that pause between saves (an editor, a deploy script).
+        for round in 0..60u64 {
+            write(&path, &document(4 + round % 2));
+            std::thread::sleep(Duration::from_millis(30));
+        }
+        done.store(true, Ordering::Relaxed);
+        sampler.join().unwrap()
+    });
+    assert!(
+        seen.is_subset(&BTreeSet::from([4, 5])),
+        "only the limits written were ever in force: {seen:?}"
+    );
+    // The last save (5) is applied once the file stays still.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while limit_of(&stats, "/a") != 5 {
+        assert!(Instant::now() < deadline, "the last save was never applied");
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }
 
 #[test]
