@@ -115,6 +115,7 @@ mod watch;
 use std::collections::BTreeMap;
 use std::fmt;
 
+pub(crate) use error::route_rule_name;
 pub use error::{RulesError, RulesErrorKind};
 pub use key::RuleKey;
 pub use status::RulesStatus;
@@ -167,6 +168,14 @@ pub struct Rules {
         serde(default, skip_serializing_if = "BTreeMap::is_empty")
     )]
     pub limits: BTreeMap<String, u64>,
+    /// Each route's limit for every client separately, the route written
+    /// as text (see [Per-client limits per route](self#per-client-limits-per-route)).
+    /// Only for layers keyed by a pair `(client, route)`.
+    #[cfg_attr(
+        feature = "serde",
+        serde(default, skip_serializing_if = "BTreeMap::is_empty")
+    )]
+    pub routes: BTreeMap<String, u64>,
 }
 
 impl Rules {
@@ -186,6 +195,13 @@ impl Rules {
         self.limits.insert(key.into(), limit);
         self
     }
+
+    /// Sets `route`'s limit, for every client of the route separately (see
+    /// [Per-client limits per route](self#per-client-limits-per-route)).
+    pub fn route_limit(mut self, route: impl Into<String>, limit: u64) -> Self {
+        self.routes.insert(route.into(), limit);
+        self
+    }
 }
 
 impl fmt::Debug for Rules {
@@ -193,6 +209,7 @@ impl fmt::Debug for Rules {
         f.debug_struct("Rules")
             .field("default", &self.default)
             .field("limits", &self.limits)
+            .field("routes", &self.routes)
             .finish()
     }
 }
@@ -234,6 +251,47 @@ pub(crate) fn check<K: RuleKey + Clone + Eq + std::hash::Hash>(
         default: rules.default,
         limits,
     })
+}
+
+/// Checks every route rule of `rules` against a key type, or names the
+/// first that is wrong: the key type must have a route part
+/// ([`RuleKey::route_of_key`]), each route at most
+/// [`MAX_KEY_BYTES`](crate::key::MAX_KEY_BYTES) bytes, each limit at most
+/// [`MAX_LIMIT`].
+pub(crate) fn check_routes<K: RuleKey>(
+    rules: &Rules,
+) -> Result<std::collections::HashMap<String, u64>, RulesError> {
+    let mut routes = std::collections::HashMap::with_capacity(rules.routes.len());
+    for (route, &limit) in &rules.routes {
+        let rule = || error::route_rule_name(route);
+        if K::route_of_key().is_none() {
+            return Err(RulesError::invalid(
+                rule(),
+                "route",
+                "the layer's keys have no route part: route rules need a key made of a client \
+                 and a route (`ClientRouteKey`)",
+            ));
+        }
+        check_route(route).map_err(|reason| RulesError::invalid(rule(), "route", reason))?;
+        check_limit(limit).map_err(|reason| RulesError::invalid(rule(), "limit", reason))?;
+        routes.insert(route.clone(), limit);
+    }
+    Ok(routes)
+}
+
+/// A route a rule can name: at most [`MAX_KEY_BYTES`](crate::key::MAX_KEY_BYTES)
+/// bytes, as the built-in route extractors key a longer route by its
+/// digest form.
+pub(crate) fn check_route(route: &str) -> Result<(), String> {
+    let max = crate::key::MAX_KEY_BYTES;
+    if route.len() > max {
+        return Err(format!(
+            "route must be at most {max} bytes, as a longer route is keyed by its digest (got {} \
+             bytes)",
+            route.len()
+        ));
+    }
+    Ok(())
 }
 
 fn check_limit(limit: u64) -> Result<(), String> {

@@ -14,8 +14,10 @@ use std::hash::Hash;
 
 pub(crate) use table::{CompactTable, Place, SlotValue};
 
+use std::sync::Arc;
+
 use super::registry::{Borrowed, Owned, PendingKey};
-use super::{Settings, Window};
+use super::{RouteLimit, Routes, Settings, Window};
 use crate::key::KeyVisitor;
 use crate::stat::{CompactShape, CompactWindow, COMPACT_MAX_LIMIT};
 
@@ -33,6 +35,10 @@ impl SlotValue for CompactWindow {
 pub(crate) struct CompactKeys<K> {
     table: CompactTable<K, CompactWindow>,
     shape: CompactShape,
+    /// The layer's route rules (shared with its full table). A slot keeps
+    /// no limit, so a key's route rule is read on each of its requests
+    /// while any exists (see [`routed`]).
+    routes: Arc<Routes<K>>,
 }
 
 impl<K> fmt::Debug for CompactKeys<K> {
@@ -56,7 +62,7 @@ pub(crate) fn shape_of(window: &Window) -> CompactShape {
 impl<K: Clone + Eq + Hash + Send + Sync + 'static> CompactKeys<K> {
     /// The table the settings describe (validated by the builder: limits at
     /// most [`COMPACT_MAX_LIMIT`], at most `COMPACT_MAX_BUCKETS` buckets).
-    pub(crate) fn new(settings: &Settings<K>) -> Self {
+    pub(crate) fn new(settings: &Settings<K>, routes: Arc<Routes<K>>) -> Self {
         let default_limit = settings.default_limit;
         // A key type of zero bytes (the global key) has one key: one group.
         let max_keys = if std::mem::size_of::<K>() == 0 {
@@ -72,7 +78,34 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> CompactKeys<K> {
                 &settings.rules,
             ),
             shape: shape_of(&settings.window),
+            routes,
         }
+    }
+
+    /// The place `key` is counted in, with its route's rule applied (see
+    /// [`routed`]).
+    #[inline]
+    pub(crate) fn routed<'a>(
+        &self,
+        key: &K,
+        place: Place<'a, CompactWindow>,
+    ) -> Place<'a, CompactWindow> {
+        routed(place, self.routes.lookup(key))
+    }
+
+    /// Gives `route` its own limit for every key of it (as
+    /// [`set_limit`](Self::set_limit) takes a limit above the maximum).
+    pub(crate) fn clamp_route_limit(limit: u64) -> u64 {
+        if limit > COMPACT_MAX_LIMIT {
+            tracing::warn!(
+                limit,
+                max = COMPACT_MAX_LIMIT,
+                "StatsHandle::set_route_limit: a compact layer counts at most \
+                 {COMPACT_MAX_LIMIT} passes per window; the route's limit is set to that maximum"
+            );
+            return COMPACT_MAX_LIMIT;
+        }
+        limit
     }
 
     pub(crate) fn table(&self) -> &CompactTable<K, CompactWindow> {
@@ -166,6 +199,13 @@ where
 
     #[inline]
     fn owned(self, key: K) -> R {
+        if self.keys.routes.active() {
+            let route = self.keys.routes.lookup(&key);
+            let decide = self.decide;
+            return self.keys.with(Owned(key), self.now, move |place, shape| {
+                decide(routed(place, route), shape)
+            });
+        }
         self.keys.with(Owned(key), self.now, self.decide)
     }
 
@@ -175,8 +215,40 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
+        if self.keys.routes.active() {
+            // The route part is read from the owned key. Pair keys (the
+            // only ones with a route part) are always visited owned, so
+            // this costs an allocation only to an extractor of another
+            // key type while route rules exist, which never match it.
+            return self.owned(to_owned(key));
+        }
         self.keys
             .with(Borrowed(key, to_owned), self.now, self.decide)
+    }
+}
+
+/// `place` under its key's route rule `route`: a key with its own limit
+/// keeps it (an exact rule wins); a key in a slot runs on the route's
+/// limit and policy; a key sent to the overflow window runs on the smaller
+/// of the overflow limit and the route's, so that filling the table never
+/// lifts a client of the route past its route's limit.
+#[inline]
+pub(crate) fn routed<'a>(
+    place: Place<'a, CompactWindow>,
+    route: Option<RouteLimit>,
+) -> Place<'a, CompactWindow> {
+    match route {
+        None => place,
+        Some(_) if place.tag.is_some() => place,
+        Some(route) if place.overflow => Place {
+            limit: place.limit.min(route.limit),
+            ..place
+        },
+        Some(route) => Place {
+            limit: route.limit,
+            tag: Some(route.tag as u32),
+            ..place
+        },
     }
 }
 

@@ -570,15 +570,29 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
 
     /// Calls `f` with `key`'s place if the key has one (in a slot or the
     /// side map; the overflow value is nobody's), under its lock.
+    #[cfg_attr(not(any(test, loom)), allow(dead_code))]
     pub(crate) fn get<Q, R>(&self, key: &Q, f: impl FnOnce(Place<'_, V>) -> R) -> Option<R>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.get_keyed(key, |_, place| f(place))
+    }
+
+    /// [`get`](Self::get), with the key as the table holds it.
+    pub(crate) fn get_keyed<Q, R>(
+        &self,
+        key: &Q,
+        f: impl FnOnce(&K, Place<'_, V>) -> R,
+    ) -> Option<R>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
         if self.own_count.load(Ordering::Relaxed) != 0 {
             let own = read(&self.own.0);
-            if let Some(own) = own.get(key) {
-                return own.seen().then(|| f(self.own_place(own)));
+            if let Some((owned, own)) = own.get_key_value(key) {
+                return own.seen().then(|| f(owned, self.own_place(own)));
             }
         }
         let hash = self.hasher.hash_one(key);
@@ -587,7 +601,9 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
             let group = &self.groups[index];
             let slots = read(&group.slots);
             if let Some(slot) = slots.as_ref().and_then(|slots| find(slots, tag, key)) {
-                return Some(f(self.slot_place(slot, group)));
+                if let Some(owned) = slot.key.as_ref() {
+                    return Some(f(owned, self.slot_place(slot, group)));
+                }
             }
         }
         None
