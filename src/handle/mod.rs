@@ -617,6 +617,9 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
         // The route rules first: `apply_rules` below brings every live
         // entry to its new limit, its route's included.
         registry.replace_routes(K::route_of_key(), self.route_limits_for_tier(routes));
+        if let Some(keys) = self.compact() {
+            keys.apply_rules(checked.default, limits.clone(), self.now());
+        }
         let _replaced = registry.apply_rules(checked.default, limits);
         #[cfg(feature = "redis")]
         {
@@ -639,7 +642,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
     ) -> std::collections::HashMap<String, u64> {
         if self.compact().is_some() {
             for limit in routes.values_mut() {
-                *limit = CompactKeys::<K>::clamp_route_limit(*limit);
+                *limit = CompactKeys::<K>::clamp_limit(*limit);
             }
         }
         routes
@@ -705,7 +708,7 @@ impl<C: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<(C, String)> {
             RulesError::invalid(crate::rules::route_rule_name(route), "route", reason)
         })?;
         let limit = if self.compact().is_some() {
-            CompactKeys::<(C, String)>::clamp_route_limit(limit)
+            CompactKeys::<(C, String)>::clamp_limit(limit)
         } else {
             limit
         };

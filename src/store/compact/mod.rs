@@ -9,6 +9,7 @@
 mod table;
 
 use std::borrow::Borrow;
+use std::collections::HashMap;
 use std::fmt;
 use std::hash::Hash;
 
@@ -39,6 +40,12 @@ pub(crate) struct CompactKeys<K> {
     /// no limit, so a key's route rule is read on each of its requests
     /// while any exists (see [`routed`]).
     routes: Arc<Routes<K>>,
+    /// The default limit the layer was built with: a rules document
+    /// without a default goes back to it.
+    built_default: u64,
+    /// The overflow value runs on the default limit (no `overflow_limit`
+    /// was given) and follows it when a document changes it.
+    overflow_on_default: bool,
 }
 
 impl<K> fmt::Debug for CompactKeys<K> {
@@ -79,6 +86,8 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> CompactKeys<K> {
             ),
             shape: shape_of(&settings.window),
             routes,
+            built_default: default_limit,
+            overflow_on_default: settings.overflow_limit.is_none(),
         }
     }
 
@@ -93,15 +102,16 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> CompactKeys<K> {
         routed(place, self.routes.lookup(key))
     }
 
-    /// Gives `route` its own limit for every key of it (as
-    /// [`set_limit`](Self::set_limit) takes a limit above the maximum).
-    pub(crate) fn clamp_route_limit(limit: u64) -> u64 {
+    /// A limit as a compact window counts it: above [`COMPACT_MAX_LIMIT`],
+    /// that maximum, with a `warn` event (as [`set_limit`](Self::set_limit)
+    /// takes it).
+    pub(crate) fn clamp_limit(limit: u64) -> u64 {
         if limit > COMPACT_MAX_LIMIT {
             tracing::warn!(
                 limit,
                 max = COMPACT_MAX_LIMIT,
-                "StatsHandle::set_route_limit: a compact layer counts at most \
-                 {COMPACT_MAX_LIMIT} passes per window; the route's limit is set to that maximum"
+                "StatsHandle: a compact layer counts at most {COMPACT_MAX_LIMIT} passes per \
+                 window; a route's limit or a rules document's limit is set to that maximum"
             );
             return COMPACT_MAX_LIMIT;
         }
@@ -150,6 +160,24 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> CompactKeys<K> {
         let shape = &self.shape;
         self.table
             .set_limit(key, limit, |window| window.is_idle(shape, now));
+    }
+
+    /// Applies a rules document's default (`None`: the layer's own) and
+    /// per-key limits; limits above [`COMPACT_MAX_LIMIT`] are taken as
+    /// that maximum, with a `warn` event, as [`set_limit`](Self::set_limit)
+    /// takes them.
+    pub(crate) fn apply_rules(&self, default: Option<u64>, limits: HashMap<K, u64>, now: u64) {
+        let clamp = |limit: u64| Self::clamp_limit(limit);
+        let default = clamp(default.unwrap_or(self.built_default));
+        let overflow = self.overflow_on_default.then_some(default);
+        let limits = limits
+            .into_iter()
+            .map(|(key, limit)| (key, clamp(limit)))
+            .collect();
+        let shape = &self.shape;
+        self.table.apply(default, overflow, limits, |window| {
+            window.is_idle(shape, now)
+        });
     }
 
     /// Removes `key`'s own limit; whether it had one.

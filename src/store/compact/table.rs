@@ -242,8 +242,12 @@ pub(crate) struct CompactTable<K, V> {
     occupied: Padded<AtomicUsize>,
     /// At most this many keys in slots (see `occupied`).
     max_keys: usize,
-    default_limit: u64,
-    overflow_limit: u64,
+    /// The limit of keys in slots. Relaxed: read once per request on its
+    /// own; written by a rules document (`apply`), which a request sees
+    /// from its next read, as any limit change.
+    default_limit: AtomicU64,
+    /// The limit of keys without room. Relaxed, as `default_limit`.
+    overflow_limit: AtomicU64,
     overflow: Padded<V>,
     overflow_totals: Padded<Totals>,
     /// Keys with their own limit.
@@ -344,8 +348,8 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
             hasher,
             occupied: Padded(AtomicUsize::new(0)),
             max_keys,
-            default_limit,
-            overflow_limit,
+            default_limit: AtomicU64::new(default_limit),
+            overflow_limit: AtomicU64::new(overflow_limit),
             overflow: Padded(V::empty()),
             overflow_totals: Padded(Totals::new()),
             own_count: AtomicUsize::new(own.len()),
@@ -367,7 +371,7 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
         Place {
             value: &self.overflow.0,
             totals: &self.overflow_totals.0,
-            limit: self.overflow_limit,
+            limit: self.overflow_limit.load(Ordering::Relaxed),
             tag: None,
             overflow: true,
         }
@@ -388,7 +392,7 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
         Place {
             value: &slot.value,
             totals: &group.totals,
-            limit: self.default_limit,
+            limit: self.default_limit.load(Ordering::Relaxed),
             tag: None,
             overflow: false,
         }
@@ -730,7 +734,10 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
                     }
                     None => {
                         self.unclaim(room);
-                        entry.limit.store(self.default_limit, Ordering::Relaxed);
+                        entry.limit.store(
+                            self.default_limit.load(Ordering::Relaxed),
+                            Ordering::Relaxed,
+                        );
                         entry.policy.store(LAPSED, Ordering::Relaxed);
                     }
                 }
@@ -741,6 +748,41 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
         own.retain(|_, entry| !(entry.lapsed() && idle(&entry.value)));
         self.own_count.store(own.len(), Ordering::Relaxed);
         had
+    }
+
+    /// Applies a rules document: `default` becomes the limit of keys
+    /// without their own (and of the overflow value too when `overflow` is
+    /// `Some`), every key of `limits` gets its limit, and every other key
+    /// with its own limit goes back to the default, as
+    /// [`remove_limit`](Self::remove_limit) sends it. Windows are kept (no
+    /// burst). The caller applies documents one at a time.
+    pub(crate) fn apply(
+        &self,
+        default: u64,
+        overflow: Option<u64>,
+        limits: HashMap<K, u64>,
+        idle: impl Fn(&V) -> bool,
+    ) {
+        self.default_limit.store(default, Ordering::Relaxed);
+        if let Some(limit) = overflow {
+            self.overflow_limit.store(limit, Ordering::Relaxed);
+        }
+        let dropped: Vec<K> = {
+            let own = read(&self.own.0);
+            for entry in own.values().filter(|entry| entry.lapsed()) {
+                entry.limit.store(default, Ordering::Relaxed);
+            }
+            own.keys()
+                .filter(|key| !limits.contains_key(*key))
+                .cloned()
+                .collect()
+        };
+        for key in dropped {
+            self.remove_limit(&key, &idle);
+        }
+        for (key, limit) in limits {
+            self.set_limit(key, limit, &idle);
+        }
     }
 
     /// Moves `key`'s value out of its slot in the `locked` groups, emptying
@@ -772,8 +814,11 @@ impl<K, V> fmt::Debug for CompactTable<K, V> {
             .field("max_keys", &self.max_keys)
             .field("slots", &(self.groups.len() * GROUP))
             .field("keys", &self.occupied.load(Ordering::Relaxed))
-            .field("default_limit", &self.default_limit)
-            .field("overflow_limit", &self.overflow_limit)
+            .field("default_limit", &self.default_limit.load(Ordering::Relaxed))
+            .field(
+                "overflow_limit",
+                &self.overflow_limit.load(Ordering::Relaxed),
+            )
             .finish_non_exhaustive()
     }
 }
