@@ -8,7 +8,7 @@
 //!
 //! # The document
 //!
-//! Two fields, both optional; any other field is an error that names it,
+//! Three fields, all optional; any other field is an error that names it,
 //! so that a misspelt setting never silently does nothing.
 //!
 //! - `default`: the limit of every key without a rule of its own (per
@@ -17,6 +17,10 @@
 //! - `limits`: a map from a key, written as text, to that key's limit.
 //!   Keys with a rule now that are absent from the map go back to the
 //!   default.
+//! - `routes`: a map from a route to its limit for every client of it
+//!   separately, for a layer keyed by client and route (see
+//!   [below](self#per-client-limits-per-route)). Routes with a rule now
+//!   that are absent go back to the default.
 //!
 //! Applying a document sets the whole state, whatever was set before it
 //! (by an earlier document, [`rule`](crate::SlidingWindowLayer::rule) or
@@ -80,11 +84,55 @@
 //! a rule could never name. Two keys that read as the same key (`"::1"`
 //! and `"0::1"`, or `"::ffff:10.0.0.7"` and `"10.0.0.7"`) are an error.
 //!
+//! # Per-client limits per route
+//!
+//! For a layer keyed by a pair `(client, route)`
+//! ([`ClientRouteKey`](crate::ClientRouteKey)), `routes` names routes as
+//! the route extractor writes them (`"POST /login"`, `"GET /users/{id}"`
+//! with `MatchedPathKey`), and each key of the route gets the route's limit
+//! with a count of its own. A key in `limits` names one client of one
+//! route, written as the exporters show the pair: `"client, route"` (see
+//! [`RuleKey`] for pairs); it wins over its route's rule.
+//!
+//! ```toml
+//! default = 100
+//!
+//! [routes]
+//! "POST /login" = 5          # each client: 5 logins per window
+//!
+//! [limits]
+//! "10.0.0.7, POST /login" = 50   # this client: 50
+//! ```
+//!
+//! A route is at most [`MAX_KEY_BYTES`](crate::key::MAX_KEY_BYTES) bytes;
+//! a route rule for a layer whose keys have no route part is an error
+//! (field `route`), as is a limit above [`MAX_LIMIT`] (field `limit`); the
+//! rule is named `routes["<route>"]`. On a
+//! [`compact`](crate::SlidingWindowLayer::compact) layer, limits above
+//! 65 535 are taken as 65 535, with a `warn` event.
+//!
+//! ```
+//! use tower_sliding_window::rules::Rules;
+//! use tower_sliding_window::{ClientRouteKey, MatchedPathKey, PeerIpKey, SlidingWindowLayer};
+//!
+//! let layer = SlidingWindowLayer::qps(100).key(ClientRouteKey::new(PeerIpKey, MatchedPathKey));
+//! let stats = layer.handle();
+//! let rules: Rules = serde_json::from_str(
+//!     r#"{ "routes": { "POST /login": 5 }, "limits": { "10.0.0.7, POST /login": 50 } }"#,
+//! ).unwrap();
+//! assert_eq!(stats.apply_rules(&rules), Ok(1));
+//! assert_eq!(stats.route_limits(), [("POST /login".to_owned(), 5)]);
+//!
+//! let err = stats.apply_rules(&Rules::new().route_limit("x".repeat(300), 5)).unwrap_err();
+//! assert_eq!(err.field(), Some("route"));
+//! assert_eq!(stats.route_limits(), [("POST /login".to_owned(), 5)]);
+//! ```
+//!
 //! # Room to grow
 //!
 //! A rule is a number today. Later versions may accept a table in its
-//! place (for more windows per key, or per-client rules by route); a
-//! number will keep meaning what it means now.
+//! place (for more windows per key); a number will keep meaning what it
+//! means now.
 //!
 //! # Example
 //!
@@ -129,7 +177,8 @@ pub use watch::{RulesParser, RulesWatcher, RulesWatcherBuilder, MAX_RULES_FILE_B
 /// script counts to).
 pub const MAX_LIMIT: u64 = 1 << 53;
 
-/// A rules document: the default limit and the per-key limits (see the
+/// A rules document: the default limit, the per-key limits and the
+/// per-route limits (see the
 /// [module docs](self) for the format).
 ///
 /// Built in code with [`new`](Self::new), [`default_limit`](Self::default_limit)
