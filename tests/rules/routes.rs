@@ -189,9 +189,12 @@ async fn a_document_without_routes_removes_the_builders_route_rules() {
     assert_eq!(logins(&app, 2, 2).await, ok_then_429(2, 0));
 }
 
-/// Route rules, each key's limit and passes, sorted: what a rejected
+/// Route rules, and each key's passes and limit.
+type State = (Vec<(String, u64)>, Vec<(Key, u64, u64)>);
+
+/// Route rules, each key's passes and limit, sorted: what a rejected
 /// document must leave as it was.
-fn state(stats: &StatsHandle<Key>) -> (Vec<(String, u64)>, Vec<(Key, u64, u64)>) {
+fn state(stats: &StatsHandle<Key>) -> State {
     let mut keys: Vec<_> = stats
         .snapshots()
         .into_iter()
