@@ -465,3 +465,103 @@ async fn one_collector_exports_every_client_of_every_route() {
         );
     }
 }
+
+#[cfg(feature = "dashboard")]
+#[tokio::test]
+async fn one_dashboard_lists_every_client_of_every_route_with_its_limit() {
+    use tower_sliding_window::dashboard;
+    let clock = clock();
+    let layer = layer(&clock, false).route_rule(LOGIN, 2);
+    let stats = layer.handle();
+    let app = app(layer);
+    logins(&app, client(1), 3).await;
+    logins(&app, client(2), 1).await;
+    let board = dashboard::router(stats);
+    let answer = send(&board, crate::support::req("/stats")).await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+    let s: serde_json::Value = serde_json::from_str(&answer.body).unwrap();
+    let column = |name: &str| s["keys"][name].as_array().expect("a column").clone();
+    let mut rows: Vec<(String, u64, u64)> = column("key")
+        .iter()
+        .zip(column("pass"))
+        .zip(column("limit"))
+        .map(|((key, pass), limit)| {
+            (
+                key.as_str().unwrap().to_owned(),
+                pass.as_u64().unwrap(),
+                limit.as_u64().unwrap(),
+            )
+        })
+        .collect();
+    rows.sort();
+    assert_eq!(
+        rows,
+        [
+            ("0.0.0.1, POST /login".to_owned(), 2, 2),
+            ("0.0.0.2, POST /login".to_owned(), 1, 2)
+        ],
+        "{s}"
+    );
+}
+
+/// Real threads, two clients and a frozen clock, on full and compact
+/// layers: client 1, with an exact rule of 50, passes exactly 50 whatever
+/// the interleaving; client 2, on the route's 50, has the route's limit
+/// lowered to 20 while the threads run, and passes between 20 and 50 (it
+/// keeps what it passed before the change, and never gets a fresh window).
+#[test]
+fn concurrent_requests_of_one_client_pass_exactly_the_routes_limit() {
+    use std::sync::{Arc, Barrier};
+    use tower::ServiceExt;
+    for compact in [false, true] {
+        let clock = clock();
+        let layer = layer(&clock, compact)
+            .route_rule(LOGIN, 50)
+            .rule(key(1, LOGIN), 50);
+        let stats = layer.handle();
+        let app = app(layer);
+        let threads = 8;
+        let barrier = Arc::new(Barrier::new(threads + 1));
+        let workers: Vec<_> = (0..threads)
+            .map(|t| {
+                let app = app.clone();
+                let barrier = Arc::clone(&barrier);
+                std::thread::spawn(move || {
+                    let runtime = tokio::runtime::Builder::new_current_thread()
+                        .build()
+                        .unwrap();
+                    barrier.wait();
+                    let mut passed = [0u64; 2];
+                    for i in 0..100 {
+                        // Clients 1 and 2, alternately.
+                        let which = (t + i) % 2;
+                        let request = request(Method::POST, "/login", client(which as u32 + 1));
+                        let status = runtime
+                            .block_on(app.clone().oneshot(request))
+                            .unwrap()
+                            .status();
+                        if status == StatusCode::OK {
+                            passed[which] += 1;
+                        }
+                    }
+                    passed
+                })
+            })
+            .collect();
+        barrier.wait();
+        stats.set_route_limit(LOGIN, 20).unwrap();
+        let mut passed = [0u64; 2];
+        for worker in workers {
+            let [a, b] = worker.join().unwrap();
+            passed[0] += a;
+            passed[1] += b;
+        }
+        assert_eq!(passed[0], 50, "compact {compact}");
+        assert!(
+            (20..=50).contains(&passed[1]),
+            "{passed:?}, compact {compact}"
+        );
+        assert_eq!(stats.snapshot(&key(1, LOGIN)).unwrap().pass, 50);
+        assert_eq!(stats.snapshot(&key(2, LOGIN)).unwrap().pass, passed[1]);
+    }
+}
