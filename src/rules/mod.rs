@@ -67,6 +67,7 @@
 //! | [`MethodPathKey`](crate::MethodPathKey), `MatchedPathKey` | `String` | method, space, path: `"POST /login"`, `"GET /users/{id}"` |
 //! | [`HeaderKey`](crate::HeaderKey) | `Option<String>` | the header's value: `"tenant-a"` (requests without the header are on the default limit) |
 //! | [`PeerIpKey`](crate::PeerIpKey), [`ForwardedIpKey`](crate::ForwardedIpKey) | `Option<IpAddr>` | the address as the layer keys it: `"10.0.0.7"`; for IPv6, the network address of the client's prefix: `"2001:db8::"` for any address of `2001:db8::/64` (see [`PeerIpKey::key_of`](crate::PeerIpKey::key_of)) |
+//! | [`ClientRouteKey`](crate::ClientRouteKey) | `(C, String)` | the client part as above, `, `, the route: `"10.0.0.7, POST /login"` (the route alone, in `routes`: `"POST /login"`) |
 //! | [`GlobalKey`](crate::GlobalKey) | `()` | none: only `default` applies |
 //!
 //! For example, per client address:

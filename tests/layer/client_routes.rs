@@ -212,8 +212,8 @@ async fn an_exact_key_rule_wins_over_its_routes_rule_and_removing_it_returns_to_
             ok_then_429(0, 1),
             "compact {compact}"
         );
-        // A run-time exact limit wins again.
-        stats.set_limit(key(7, LOGIN), 20);
+        // A run-time exact limit wins again (named by client and route).
+        stats.set_limit((ip(7), LOGIN), 20);
         assert_eq!(
             logins(&app, client(7), 1).await,
             ok_then_429(1, 0),
