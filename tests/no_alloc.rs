@@ -461,3 +461,65 @@ fn recording_a_refused_known_key_allocates_nothing() {
         "{owned_key:?} vs {baseline:?}"
     );
 }
+
+/// Allocations of one request `POST /login` from `peer` through `app`,
+/// which it passes.
+#[cfg(feature = "axum")]
+fn login_allocations(
+    app: &axum::Router,
+    rt: &tokio::runtime::Runtime,
+    peer: std::net::SocketAddr,
+) -> Allocated {
+    use tower::ServiceExt;
+    let mut request = http::Request::post("/login")
+        .body(axum::body::Body::empty())
+        .expect("valid request");
+    request.extensions_mut().insert(peer);
+    let app = app.clone();
+    let (response, allocated) = allocated_by(|| rt.block_on(app.oneshot(request)));
+    assert_eq!(response.expect("infallible").status(), http::StatusCode::OK);
+    allocated
+}
+
+// `ClientRouteKey` built its route part as a `String` for every request.
+/// A request of a (client, route) key already in the table allocates
+/// nothing beyond the global key's request: on a full layer, and on a
+/// compact one with a route rule (whose rule is read on every request).
+#[cfg(feature = "axum")]
+#[test]
+fn client_route_keys_allocate_nothing_for_a_key_they_have_seen() {
+    use axum::routing::post;
+    use tower_sliding_window::{ClientRouteKey, MatchedPathKey, PeerIpKey, SlidingWindowLayer};
+
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime");
+    let clock = ManualClock::new(1_000_000);
+    let router = || axum::Router::new().route("/login", post(|| async { "welcome" }));
+    let layer = || SlidingWindowLayer::qps(60_000).clock(clock.clone());
+    let key = || ClientRouteKey::new(PeerIpKey, MatchedPathKey);
+    let global = router().layer(layer());
+    let full = router().layer(layer().key(key()).route_rule("POST /login", 60_000));
+    let compact = router().layer(
+        layer()
+            .key(key())
+            .route_rule("POST /login", 60_000)
+            .compact(),
+    );
+    let peer: std::net::SocketAddr = "10.0.0.1:4000".parse().expect("address");
+    for app in [&global, &full, &compact] {
+        login_allocations(app, &rt, peer);
+    }
+    let baseline = login_allocations(&global, &rt, peer);
+    let on_full = login_allocations(&full, &rt, peer);
+    let on_compact = login_allocations(&compact, &rt, peer);
+    println!("allocations per request: global key {baseline:?}, full {on_full:?}, compact {on_compact:?}");
+    assert_eq!(
+        on_full.count, baseline.count,
+        "full: {on_full:?} vs {baseline:?}"
+    );
+    assert_eq!(
+        on_compact.count, baseline.count,
+        "compact: {on_compact:?} vs {baseline:?}"
+    );
+}

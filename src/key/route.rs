@@ -1,17 +1,21 @@
 //! `ClientRouteKey`: a key with a client part and a route part, so that one
 //! rule can name a route and apply to every client of it separately.
 
+use std::borrow::Borrow;
+use std::hash::{Hash, Hasher};
+
 use http::request::Parts;
 
-use super::KeyExtractor;
+use super::{KeyExtractor, KeyVisitor};
 
 /// Keys each request by its client **and** its route: the key is the pair
 /// `(client, route)`, for example `(Some(10.0.0.7), "POST /login")`.
 ///
 /// It composes two extractors: `client` (any [`KeyExtractor`]:
 /// [`PeerIpKey`](crate::PeerIpKey), [`ForwardedIpKey`](crate::ForwardedIpKey),
-/// [`HeaderKey`](crate::HeaderKey), a closure) and `route`, an extractor
-/// whose key is the route as text. `MatchedPathKey` (feature `axum`) is the
+/// [`HeaderKey`](crate::HeaderKey), a closure) and `route`, a
+/// [`RouteExtractor`]: an extractor whose key is the route as text.
+/// `MatchedPathKey` (feature `axum`) is the
 /// route part to use under axum: it is the method and the route template
 /// (`"POST /login"`, `"GET /users/{id}"`), so a client cannot escape a
 /// route's limit by varying the path, and every request that matched no
@@ -68,12 +72,16 @@ use super::KeyExtractor;
 ///
 /// # Cost
 ///
-/// The key owns its route text (at most
-/// [`MAX_KEY_BYTES`](crate::key::MAX_KEY_BYTES) bytes with the built-in
-/// route extractors, which key a longer route by its digest form), so a
-/// request builds it: one allocation of the route's length per request,
-/// besides the client part's own. Finding a new key's route rule is one
-/// hash lookup of the route part, whatever the number of rules and clients.
+/// A request looks its key up by a borrowed form ([`PairKey`]): the route
+/// text is written into a buffer on the stack by the route extractor
+/// ([`RouteExtractor`]), and the owned key (which owns its route text, at
+/// most [`MAX_KEY_BYTES`](crate::key::MAX_KEY_BYTES) bytes with the
+/// built-in route extractors) is made only for a key the table has not
+/// seen. So a request of a known key allocates nothing for its route part;
+/// the client part costs what its extractor's key costs
+/// ([`PeerIpKey`](crate::PeerIpKey), [`ForwardedIpKey`](crate::ForwardedIpKey):
+/// nothing). Finding a new key's route rule is one hash lookup of the
+/// route part, whatever the number of rules and clients.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ClientRouteKey<C, R> {
     client: C,
@@ -100,7 +108,7 @@ impl<C, R> ClientRouteKey<C, R> {
 impl<C, R> KeyExtractor for ClientRouteKey<C, R>
 where
     C: KeyExtractor,
-    R: KeyExtractor<Key = String>,
+    R: RouteExtractor,
 {
     type Key = (C::Key, String);
 
@@ -108,6 +116,160 @@ where
     fn extract(&self, parts: &Parts) -> (C::Key, String) {
         (self.client.extract(parts), self.route.extract(parts))
     }
+
+    #[inline]
+    fn visit<V: KeyVisitor<Self::Key>>(&self, parts: &Parts, visitor: V) -> V::Output {
+        let client = self.client.extract(parts);
+        self.route.visit_route(parts, |route| {
+            let pair = PairRef {
+                client: &client,
+                route,
+            };
+            let pair: &dyn PairKey<C::Key> = &pair;
+            visitor.borrowed(pair, pair_to_owned::<C::Key>)
+        })
+    }
+}
+
+/// A [`KeyExtractor`] whose key is a route as text, usable as the route
+/// part of a [`ClientRouteKey`]: it can hand the route over borrowed, so
+/// that a request of a known key allocates nothing for it.
+///
+/// Implemented by `MatchedPathKey`, [`MethodPathKey`](crate::MethodPathKey)
+/// and [`PathKey`](crate::PathKey), which write the route into a buffer on
+/// the stack, and by every closure `Fn(&Parts) -> String` (with the
+/// provided method: the closure's `String`). An extractor of your own whose
+/// key is a `String` implements it with an empty `impl` block, or
+/// overrides [`visit_route`](Self::visit_route).
+///
+/// ```
+/// use http::request::Parts;
+/// use tower_sliding_window::key::RouteExtractor;
+/// use tower_sliding_window::{ClientRouteKey, KeyExtractor, PeerIpKey, SlidingWindowLayer};
+///
+/// /// The API version, from the first path segment.
+/// #[derive(Clone)]
+/// struct Version;
+///
+/// impl KeyExtractor for Version {
+///     type Key = String;
+///     fn extract(&self, parts: &Parts) -> String {
+///         parts.uri.path().split('/').nth(1).unwrap_or_default().to_owned()
+///     }
+/// }
+///
+/// impl RouteExtractor for Version {}
+///
+/// let layer = SlidingWindowLayer::qps(10)
+///     .key(ClientRouteKey::new(PeerIpKey, Version))
+///     .route_rule("v1", 2);
+/// # let _ = layer;
+/// ```
+pub trait RouteExtractor: KeyExtractor<Key = String> {
+    /// Calls `f` with the route of the request: the text
+    /// [`extract`](KeyExtractor::extract) would return, borrowed where the
+    /// extractor can. The provided method calls `extract`.
+    #[inline]
+    fn visit_route<T>(&self, parts: &Parts, f: impl FnOnce(&str) -> T) -> T {
+        f(&self.extract(parts))
+    }
+}
+
+impl<F> RouteExtractor for F where F: Fn(&Parts) -> String + Clone + Send + Sync + 'static {}
+
+impl RouteExtractor for super::PathKey {
+    #[inline]
+    fn visit_route<T>(&self, parts: &Parts, f: impl FnOnce(&str) -> T) -> T {
+        let path = parts.uri.path();
+        if path.len() > super::MAX_KEY_BYTES {
+            return f(&super::bounded::text_key(&[path]));
+        }
+        f(path)
+    }
+}
+
+impl RouteExtractor for super::MethodPathKey {
+    #[inline]
+    fn visit_route<T>(&self, parts: &Parts, f: impl FnOnce(&str) -> T) -> T {
+        super::with_method_and(&parts.method, parts.uri.path(), f)
+    }
+}
+
+#[cfg(feature = "axum")]
+impl RouteExtractor for super::MatchedPathKey {
+    #[inline]
+    fn visit_route<T>(&self, parts: &Parts, f: impl FnOnce(&str) -> T) -> T {
+        match parts.extensions.get::<axum::extract::MatchedPath>() {
+            Some(path) => super::with_method_and(&parts.method, path.as_str(), f),
+            None => f(Self::UNMATCHED),
+        }
+    }
+}
+
+/// The borrowed form of a pair key `(client, route)`, which the key table
+/// looks a request's key up by (see [`KeyExtractor::visit`]): `(C, String)`
+/// borrows as `dyn PairKey<C>`, which hashes and compares as the pair does.
+/// The layer uses it; you need it only to write a [`KeyVisitor`].
+pub trait PairKey<C> {
+    /// The client part.
+    fn client(&self) -> &C;
+    /// The route part.
+    fn route(&self) -> &str;
+}
+
+impl<C> PairKey<C> for (C, String) {
+    fn client(&self) -> &C {
+        &self.0
+    }
+
+    fn route(&self) -> &str {
+        &self.1
+    }
+}
+
+/// A request's pair key, borrowed.
+struct PairRef<'a, C> {
+    client: &'a C,
+    route: &'a str,
+}
+
+impl<C> PairKey<C> for PairRef<'_, C> {
+    fn client(&self) -> &C {
+        self.client
+    }
+
+    fn route(&self) -> &str {
+        self.route
+    }
+}
+
+/// As the pair `(C, String)` hashes: its client part, then its route part
+/// as a `str` (what a `String` hashes as), with nothing between them.
+impl<C: Hash> Hash for dyn PairKey<C> + '_ {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.client().hash(state);
+        self.route().hash(state);
+    }
+}
+
+impl<C: PartialEq> PartialEq for dyn PairKey<C> + '_ {
+    fn eq(&self, other: &Self) -> bool {
+        self.client() == other.client() && self.route() == other.route()
+    }
+}
+
+impl<C: Eq> Eq for dyn PairKey<C> + '_ {}
+
+impl<'a, C: 'a> Borrow<dyn PairKey<C> + 'a> for (C, String) {
+    fn borrow(&self) -> &(dyn PairKey<C> + 'a) {
+        self
+    }
+}
+
+/// The owned pair of a borrowed one: made only for a key the table has not
+/// seen.
+fn pair_to_owned<'p, C: Clone>(pair: &(dyn PairKey<C> + 'p)) -> (C, String) {
+    (pair.client().clone(), pair.route().to_owned())
 }
 
 /// The route part of a pair key: what route rules are looked up by.
@@ -143,6 +305,48 @@ mod tests {
         );
         let no_peer = parts(Request::get("/").body(()).unwrap());
         assert_eq!(key.extract(&no_peer), (None, "GET /".to_owned()));
+    }
+
+    /// The borrowed form hashes and compares as the owned pair, and each
+    /// route extractor's borrowed route is its key.
+    #[test]
+    fn the_borrowed_pair_is_the_owned_pair() {
+        use std::hash::BuildHasher;
+        let hasher = std::hash::RandomState::new();
+        let long = format!("/{}", "p".repeat(MAX_KEY_BYTES));
+        for uri in ["/login?x=1", "/", long.as_str()] {
+            for method in [http::Method::GET, http::Method::HEAD, http::Method::POST] {
+                let mut request = Request::get(uri).body(()).unwrap();
+                *request.method_mut() = method.clone();
+                let peer: SocketAddr = "10.0.0.7:5000".parse().unwrap();
+                request.extensions_mut().insert(peer);
+                let p = parts(request);
+                let by_method = ClientRouteKey::new(PeerIpKey, MethodPathKey);
+                let by_path = ClientRouteKey::new(PeerIpKey, crate::PathKey);
+                for key in [by_method.extract(&p), by_path.extract(&p)] {
+                    let borrowed: &dyn PairKey<Option<IpAddr>> = &key;
+                    assert_eq!(hasher.hash_one(&key), hasher.hash_one(borrowed));
+                }
+                assert_eq!(
+                    by_method.visit(&p, crate::key::ToOwnedKey),
+                    by_method.extract(&p)
+                );
+                assert_eq!(
+                    by_path.visit(&p, crate::key::ToOwnedKey),
+                    by_path.extract(&p)
+                );
+                let closure = ClientRouteKey::new(PeerIpKey, |p: &Parts| p.uri.path().to_owned());
+                assert_eq!(
+                    closure.visit(&p, crate::key::ToOwnedKey),
+                    closure.extract(&p)
+                );
+            }
+        }
+        let a = (Some(1u8), "x".to_owned());
+        let b = (Some(1u8), "y".to_owned());
+        let (a, b): (&dyn PairKey<Option<u8>>, &dyn PairKey<Option<u8>>) = (&a, &b);
+        assert!(a != b);
+        assert!(a == a);
     }
 
     #[test]

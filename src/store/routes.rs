@@ -15,7 +15,12 @@
 //!   route (one pass over the table, on the operator's call, never on a
 //!   request). A compact table, whose slots keep no limit, reads the rule
 //!   on every request of a key while any route rule exists (one read lock
-//!   and one hash lookup; none while there is no route rule).
+//!   and one hash lookup of the route part of the key the table holds;
+//!   none while there is no route rule).
+//! - Lock order: the rules' lock is taken last, with a key table's locks
+//!   held (a shard's and the limits' in a full table, a group's in a
+//!   compact one) or alone; it is written only alone, so a writer never
+//!   waits for a lock while holding it.
 //! - Keys of a route that find no room in a full table share the route's
 //!   own overflow entry, limited by the route's limit, created on the
 //!   route's first overflow: a flood that fills the table never lifts a

@@ -135,11 +135,17 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> CompactKeys<K> {
         K: Borrow<P::Q>,
     {
         let shape = &self.shape;
-        self.table.with(
-            key,
-            |window| window.is_idle(shape, now),
-            |place| f(place, shape),
-        )
+        let idle = |window: &CompactWindow| window.is_idle(shape, now);
+        if self.routes.active() {
+            // The key's route rule is read from the key as the table holds
+            // it (a key sent to the overflow window is made owned for it:
+            // the cold path of a full table).
+            return self.table.with_keyed(key, idle, true, |place, key| {
+                let route = key.and_then(|key| self.routes.lookup(key));
+                f(routed(place, route), shape)
+            });
+        }
+        self.table.with(key, idle, |place| f(place, shape))
     }
 
     /// Gives `key` its own limit. A limit above [`COMPACT_MAX_LIMIT`] is
@@ -227,13 +233,6 @@ where
 
     #[inline]
     fn owned(self, key: K) -> R {
-        if self.keys.routes.active() {
-            let route = self.keys.routes.lookup(&key);
-            let decide = self.decide;
-            return self.keys.with(Owned(key), self.now, move |place, shape| {
-                decide(routed(place, route), shape)
-            });
-        }
         self.keys.with(Owned(key), self.now, self.decide)
     }
 
@@ -243,13 +242,6 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        if self.keys.routes.active() {
-            // The route part is read from the owned key. Pair keys (the
-            // only ones with a route part) are always visited owned, so
-            // this costs an allocation only to an extractor of another
-            // key type while route rules exist, which never match it.
-            return self.owned(to_owned(key));
-        }
         self.keys
             .with(Borrowed(key, to_owned), self.now, self.decide)
     }

@@ -417,12 +417,30 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
     where
         K: Borrow<P::Q>,
     {
+        self.with_keyed(pending, idle, false, |place, _| f(place))
+    }
+
+    /// [`with`](Self::with), with the key as the table holds it: `f` gets
+    /// `Some(key)` for a key in a slot or the side map; for a key sent to
+    /// the overflow value, `Some` of the owned key when `key_on_overflow`
+    /// (made for the call: an allocation for a borrowed key), else `None`.
+    #[inline]
+    pub(crate) fn with_keyed<P: PendingKey<K>, R>(
+        &self,
+        pending: P,
+        idle: impl Fn(&V) -> bool,
+        key_on_overflow: bool,
+        f: impl FnOnce(Place<'_, V>, Option<&K>) -> R,
+    ) -> R
+    where
+        K: Borrow<P::Q>,
+    {
         let key = pending.key();
         if self.own_count.load(Ordering::Relaxed) != 0 {
             let own = read(&self.own.0);
-            if let Some(own) = own.get(key) {
+            if let Some((owned, own)) = own.get_key_value(key) {
                 own.see();
-                return f(self.own_place(own));
+                return f(self.own_place(own), Some(owned));
             }
         }
         // `K: Borrow<Q>` promises that `Q` hashes as `K` does.
@@ -432,13 +450,13 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
             let group = &self.groups[index];
             let slots = read(&group.slots);
             if let Some(slot) = slots.as_ref().and_then(|slots| find(slots, tag, key)) {
-                return f(self.slot_place(slot, group));
+                return f(self.slot_place(slot, group), slot.key.as_ref());
             }
             if first == second {
                 break;
             }
         }
-        self.insert(pending, hash, idle, f)
+        self.insert(pending, hash, idle, key_on_overflow, f)
     }
 
     #[cold]
@@ -447,7 +465,8 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
         pending: P,
         hash: u64,
         idle: impl Fn(&V) -> bool,
-        f: impl FnOnce(Place<'_, V>) -> R,
+        key_on_overflow: bool,
+        f: impl FnOnce(Place<'_, V>, Option<&K>) -> R,
     ) -> R
     where
         K: Borrow<P::Q>,
@@ -459,20 +478,27 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
         // it to the side map, since the lookup.
         for (index, slots) in locked.iter() {
             if let Some(slot) = slots.as_ref().and_then(|slots| find(slots, tag, key)) {
-                return f(self.slot_place(slot, &self.groups[*index]));
+                return f(
+                    self.slot_place(slot, &self.groups[*index]),
+                    slot.key.as_ref(),
+                );
             }
         }
         if self.own_count.load(Ordering::Relaxed) != 0 {
             let own = read(&self.own.0);
-            if let Some(own) = own.get(key) {
+            if let Some((owned, own)) = own.get_key_value(key) {
                 own.see();
-                return f(self.own_place(own));
+                return f(self.own_place(own), Some(owned));
             }
         }
         let room = self.claim();
         let Some((which, at)) = self.free_slot(&mut locked, room, &idle) else {
             self.unclaim(room);
-            return f(self.overflow_place());
+            if key_on_overflow {
+                let owned = pending.into_owned();
+                return f(self.overflow_place(), Some(&owned));
+            }
+            return f(self.overflow_place(), None);
         };
         let index = locked[which].0;
         let slot = &mut locked[which].1.get_or_insert_with(new_slots)[at];
@@ -484,7 +510,10 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
         slot.key = Some(pending.into_owned());
         slot.tag = tag;
         let slots = locked[which].1.as_ref().expect("allocated above");
-        f(self.slot_place(&slots[at], &self.groups[index]))
+        f(
+            self.slot_place(&slots[at], &self.groups[index]),
+            slots[at].key.as_ref(),
+        )
     }
 
     /// Claims room for one more key in a slot; whether there was room.
