@@ -409,7 +409,8 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
         self.len() == 0
     }
 
-    /// All entries summed, the overflow entry included: counts and
+    /// All entries summed, the overflow entries included (the layer's, and
+    /// on a full layer those of routes with a rule): counts and
     /// concurrency add up, `limit` is the sum of the limits, `min_rt` is the
     /// smallest and `avg_rt` is weighted by successes. No key is cloned.
     pub fn total(&self) -> Snapshot {
@@ -451,6 +452,12 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
         if !overflow.node.is_idle_at(effective_now(overflow, now)) {
             add(overflow);
         }
+        // The overflow entries of routes with a rule, likewise.
+        registry.routes().for_each_overflow(|overflow| {
+            if !overflow.node.is_idle_at(effective_now(overflow, now)) {
+                add(overflow);
+            }
+        });
         let mut total = Snapshot::from_counts(&counts, concurrency, limit);
         total.waiting = waiting;
         total

@@ -587,8 +587,10 @@ where
     /// [`max_keys`](Self::max_keys) and idle ones are evicted (the route's
     /// rule applies again when the client comes back); when the table is
     /// full, a new key of the route shares an overflow entry limited to
-    /// the route's limit, never the looser default one. Works the same on
-    /// a [`compact`](Self::compact) layer.
+    /// the route's limit, never the looser default one (counted in
+    /// [`StatsHandle::total`]; on a compact layer, the overflow window with
+    /// the smaller of the two limits). Works the same on a
+    /// [`compact`](Self::compact) layer.
     ///
     /// ```
     /// use std::time::Duration;

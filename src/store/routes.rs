@@ -188,6 +188,16 @@ impl<K> Routes<K> {
         self.count.store(rules.len(), Ordering::Relaxed);
     }
 
+    /// Calls `f` with every route's overflow entry made so far (under the
+    /// rules' read lock: `f` must not take a key table's lock).
+    pub(crate) fn for_each_overflow(&self, mut f: impl FnMut(&Entry)) {
+        for rule in read(&self.rules).values() {
+            if let Some(entry) = rule.overflow.get() {
+                f(entry);
+            }
+        }
+    }
+
     /// Every route rule, as (route, limit), in no particular order.
     pub(crate) fn list(&self) -> Vec<(String, u64)> {
         read(&self.rules)

@@ -405,6 +405,8 @@ async fn a_full_table_sends_a_routes_new_clients_to_an_overflow_limited_by_the_r
             ok_then_429(6, 0),
             "compact {compact}"
         );
+        // Every pass is in the total, the overflowed ones included.
+        assert_eq!(stats.total().pass, 1 + 1 + 5 + 6, "compact {compact}");
     }
 }
 
@@ -563,5 +565,64 @@ fn concurrent_requests_of_one_client_pass_exactly_the_routes_limit() {
         );
         assert_eq!(stats.snapshot(&key(1, LOGIN)).unwrap().pass, 50);
         assert_eq!(stats.snapshot(&key(2, LOGIN)).unwrap().pass, passed[1]);
+    }
+}
+
+/// New clients of a route arrive on real threads while the route's limit
+/// changes: once the change has returned, every key of the route, made
+/// before, during or after it, is on the new limit (a key made while the
+/// change walked the table did not keep the old one).
+#[test]
+fn keys_made_while_a_route_limit_changes_all_end_on_the_new_limit() {
+    use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+    use std::sync::Arc;
+    use tower::ServiceExt;
+    for compact in [false, true] {
+        let clock = clock();
+        let layer = layer(&clock, compact)
+            .route_rule(LOGIN, 7)
+            .max_keys(100_000);
+        let stats = layer.handle();
+        let app = app(layer);
+        let next = Arc::new(AtomicU32::new(1));
+        let stop = Arc::new(AtomicBool::new(false));
+        let workers: Vec<_> = (0..4)
+            .map(|_| {
+                let (app, next, stop) = (app.clone(), Arc::clone(&next), Arc::clone(&stop));
+                std::thread::spawn(move || {
+                    let runtime = tokio::runtime::Builder::new_current_thread()
+                        .build()
+                        .unwrap();
+                    while !stop.load(Ordering::Relaxed) {
+                        let n = next.fetch_add(1, Ordering::Relaxed);
+                        let request = request(Method::POST, "/login", client(n));
+                        runtime.block_on(app.clone().oneshot(request)).unwrap();
+                    }
+                })
+            })
+            .collect();
+        for limit in [3, 9, 4, 11, 2] {
+            while next.load(Ordering::Relaxed) < 200 {
+                std::thread::yield_now();
+            }
+            stats.set_route_limit(LOGIN, limit).unwrap();
+            let seen = stats.snapshots();
+            assert!(!seen.is_empty());
+            for (key, snapshot) in seen {
+                assert!(
+                    [limit, 3, 9, 4, 11, 2, 7].contains(&snapshot.limit),
+                    "{key:?}: {snapshot:?}"
+                );
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+        for worker in workers {
+            worker.join().unwrap();
+        }
+        let keys = stats.snapshots();
+        assert!(keys.len() > 200, "{}", keys.len());
+        for (key, snapshot) in keys {
+            assert_eq!(snapshot.limit, 2, "{key:?}, compact {compact}");
+        }
     }
 }
