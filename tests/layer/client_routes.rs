@@ -124,6 +124,14 @@ async fn a_route_rule_limits_every_client_separately_on_full_and_compact_layers(
             );
         }
         assert_eq!(stats.snapshot(&key(1, "GET /")).unwrap().limit, 100);
+        // Who is being limited: each client of the route on its own.
+        let mut top = stats.top_blocked(5);
+        assert_eq!(top.first(), Some(&(key(1, LOGIN), 3)));
+        top.sort();
+        assert_eq!(
+            top,
+            [(key(1, "GET /"), 1), (key(1, LOGIN), 3), (key(2, LOGIN), 1)]
+        );
         // The next window: each client has its five again.
         clock.advance(std::time::Duration::from_secs(1));
         assert_eq!(
