@@ -564,6 +564,17 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
     /// [`overflow_limit`](crate::SlidingWindowLayer::overflow_limit) set
     /// its own. Returns the new [`version`](RulesStatus::version).
     ///
+    /// For a layer keyed by client and route
+    /// ([`ClientRouteKey`](crate::ClientRouteKey)), `routes` replaces the
+    /// route rules likewise: each route in it gets its limit for every
+    /// client separately, and routes with a rule that are absent (given by
+    /// [`route_rule`](crate::SlidingWindowLayer::route_rule) or
+    /// [`set_route_limit`](Self::set_route_limit) included) go back to the
+    /// default. A document with `routes` for a layer whose keys have no
+    /// route part is refused (`routes["..."]`, field `route`). On a
+    /// [`compact`](crate::SlidingWindowLayer::compact) layer, limits above
+    /// 65 535 are taken as 65 535, with a `warn` event.
+    ///
     /// # No burst, and what a concurrent request sees
     ///
     /// Each key's window is kept: passes already counted stay counted, so a
