@@ -12,10 +12,9 @@ use std::borrow::Borrow;
 use std::collections::HashMap;
 use std::fmt;
 use std::hash::Hash;
+use std::sync::Arc;
 
 pub(crate) use table::{CompactTable, Place, SlotValue};
-
-use std::sync::Arc;
 
 use super::registry::{Borrowed, Owned, PendingKey};
 use super::{RouteLimit, Routes, Settings, Window};
