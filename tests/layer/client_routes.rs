@@ -634,3 +634,124 @@ fn keys_made_while_a_route_limit_changes_all_end_on_the_new_limit() {
         }
     }
 }
+
+/// One step of the differential test below.
+#[derive(Debug, Clone)]
+enum Step {
+    /// A request of client `.0` on route `.1`, after the clock moves `.2` ms.
+    Request(u32, usize, u64),
+    /// `set_route_limit(route, limit)`.
+    SetRoute(usize, u64),
+    /// `remove_route_limit(route)`.
+    RemoveRoute(usize),
+    /// `set_limit((client, route), limit)`.
+    SetExact(u32, usize, u64),
+    /// `remove_limit((client, route))`.
+    RemoveExact(u32, usize),
+}
+
+const ROUTES: [(&str, &str); 3] = [("POST", "/login"), ("GET", "/"), ("GET", "/a")];
+
+fn route_name(route: usize) -> String {
+    let (method, path) = ROUTES[route];
+    format!("{method} {path}")
+}
+
+fn steps() -> impl proptest::strategy::Strategy<Value = Vec<Step>> {
+    use proptest::prelude::*;
+    let step = prop_oneof![
+        8 => (0u32..5, 0usize..3, 0u64..250).prop_map(|(c, r, ms)| Step::Request(c, r, ms)),
+        1 => (0usize..3, 0u64..8).prop_map(|(r, l)| Step::SetRoute(r, l)),
+        1 => (0usize..3).prop_map(Step::RemoveRoute),
+        1 => (0u32..5, 0usize..3, 0u64..8).prop_map(|(c, r, l)| Step::SetExact(c, r, l)),
+        1 => (0u32..5, 0usize..3).prop_map(|(c, r)| Step::RemoveExact(c, r)),
+    ];
+    proptest::collection::vec(step, 1..120)
+}
+
+type KeyedLayer =
+    SlidingWindowLayer<ClientRouteKey<PeerIpKey, tower_sliding_window::MethodPathKey>>;
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(200))]
+
+    /// Random requests of a few clients on a few routes, with route rules
+    /// and exact rules given and removed between them, through a full
+    /// layer and a compact one with the same settings: the same status and
+    /// `Retry-After` for every request, and the same pass count and limit
+    /// for every key at the end. A compact layer with route rules limits
+    /// each client exactly as a full one does.
+    #[test]
+    fn a_compact_layer_with_route_rules_answers_exactly_as_a_full_layer(
+        default in 1u64..6,
+        login in proptest::option::of(0u64..6),
+        steps in steps(),
+    ) {
+        use tower::{Layer as _, Service as _};
+        let clock = ManualClock::new(10_000);
+        let configure = |compact: bool| {
+            let mut layer: KeyedLayer = SlidingWindowLayer::qps(default)
+                .key(ClientRouteKey::new(PeerIpKey, tower_sliding_window::MethodPathKey))
+                .clock(clock.clone());
+            if let Some(limit) = login {
+                layer = layer.route_rule(route_name(0), limit);
+            }
+            if compact { layer.compact() } else { layer }
+        };
+        let (full, compact) = (configure(false), configure(true));
+        let stats = [full.handle(), compact.handle()];
+        let inner = || tower::service_fn(|_: Request<Body>| async {
+            Ok::<_, std::convert::Infallible>(http::Response::new(Body::empty()))
+        });
+        let mut services = [full.layer(inner()), compact.layer(inner())];
+        for (i, step) in steps.iter().enumerate() {
+            match *step {
+                Step::Request(c, r, ms) => {
+                    clock.advance(std::time::Duration::from_millis(ms));
+                    let (method, path) = ROUTES[r];
+                    let answers: Vec<(StatusCode, Option<String>)> = services
+                        .iter_mut()
+                        .map(|service| {
+                            let request = request(method.parse().unwrap(), path, client(c));
+                            let response = tokio_test::block_on(service.call(request)).unwrap();
+                            let retry = response
+                                .headers()
+                                .get("retry-after")
+                                .map(|v| v.to_str().unwrap().to_owned());
+                            (response.status(), retry)
+                        })
+                        .collect();
+                    proptest::prop_assert_eq!(&answers[0], &answers[1], "step {}: {:?}", i, step);
+                }
+                Step::SetRoute(r, limit) => {
+                    for s in &stats {
+                        s.set_route_limit(&route_name(r), limit).unwrap();
+                    }
+                }
+                Step::RemoveRoute(r) => {
+                    let had: Vec<bool> = stats.iter().map(|s| s.remove_route_limit(&route_name(r))).collect();
+                    proptest::prop_assert_eq!(had[0], had[1]);
+                }
+                Step::SetExact(c, r, limit) => {
+                    for s in &stats {
+                        s.set_limit(key(c, &route_name(r)), limit);
+                    }
+                }
+                Step::RemoveExact(c, r) => {
+                    let had: Vec<bool> = stats.iter().map(|s| s.remove_limit(&key(c, &route_name(r)))).collect();
+                    proptest::prop_assert_eq!(had[0], had[1]);
+                }
+            }
+        }
+        for c in 0..5 {
+            for r in 0..3 {
+                let k = key(c, &route_name(r));
+                let got: Vec<Option<(u64, u64)>> = stats
+                    .iter()
+                    .map(|s| s.snapshot(&k).map(|s| (s.pass, s.limit)))
+                    .collect();
+                proptest::prop_assert_eq!(got[0], got[1], "{:?}", k);
+            }
+        }
+    }
+}

@@ -732,7 +732,8 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
     }
 
     /// Removes `key`'s own limit: the key runs on the default limit again.
-    /// Its value goes back to a slot of its groups (an empty one if the
+    /// A key that has had no request just leaves the side map. Otherwise
+    /// its value goes back to a slot of its groups (an empty one if the
     /// table has room, else an idle one), so its passes stay counted; if
     /// none is free, it stays in the side map on the default limit until it
     /// is idle (dropped by a later limit change). Returns whether the key
@@ -747,6 +748,12 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
         let mut locked = self.lock_pair(first, second);
         let mut own = write(&self.own.0);
         let had = match own.get(key) {
+            // A key that never had a request has no window to keep: it
+            // leaves the side map and takes no slot until it has one.
+            Some(entry) if !entry.lapsed() && !entry.seen() => {
+                own.remove(key);
+                true
+            }
             Some(entry) if !entry.lapsed() => {
                 let room = self.claim();
                 match self.free_slot(&mut locked, room, &idle) {
@@ -1113,6 +1120,22 @@ mod tests {
             .unwrap();
         assert_eq!((limit, tag, passes), (2, None, 3));
         assert_eq!(request(&table, 7, 5), (false, false));
+    }
+
+    // Removing the own limit of a key that never had a request moved it
+    // into a slot: it took one of `max_keys` and the handle listed it, as
+    // a full table (which makes no entry before a request) never does.
+    #[test]
+    fn a_key_whose_own_limit_goes_before_its_first_request_takes_no_slot() {
+        let table = table(16, 2);
+        table.set_limit(7, 3, |v| v.idle(5));
+        assert!(table.remove_limit(&7, |v| v.idle(5)));
+        assert_eq!(table.len(), 0);
+        assert_eq!(table.stored(), 0);
+        assert!(table.get(&7, |_| ()).is_none());
+        // Its first request then finds a slot like any new key.
+        assert_eq!(request(&table, 7, 5), (true, false));
+        assert_eq!(table.len(), 1);
     }
 
     #[test]
