@@ -523,3 +523,88 @@ fn client_route_keys_allocate_nothing_for_a_key_they_have_seen() {
         "compact: {on_compact:?} vs {baseline:?}"
     );
 }
+
+/// A flood of distinct clients on one route: what the layer allocates for
+/// 2 000 new clients is the same with a rule for the route as without one
+/// (up to the full table's growth, which differs with its random seed), on
+/// full and compact layers: the rule keeps nothing per client.
+#[cfg(feature = "axum")]
+#[test]
+fn a_route_rule_allocates_nothing_per_client() {
+    use axum::routing::post;
+    use tower::ServiceExt;
+    use tower_sliding_window::{ClientRouteKey, MatchedPathKey, PeerIpKey, SlidingWindowLayer};
+
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime");
+    let clock = ManualClock::new(1_000_000);
+    let flood = |app: &axum::Router, clients: std::ops::Range<u32>| {
+        let mut total = Allocated { count: 0, bytes: 0 };
+        for n in clients {
+            let mut request = http::Request::post("/login")
+                .body(axum::body::Body::empty())
+                .expect("valid request");
+            let peer = std::net::SocketAddr::from((std::net::Ipv4Addr::from(n), 4000));
+            request.extensions_mut().insert(peer);
+            let app = app.clone();
+            let (response, allocated) = allocated_by(|| rt.block_on(app.oneshot(request)));
+            assert_eq!(response.expect("infallible").status(), http::StatusCode::OK);
+            total.count += allocated.count;
+            total.bytes += allocated.bytes;
+        }
+        total
+    };
+    for compact in [false, true] {
+        let app = |rule: bool| {
+            let mut layer = SlidingWindowLayer::qps(10)
+                .clock(clock.clone())
+                .key(ClientRouteKey::new(PeerIpKey, MatchedPathKey))
+                .max_keys(4_096);
+            if rule {
+                layer = layer.route_rule("POST /login", 5);
+            }
+            if compact {
+                layer = layer.compact();
+            }
+            let stats = layer.handle();
+            let app = axum::Router::new()
+                .route("/login", post(|| async { "welcome" }))
+                .layer(layer);
+            (app, stats)
+        };
+        let (without, without_stats) = app(false);
+        let (with, with_stats) = app(true);
+        // Warm up: each layer's first requests make what it makes once.
+        flood(&without, 1_000_000..1_000_010);
+        flood(&with, 1_000_000..1_000_010);
+        let plain = flood(&without, 0..2_000);
+        let ruled = flood(&with, 0..2_000);
+        println!("2 000 new clients, compact {compact}: without a route rule {plain:?}, with one {ruled:?}");
+        // The full table spreads keys over its shards by a randomly seeded
+        // hash, so the two tables grow at slightly different times: a few
+        // allocations and KiB either way. Anything kept per client would
+        // be 2 000 allocations (a route's text per client: 2 000 and
+        // 22 000 bytes at least).
+        assert!(
+            ruled.count.abs_diff(plain.count) <= 20,
+            "compact {compact}: {ruled:?} vs {plain:?}"
+        );
+        assert!(
+            ruled.bytes.abs_diff(plain.bytes) <= 16_000,
+            "compact {compact}: {ruled:?} vs {plain:?}"
+        );
+        assert_eq!(with_stats.len(), 2_010);
+        assert_eq!(without_stats.len(), 2_010);
+        assert_eq!(
+            with_stats
+                .snapshot(&(
+                    Some(std::net::Ipv4Addr::from(7u32).into()),
+                    "POST /login".to_owned()
+                ))
+                .expect("a key")
+                .limit,
+            5
+        );
+    }
+}
