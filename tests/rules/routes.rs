@@ -266,3 +266,37 @@ fn routes_are_refused_for_a_layer_whose_keys_have_no_route_part() {
     assert_eq!(stats.rules_status().version, 0);
     assert_eq!(stats.rules_status().last_error, Some(err));
 }
+
+#[tokio::test]
+async fn routes_with_invalid_bytes_or_control_characters_are_refused_or_kept_harmless() {
+    // Bytes that are not UTF-8 are not a document, in any format.
+    let json = b"{ \"routes\": { \"POST /\xff\": 5 } }";
+    assert!(serde_json::from_slice::<Rules>(json).is_err());
+    assert!(serde_yaml_ng::from_slice::<Rules>(b"routes:\n  \"POST /\xfe\": 5\n").is_err());
+    assert!(toml::from_slice::<Rules>(b"[routes]\n\"POST /\xff\" = 5\n").is_err());
+
+    // Control characters are text: a route rule that no request matches,
+    // and an error names it escaped, on one line.
+    let clock = clock();
+    let layer = layer(&clock, false);
+    let stats = layer.handle();
+    let app = app(layer);
+    let odd = "POST /login\n\u{0}\u{1b}[31m";
+    stats
+        .apply_rules(&Rules::new().route_limit(odd, 0))
+        .unwrap();
+    assert_eq!(logins(&app, 1, 2).await, ok_then_429(2, 0));
+    let err = stats
+        .apply_rules(&Rules::new().route_limit(odd, MAX_LIMIT + 1))
+        .unwrap_err();
+    let shown = err.to_string();
+    assert!(
+        !shown.contains('\n') && !shown.contains('\u{1b}'),
+        "{shown}"
+    );
+    assert!(
+        shown.starts_with(r#"rules: routes["POST /login\n\0\u{1b}[31m"]: limit"#),
+        "{shown}"
+    );
+    assert_eq!(stats.route_limits(), [(odd.to_owned(), 0)]);
+}
