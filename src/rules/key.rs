@@ -213,10 +213,12 @@ mod tests {
     use std::net::IpAddr;
 
     use super::*;
+    #[cfg(any(feature = "prometheus", feature = "dashboard"))]
     use crate::export::KeyLabel;
 
     type Pair = (Option<IpAddr>, String);
 
+    #[cfg(any(feature = "prometheus", feature = "dashboard"))]
     #[test]
     fn a_pair_is_read_back_from_its_label() {
         let keys: [(Option<String>, String); 5] = [

@@ -603,7 +603,7 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
 
     /// Calls `f` with `key`'s place if the key has one (in a slot or the
     /// side map; the overflow value is nobody's), under its lock.
-    #[cfg_attr(not(any(test, loom)), allow(dead_code))]
+    #[cfg_attr(not(all(test, loom)), allow(dead_code))]
     pub(crate) fn get<Q, R>(&self, key: &Q, f: impl FnOnce(Place<'_, V>) -> R) -> Option<R>
     where
         K: Borrow<Q>,
