@@ -755,3 +755,46 @@ proptest::proptest! {
         }
     }
 }
+
+/// A route of exactly the longest text a rule can name is matched by its
+/// rule, on full and compact layers; a longer one is keyed by its digest
+/// form, which no rule can name, and runs on the default limit.
+#[tokio::test]
+async fn a_route_of_the_longest_nameable_size_is_matched_and_a_longer_one_is_bounded() {
+    let max = tower_sliding_window::key::MAX_KEY_BYTES;
+    // "GET " and a path: exactly `max` bytes, and one more.
+    let path = format!("/{}", "a".repeat(max - "GET /".len()));
+    let longer = format!("{path}b");
+    for compact in [false, true] {
+        let clock = clock();
+        let route = format!("GET {path}");
+        assert_eq!(route.len(), max);
+        let layer = layer(&clock, compact).route_rule(route.as_str(), 1);
+        let stats = layer.handle();
+        let app = Router::new()
+            .route(&path, get(|| async { "max" }))
+            .route(&longer, get(|| async { "longer" }))
+            .layer(layer);
+        assert_eq!(
+            statuses(&app, Method::GET, &path, client(1), 2).await,
+            ok_then_429(1, 1),
+            "compact {compact}"
+        );
+        assert_eq!(stats.snapshot(&key(1, &route)).unwrap().limit, 1);
+        assert_eq!(
+            statuses(&app, Method::GET, &longer, client(1), 3).await,
+            ok_then_429(3, 0),
+            "compact {compact}"
+        );
+        let keys = stats.keys();
+        let digest = keys
+            .iter()
+            .find(|(_, r)| r != &route)
+            .expect("the longer route's key");
+        assert!(
+            digest.1.len() <= tower_sliding_window::key::MAX_DIGEST_KEY_BYTES,
+            "{digest:?}"
+        );
+        assert!(digest.1.contains("…#"), "{digest:?}");
+    }
+}
