@@ -38,7 +38,8 @@ pub use layer::{DefaultClassifier, SlidingWindow, SlidingWindowLayer};
 #[cfg(feature = "axum")]
 pub use key::MatchedPathKey;
 pub use key::{
-    ForwardedIpKey, GlobalKey, HeaderKey, KeyExtractor, MethodPathKey, PathKey, PeerIpKey,
+    ClientRouteKey, ForwardedIpKey, GlobalKey, HeaderKey, KeyExtractor, MethodPathKey, PathKey,
+    PeerIpKey,
 };
 
 // The README's code blocks run as doc tests (src/readme.rs).

@@ -408,3 +408,150 @@ fn recording_a_refused_known_key_allocates_nothing() {
         "{owned_key:?} vs {baseline:?}"
     );
 }
+
+/// Allocations of one request `POST /login` from `peer` through `app`,
+/// which it passes.
+#[cfg(feature = "axum")]
+fn login_allocations(
+    app: &axum::Router,
+    rt: &tokio::runtime::Runtime,
+    peer: std::net::SocketAddr,
+) -> Allocated {
+    use tower::ServiceExt;
+    let mut request = http::Request::post("/login")
+        .body(axum::body::Body::empty())
+        .expect("valid request");
+    request.extensions_mut().insert(peer);
+    let app = app.clone();
+    let (response, allocated) = allocated_by(|| rt.block_on(app.oneshot(request)));
+    assert_eq!(response.expect("infallible").status(), http::StatusCode::OK);
+    allocated
+}
+
+// `ClientRouteKey` built its route part as a `String` for every request.
+/// A request of a (client, route) key already in the table allocates
+/// nothing beyond the global key's request: on a full layer, and on a
+/// compact one with a route rule (whose rule is read on every request).
+#[cfg(feature = "axum")]
+#[test]
+fn client_route_keys_allocate_nothing_for_a_key_they_have_seen() {
+    use axum::routing::post;
+    use tower_sliding_window::{ClientRouteKey, MatchedPathKey, PeerIpKey, SlidingWindowLayer};
+
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime");
+    let clock = ManualClock::new(1_000_000);
+    let router = || axum::Router::new().route("/login", post(|| async { "welcome" }));
+    let layer = || SlidingWindowLayer::qps(60_000).clock(clock.clone());
+    let key = || ClientRouteKey::new(PeerIpKey, MatchedPathKey);
+    let global = router().layer(layer());
+    let full = router().layer(layer().key(key()).route_rule("POST /login", 60_000));
+    let compact = router().layer(
+        layer()
+            .key(key())
+            .route_rule("POST /login", 60_000)
+            .compact(),
+    );
+    let peer: std::net::SocketAddr = "10.0.0.1:4000".parse().expect("address");
+    for app in [&global, &full, &compact] {
+        login_allocations(app, &rt, peer);
+    }
+    let baseline = login_allocations(&global, &rt, peer);
+    let on_full = login_allocations(&full, &rt, peer);
+    let on_compact = login_allocations(&compact, &rt, peer);
+    println!("allocations per request: global key {baseline:?}, full {on_full:?}, compact {on_compact:?}");
+    assert_eq!(
+        on_full.count, baseline.count,
+        "full: {on_full:?} vs {baseline:?}"
+    );
+    assert_eq!(
+        on_compact.count, baseline.count,
+        "compact: {on_compact:?} vs {baseline:?}"
+    );
+}
+
+/// A flood of distinct clients on one route: what the layer allocates for
+/// 2 000 new clients is the same with a rule for the route as without one
+/// (up to the full table's growth, which differs with its random seed), on
+/// full and compact layers: the rule keeps nothing per client.
+#[cfg(feature = "axum")]
+#[test]
+fn a_route_rule_allocates_nothing_per_client() {
+    use axum::routing::post;
+    use tower::ServiceExt;
+    use tower_sliding_window::{ClientRouteKey, MatchedPathKey, PeerIpKey, SlidingWindowLayer};
+
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime");
+    let clock = ManualClock::new(1_000_000);
+    let flood = |app: &axum::Router, clients: std::ops::Range<u32>| {
+        let mut total = Allocated { count: 0, bytes: 0 };
+        for n in clients {
+            let mut request = http::Request::post("/login")
+                .body(axum::body::Body::empty())
+                .expect("valid request");
+            let peer = std::net::SocketAddr::from((std::net::Ipv4Addr::from(n), 4000));
+            request.extensions_mut().insert(peer);
+            let app = app.clone();
+            let (response, allocated) = allocated_by(|| rt.block_on(app.oneshot(request)));
+            assert_eq!(response.expect("infallible").status(), http::StatusCode::OK);
+            total.count += allocated.count;
+            total.bytes += allocated.bytes;
+        }
+        total
+    };
+    for compact in [false, true] {
+        let app = |rule: bool| {
+            let mut layer = SlidingWindowLayer::qps(10)
+                .clock(clock.clone())
+                .key(ClientRouteKey::new(PeerIpKey, MatchedPathKey))
+                .max_keys(4_096);
+            if rule {
+                layer = layer.route_rule("POST /login", 5);
+            }
+            if compact {
+                layer = layer.compact();
+            }
+            let stats = layer.handle();
+            let app = axum::Router::new()
+                .route("/login", post(|| async { "welcome" }))
+                .layer(layer);
+            (app, stats)
+        };
+        let (without, without_stats) = app(false);
+        let (with, with_stats) = app(true);
+        // Warm up: each layer's first requests make what it makes once.
+        flood(&without, 1_000_000..1_000_010);
+        flood(&with, 1_000_000..1_000_010);
+        let plain = flood(&without, 0..2_000);
+        let ruled = flood(&with, 0..2_000);
+        println!("2 000 new clients, compact {compact}: without a route rule {plain:?}, with one {ruled:?}");
+        // The full table spreads keys over its shards by a randomly seeded
+        // hash, so the two tables grow at slightly different times: a few
+        // allocations and KiB either way. Anything kept per client would
+        // be 2 000 allocations (a route's text per client: 2 000 and
+        // 22 000 bytes at least).
+        assert!(
+            ruled.count.abs_diff(plain.count) <= 20,
+            "compact {compact}: {ruled:?} vs {plain:?}"
+        );
+        assert!(
+            ruled.bytes.abs_diff(plain.bytes) <= 16_000,
+            "compact {compact}: {ruled:?} vs {plain:?}"
+        );
+        assert_eq!(with_stats.len(), 2_010);
+        assert_eq!(without_stats.len(), 2_010);
+        assert_eq!(
+            with_stats
+                .snapshot(&(
+                    Some(std::net::Ipv4Addr::from(7u32).into()),
+                    "POST /login".to_owned()
+                ))
+                .expect("a key")
+                .limit,
+            5
+        );
+    }
+}

@@ -126,6 +126,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
     fn for_each_compact(&self, keys: &CompactKeys<K>, now: u64, mut f: impl FnMut(&K, Snapshot)) {
         keys.table().for_each(
             |key, place| {
+                let place = keys.routed(key, place);
                 let snapshot = Snapshot::compact(keys.counts(place.value, now), place.limit);
                 (key.clone(), snapshot)
             },
@@ -142,7 +143,8 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
     {
         if let Some(keys) = self.compact() {
             let now = self.now();
-            return keys.table().get(key, |place| {
+            return keys.table().get_keyed(key, |key, place| {
+                let place = keys.routed(key, place);
                 Snapshot::compact(keys.counts(place.value, now), place.limit)
             });
         }
@@ -407,7 +409,8 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
         self.len() == 0
     }
 
-    /// All entries summed, the overflow entry included: counts and
+    /// All entries summed, the overflow entries included (the layer's, and
+    /// on a full layer those of routes with a rule): counts and
     /// concurrency add up, `limit` is the sum of the limits, `min_rt` is the
     /// smallest and `avg_rt` is weighted by successes. No key is cloned.
     pub fn total(&self) -> Snapshot {
@@ -420,7 +423,10 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
                 limit = limit.saturating_add(snapshot.limit);
             };
             keys.table().for_each(
-                |_, place| Snapshot::compact(keys.counts(place.value, now), place.limit),
+                |key, place| {
+                    let place = keys.routed(key, place);
+                    Snapshot::compact(keys.counts(place.value, now), place.limit)
+                },
                 &mut add,
             );
             if !keys.overflow_idle(now) {
@@ -446,6 +452,12 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
         if !overflow.node.is_idle_at(effective_now(overflow, now)) {
             add(overflow);
         }
+        // The overflow entries of routes with a rule, likewise.
+        registry.routes().for_each_overflow(|overflow| {
+            if !overflow.node.is_idle_at(effective_now(overflow, now)) {
+                add(overflow);
+            }
+        });
         let mut total = Snapshot::from_counts(&counts, concurrency, limit);
         total.waiting = waiting;
         total
@@ -552,6 +564,17 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
     /// [`overflow_limit`](crate::SlidingWindowLayer::overflow_limit) set
     /// its own. Returns the new [`version`](RulesStatus::version).
     ///
+    /// For a layer keyed by client and route
+    /// ([`ClientRouteKey`](crate::ClientRouteKey)), `routes` replaces the
+    /// route rules likewise: each route in it gets its limit for every
+    /// client separately, and routes with a rule that are absent (given by
+    /// [`route_rule`](crate::SlidingWindowLayer::route_rule) or
+    /// [`set_route_limit`](Self::set_route_limit) included) go back to the
+    /// default. A document with `routes` for a layer whose keys have no
+    /// route part is refused (`routes["..."]`, field `route`). On a
+    /// [`compact`](crate::SlidingWindowLayer::compact) layer, limits above
+    /// 65 535 are taken as 65 535, with a `warn` event.
+    ///
     /// # No burst, and what a concurrent request sees
     ///
     /// Each key's window is kept: passes already counted stay counted, so a
@@ -599,9 +622,22 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
                 return Err(err);
             }
         };
+        let routes = match crate::rules::check_routes::<K>(rules) {
+            Ok(routes) => routes,
+            Err(err) => {
+                status.failed(&err);
+                return Err(err);
+            }
+        };
         let limits: std::collections::HashMap<K, u64> = checked.limits.into_iter().collect();
         #[cfg(feature = "redis")]
         let written = limits.clone();
+        // The route rules first: `apply_rules` below brings every live
+        // entry to its new limit, its route's included.
+        registry.replace_routes(K::route_of_key(), self.route_limits_for_tier(routes));
+        if let Some(keys) = self.compact() {
+            keys.apply_rules(checked.default, limits.clone(), self.now());
+        }
         let _replaced = registry.apply_rules(checked.default, limits);
         #[cfg(feature = "redis")]
         {
@@ -615,6 +651,21 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
         Ok(status.applied())
     }
 
+    /// `routes` as this layer keeps them: on a compact layer, a limit above
+    /// 65 535 is taken as 65 535 (with a `warn` event), as `set_limit`
+    /// takes it.
+    fn route_limits_for_tier(
+        &self,
+        mut routes: std::collections::HashMap<String, u64>,
+    ) -> std::collections::HashMap<String, u64> {
+        if self.compact().is_some() {
+            for limit in routes.values_mut() {
+                *limit = CompactKeys::<K>::clamp_limit(*limit);
+            }
+        }
+        routes
+    }
+
     /// How many rules documents were applied, and why the latest attempt
     /// failed if it did (see [`RulesStatus`]).
     pub fn rules_status(&self) -> RulesStatus {
@@ -625,6 +676,80 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
     #[cfg_attr(not(feature = "rules-file"), allow(dead_code))]
     pub(crate) fn rules_failed(&self, error: &RulesError) {
         self.registry().rules().failed(error);
+    }
+}
+
+/// # Per-client limits per route
+///
+/// For a layer keyed by a pair `(client, route)`, such as
+/// [`ClientRouteKey`](crate::ClientRouteKey): see the
+/// [crate docs](crate#per-client-limits-per-route).
+impl<C: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<(C, String)> {
+    /// Sets `route`'s limit for every client of it separately, as
+    /// [`route_rule`](crate::SlidingWindowLayer::route_rule) does in the
+    /// builder. It applies from the next request to every key of the route
+    /// without a rule of its own, against each key's window as it is (no
+    /// burst: passes already counted stay counted, so a lower limit
+    /// refuses at once and a higher one admits only the difference), also
+    /// to clients not seen yet, and survives eviction. Keys with their own
+    /// limit ([`set_limit`](Self::set_limit), an exact
+    /// [`rule`](crate::SlidingWindowLayer::rule)) keep it. On a
+    /// [`compact`](crate::SlidingWindowLayer::compact) layer a limit above
+    /// 65 535 is taken as 65 535, with a `warn` event.
+    ///
+    /// Route changes and [`apply_rules`](Self::apply_rules) are applied one
+    /// at a time; a request during the change sees its key's old limit or
+    /// its new one, never another. A route rule is this replica's own: it
+    /// is not written to a Redis store.
+    ///
+    /// # Errors
+    ///
+    /// When `route` is longer than [`MAX_KEY_BYTES`](crate::key::MAX_KEY_BYTES)
+    /// (no built-in route extractor writes one: they key a longer route by
+    /// its digest form); nothing changes then. The error names the rule
+    /// (`routes["..."]`) and the field (`route`).
+    ///
+    /// ```
+    /// use tower_sliding_window::{ClientRouteKey, MatchedPathKey, PeerIpKey, SlidingWindowLayer};
+    ///
+    /// let layer = SlidingWindowLayer::qps(100).key(ClientRouteKey::new(PeerIpKey, MatchedPathKey));
+    /// let stats = layer.handle();
+    /// stats.set_route_limit("POST /login", 5).unwrap();
+    /// assert_eq!(stats.route_limits(), [("POST /login".to_owned(), 5)]);
+    /// let err = stats.set_route_limit(&"x".repeat(300), 5).unwrap_err();
+    /// assert_eq!(err.field(), Some("route"));
+    /// assert!(stats.remove_route_limit("POST /login"));
+    /// assert!(stats.route_limits().is_empty());
+    /// ```
+    pub fn set_route_limit(&self, route: &str, limit: u64) -> Result<(), RulesError> {
+        crate::rules::check_route(route).map_err(|reason| {
+            RulesError::invalid(crate::rules::route_rule_name(route), "route", reason)
+        })?;
+        let limit = if self.compact().is_some() {
+            CompactKeys::<(C, String)>::clamp_limit(limit)
+        } else {
+            limit
+        };
+        let registry = self.registry();
+        let _applying = crate::rules::lock(&registry.rules().applying);
+        registry.set_route_limit(crate::key::route_part::<C>, route, Some(limit));
+        Ok(())
+    }
+
+    /// Removes `route`'s rule: its keys without a rule of their own go back
+    /// to the default limit from the next request (their windows as they
+    /// are). Returns whether the route had a rule.
+    pub fn remove_route_limit(&self, route: &str) -> bool {
+        let registry = self.registry();
+        let _applying = crate::rules::lock(&registry.rules().applying);
+        registry.set_route_limit(crate::key::route_part::<C>, route, None)
+    }
+
+    /// Every route rule, as (route, limit), sorted by route.
+    pub fn route_limits(&self) -> Vec<(String, u64)> {
+        let mut routes = self.registry().routes().list();
+        routes.sort_unstable();
+        routes
     }
 }
 

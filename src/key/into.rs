@@ -18,6 +18,7 @@ use std::sync::Arc;
 /// | `Option<String>` ([`HeaderKey`](crate::HeaderKey)) | `&str`, `&String` |
 /// | `IpAddr`, `Option<IpAddr>` | `Ipv4Addr`, `Ipv6Addr` |
 /// | `Arc<str>`, `Box<str>` | `&str`, `String` |
+/// | `(C, String)` ([`ClientRouteKey`](crate::ClientRouteKey)) | `(client, &str)`, where `client` names a `C` as above: `(Ipv4Addr::LOCALHOST, "POST /login")` |
 ///
 /// ```
 /// use std::net::Ipv4Addr;
@@ -137,6 +138,14 @@ impl IntoKey<Option<IpAddr>> for Ipv6Addr {
     }
 }
 
+/// A client and a route name a pair key `(client, route)`: the client as
+/// it names the client part, the route as text.
+impl<C, T: IntoKey<C>> IntoKey<(C, String)> for (T, &str) {
+    fn into_key(self) -> (C, String) {
+        (self.0.into_key(), self.1.to_owned())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -152,6 +161,25 @@ mod tests {
         assert_eq!(key::<Option<String>>("t".to_owned()), Some("t".to_owned()));
         assert_eq!(key::<Option<String>>(None), None);
         assert_eq!(&*key::<Arc<str>>("x"), "x");
+    }
+
+    #[test]
+    fn a_client_and_a_route_name_a_pair() {
+        assert_eq!(
+            key::<(Option<IpAddr>, String)>((Ipv4Addr::LOCALHOST, "POST /login")),
+            (
+                Some(IpAddr::V4(Ipv4Addr::LOCALHOST)),
+                "POST /login".to_owned()
+            )
+        );
+        assert_eq!(
+            key::<(Option<String>, String)>(("acme", "GET /")),
+            (Some("acme".to_owned()), "GET /".to_owned())
+        );
+        assert_eq!(
+            key::<(Option<IpAddr>, String)>((None, "GET /")),
+            (None, "GET /".to_owned())
+        );
     }
 
     #[test]

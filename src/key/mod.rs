@@ -15,6 +15,7 @@
 //! | [`PeerIpKey`]        | `Option<IpAddr>`  | the peer's IP address; IPv6: its /64 ([below](self#ipv6-clients)) | `None` (no peer address)      |
 //! | [`ForwardedIpKey`]   | `Option<IpAddr>`  | the first address, from the right of the forwarding chain, that is not a trusted proxy; IPv6: its /64 | the peer's address (IPv6: its /64), then `None` |
 //! | `MatchedPathKey`     | `String`          | `"GET /users/{id}"` (axum route template); `HEAD` is keyed as `GET` | `"<unmatched>"` |
+//! | [`ClientRouteKey`]   | `(C, String)`     | a client extractor's key and a route extractor's key, as a pair: `(Some(10.0.0.7), "POST /login")` | each part's own |
 //!
 //! axum answers `HEAD` with the `GET` handler, so the method keys name a
 //! `HEAD` request `"GET /path"`: a rule for `"GET /path"` limits both, and
@@ -110,11 +111,14 @@
 mod bounded;
 mod forwarded;
 mod into;
+mod route;
 mod visit;
 
 pub use bounded::{MAX_DIGEST_KEY_BYTES, MAX_KEY_BYTES};
 pub use forwarded::{ForwardedHeader, ForwardedIpKey, MAX_FORWARDED_ENTRIES};
 pub use into::IntoKey;
+pub(crate) use route::route_part;
+pub use route::{ClientRouteKey, PairKey, RouteExtractor};
 pub use visit::{KeyVisitor, ToOwnedKey};
 
 use std::hash::Hash;
@@ -259,6 +263,26 @@ fn method_name(method: &Method) -> &str {
     } else {
         method.as_str()
     }
+}
+
+/// Calls `f` with `"METHOD rest"` (`HEAD` as `GET`), written into a buffer
+/// on the stack when it is short enough to be kept verbatim, else its
+/// digest form: the text [`visit_method_and`] visits.
+#[inline]
+fn with_method_and<T>(method: &Method, rest: &str, f: impl FnOnce(&str) -> T) -> T {
+    let method = method_name(method);
+    let len = method.len() + 1 + rest.len();
+    let mut buf = [0u8; MAX_KEY_BYTES];
+    if len <= MAX_KEY_BYTES {
+        buf[..method.len()].copy_from_slice(method.as_bytes());
+        buf[method.len()] = b' ';
+        buf[method.len() + 1..len].copy_from_slice(rest.as_bytes());
+        // Always valid: the concatenation of two strings and a space.
+        if let Ok(key) = std::str::from_utf8(&buf[..len]) {
+            return f(key);
+        }
+    }
+    f(&text_key(&[method, " ", rest]))
 }
 
 /// Visits the key `"METHOD rest"`, written into a buffer on the stack and

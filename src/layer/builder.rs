@@ -501,6 +501,9 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
         if let Some(limit) = settings.rules.values().copied().max() {
             check_compact_limit("compact", "rule", limit);
         }
+        if let Some(limit) = settings.route_rules.values().copied().max() {
+            check_compact_limit("compact", "route_rule", limit);
+        }
         self.configure(|s| {
             s.compact = true;
             if !s.max_keys_given {
@@ -546,6 +549,81 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
     pub fn handle(&self) -> StatsHandle<X::Key> {
         self.store.registry();
         StatsHandle::new(Arc::clone(&self.store)).with_remote(self.remote.clone())
+    }
+}
+
+/// # Per-client limits per route
+///
+/// For a layer keyed by a pair `(client, route)`, such as
+/// [`ClientRouteKey`](crate::ClientRouteKey): see the
+/// [crate docs](crate#per-client-limits-per-route).
+impl<C, X, M, R> SlidingWindowLayer<X, M, R>
+where
+    X: KeyExtractor<Key = (C, String)>,
+    C: Clone + Eq + std::hash::Hash + Send + Sync + 'static,
+{
+    /// Gives `route` its own limit for **every client separately**: each
+    /// key `(client, route)` is limited to `limit` per window, and counted
+    /// apart from the other clients of the route (one client cannot use up
+    /// another's quota, nor lock it out).
+    ///
+    /// `route` is the route part of the key as the layer's route extractor
+    /// writes it: `"POST /login"` or `"GET /users/{id}"` with
+    /// `MatchedPathKey`; `"<unmatched>"` limits each client's requests
+    /// that matched no route. A route no request has is never matched and
+    /// costs its entry in the rules only.
+    ///
+    /// # Precedence
+    ///
+    /// 1. A rule for the exact key ([`rule`](Self::rule) with the pair,
+    ///    [`StatsHandle::set_limit`]) wins: that one client of that route.
+    /// 2. Else the route's rule (this method,
+    ///    [`StatsHandle::set_route_limit`], a document's `routes`).
+    /// 3. Else the default limit ([`qps`](SlidingWindowLayer::qps)).
+    ///
+    /// The limit is per window of the layer ([`window`](Self::window)):
+    /// "5 per minute" is a layer whose window is a minute. Keys of a route
+    /// with a rule are ordinary keys otherwise: they count against
+    /// [`max_keys`](Self::max_keys) and idle ones are evicted (the route's
+    /// rule applies again when the client comes back); when the table is
+    /// full, a new key of the route shares an overflow entry limited to
+    /// the route's limit, never the looser default one (counted in
+    /// [`StatsHandle::total`]; on a compact layer, the overflow window with
+    /// the smaller of the two limits). Works the same on a
+    /// [`compact`](Self::compact) layer.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_sliding_window::{ClientRouteKey, MatchedPathKey, PeerIpKey, SlidingWindowLayer};
+    ///
+    /// // Per client: 5 logins per minute, 600 requests per minute elsewhere.
+    /// let layer = SlidingWindowLayer::qps(600)
+    ///     .window(Duration::from_secs(60), 6)
+    ///     .key(ClientRouteKey::new(PeerIpKey, MatchedPathKey))
+    ///     .route_rule("POST /login", 5)
+    ///     .compact();
+    /// # let _ = layer;
+    /// ```
+    ///
+    /// # Panics
+    ///
+    /// When `route` is longer than
+    /// [`MAX_KEY_BYTES`](crate::key::MAX_KEY_BYTES) (the built-in route
+    /// extractors key a longer route by its digest form, which a rule
+    /// cannot name); on a compact layer, when `limit` is above 65 535.
+    #[track_caller]
+    pub fn route_rule(self, route: impl Into<String>, limit: u64) -> Self {
+        let route = route.into();
+        if let Err(reason) = crate::rules::check_route(&route) {
+            panic!("SlidingWindowLayer::route_rule: invalid `route`: {reason}");
+        }
+        if self.is_compact() {
+            check_compact_limit("route_rule", "limit", limit);
+        }
+        self.configure(move |s| {
+            s.route_of = Some(crate::key::route_part::<C>);
+            s.route_rules.insert(route, limit);
+        })
     }
 }
 

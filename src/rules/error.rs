@@ -62,13 +62,23 @@ const SHOWN_KEY_BYTES: usize = 64;
 /// as a Rust string and cut at [`SHOWN_KEY_BYTES`], so that a hostile key
 /// can neither forge lines in a log nor make the message long.
 pub(crate) fn rule_name(key: &str) -> String {
+    entry_name("limits", key)
+}
+
+/// How an error names the route rule of `route`: `routes["<route>"]`,
+/// escaped and cut as [`rule_name`] does.
+pub(crate) fn route_rule_name(route: &str) -> String {
+    entry_name("routes", route)
+}
+
+fn entry_name(section: &str, key: &str) -> String {
     let mut end = key.len().min(SHOWN_KEY_BYTES);
     while !key.is_char_boundary(end) {
         end -= 1;
     }
     let shown: String = key[..end].escape_debug().collect();
     let more = if end < key.len() { "…" } else { "" };
-    format!("limits[\"{shown}{more}\"]")
+    format!("{section}[\"{shown}{more}\"]")
 }
 
 impl RulesError {
@@ -101,14 +111,14 @@ impl RulesError {
         self.kind
     }
 
-    /// The rule that is wrong (`default` or `limits["<key>"]`), or for an
-    /// error of a file, the file's path.
+    /// The rule that is wrong (`default`, `limits["<key>"]` or
+    /// `routes["<route>"]`), or for an error of a file, the file's path.
     pub fn rule(&self) -> Option<&str> {
         self.rule.as_deref()
     }
 
-    /// The field of the rule that is wrong: `"limit"` or `"key"`; `None`
-    /// for an error of the file as a whole.
+    /// The field of the rule that is wrong: `"limit"`, `"key"` or
+    /// `"route"`; `None` for an error of the file as a whole.
     pub fn field(&self) -> Option<&'static str> {
         self.field
     }
@@ -141,5 +151,9 @@ mod tests {
         let long = "é".repeat(100);
         let name = rule_name(&long);
         assert_eq!(name, format!("limits[\"{}…\"]", "é".repeat(32)));
+        assert_eq!(
+            super::route_rule_name("POST /a\u{1b}"),
+            r#"routes["POST /a\u{1b}"]"#
+        );
     }
 }

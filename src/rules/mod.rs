@@ -8,7 +8,7 @@
 //!
 //! # The document
 //!
-//! Two fields, both optional; any other field is an error that names it,
+//! Three fields, all optional; any other field is an error that names it,
 //! so that a misspelt setting never silently does nothing.
 //!
 //! - `default`: the limit of every key without a rule of its own (per
@@ -17,6 +17,10 @@
 //! - `limits`: a map from a key, written as text, to that key's limit.
 //!   Keys with a rule now that are absent from the map go back to the
 //!   default.
+//! - `routes`: a map from a route to its limit for every client of it
+//!   separately, for a layer keyed by client and route (see
+//!   [below](self#per-client-limits-per-route)). Routes with a rule now
+//!   that are absent go back to the default.
 //!
 //! Applying a document sets the whole state, whatever was set before it
 //! (by an earlier document, [`rule`](crate::SlidingWindowLayer::rule) or
@@ -63,6 +67,7 @@
 //! | [`MethodPathKey`](crate::MethodPathKey), `MatchedPathKey` | `String` | method, space, path: `"POST /login"`, `"GET /users/{id}"` |
 //! | [`HeaderKey`](crate::HeaderKey) | `Option<String>` | the header's value: `"tenant-a"` (requests without the header are on the default limit) |
 //! | [`PeerIpKey`](crate::PeerIpKey), [`ForwardedIpKey`](crate::ForwardedIpKey) | `Option<IpAddr>` | the address as the layer keys it: `"10.0.0.7"`; for IPv6, the network address of the client's prefix: `"2001:db8::"` for any address of `2001:db8::/64` (see [`PeerIpKey::key_of`](crate::PeerIpKey::key_of)) |
+//! | [`ClientRouteKey`](crate::ClientRouteKey) | `(C, String)` | the client part as above, `, `, the route: `"10.0.0.7, POST /login"` (the route alone, in `routes`: `"POST /login"`) |
 //! | [`GlobalKey`](crate::GlobalKey) | `()` | none: only `default` applies |
 //!
 //! For example, per client address:
@@ -80,11 +85,55 @@
 //! a rule could never name. Two keys that read as the same key (`"::1"`
 //! and `"0::1"`, or `"::ffff:10.0.0.7"` and `"10.0.0.7"`) are an error.
 //!
+//! # Per-client limits per route
+//!
+//! For a layer keyed by a pair `(client, route)`
+//! ([`ClientRouteKey`](crate::ClientRouteKey)), `routes` names routes as
+//! the route extractor writes them (`"POST /login"`, `"GET /users/{id}"`
+//! with `MatchedPathKey`), and each key of the route gets the route's limit
+//! with a count of its own. A key in `limits` names one client of one
+//! route, written as the exporters show the pair: `"client, route"` (see
+//! [`RuleKey`] for pairs); it wins over its route's rule.
+//!
+//! ```toml
+//! default = 100
+//!
+//! [routes]
+//! "POST /login" = 5          # each client: 5 logins per window
+//!
+//! [limits]
+//! "10.0.0.7, POST /login" = 50   # this client: 50
+//! ```
+//!
+//! A route is at most [`MAX_KEY_BYTES`](crate::key::MAX_KEY_BYTES) bytes;
+//! a route rule for a layer whose keys have no route part is an error
+//! (field `route`), as is a limit above [`MAX_LIMIT`] (field `limit`); the
+//! rule is named `routes["<route>"]`. On a
+//! [`compact`](crate::SlidingWindowLayer::compact) layer, limits above
+//! 65 535 are taken as 65 535, with a `warn` event.
+//!
+//! ```
+//! use tower_sliding_window::rules::Rules;
+//! use tower_sliding_window::{ClientRouteKey, MatchedPathKey, PeerIpKey, SlidingWindowLayer};
+//!
+//! let layer = SlidingWindowLayer::qps(100).key(ClientRouteKey::new(PeerIpKey, MatchedPathKey));
+//! let stats = layer.handle();
+//! let rules: Rules = serde_json::from_str(
+//!     r#"{ "routes": { "POST /login": 5 }, "limits": { "10.0.0.7, POST /login": 50 } }"#,
+//! ).unwrap();
+//! assert_eq!(stats.apply_rules(&rules), Ok(1));
+//! assert_eq!(stats.route_limits(), [("POST /login".to_owned(), 5)]);
+//!
+//! let err = stats.apply_rules(&Rules::new().route_limit("x".repeat(300), 5)).unwrap_err();
+//! assert_eq!(err.field(), Some("route"));
+//! assert_eq!(stats.route_limits(), [("POST /login".to_owned(), 5)]);
+//! ```
+//!
 //! # Room to grow
 //!
 //! A rule is a number today. Later versions may accept a table in its
-//! place (for more windows per key, or per-client rules by route); a
-//! number will keep meaning what it means now.
+//! place (for more windows per key); a number will keep meaning what it
+//! means now.
 //!
 //! # Example
 //!
@@ -115,6 +164,7 @@ mod watch;
 use std::collections::BTreeMap;
 use std::fmt;
 
+pub(crate) use error::route_rule_name;
 pub use error::{RulesError, RulesErrorKind};
 pub use key::RuleKey;
 pub use status::RulesStatus;
@@ -128,7 +178,8 @@ pub use watch::{RulesParser, RulesWatcher, RulesWatcherBuilder, MAX_RULES_FILE_B
 /// script counts to).
 pub const MAX_LIMIT: u64 = 1 << 53;
 
-/// A rules document: the default limit and the per-key limits (see the
+/// A rules document: the default limit, the per-key limits and the
+/// per-route limits (see the
 /// [module docs](self) for the format).
 ///
 /// Built in code with [`new`](Self::new), [`default_limit`](Self::default_limit)
@@ -167,6 +218,14 @@ pub struct Rules {
         serde(default, skip_serializing_if = "BTreeMap::is_empty")
     )]
     pub limits: BTreeMap<String, u64>,
+    /// Each route's limit for every client separately, the route written
+    /// as text (see [Per-client limits per route](self#per-client-limits-per-route)).
+    /// Only for layers keyed by a pair `(client, route)`.
+    #[cfg_attr(
+        feature = "serde",
+        serde(default, skip_serializing_if = "BTreeMap::is_empty")
+    )]
+    pub routes: BTreeMap<String, u64>,
 }
 
 impl Rules {
@@ -186,6 +245,13 @@ impl Rules {
         self.limits.insert(key.into(), limit);
         self
     }
+
+    /// Sets `route`'s limit, for every client of the route separately (see
+    /// [Per-client limits per route](self#per-client-limits-per-route)).
+    pub fn route_limit(mut self, route: impl Into<String>, limit: u64) -> Self {
+        self.routes.insert(route.into(), limit);
+        self
+    }
 }
 
 impl fmt::Debug for Rules {
@@ -193,6 +259,7 @@ impl fmt::Debug for Rules {
         f.debug_struct("Rules")
             .field("default", &self.default)
             .field("limits", &self.limits)
+            .field("routes", &self.routes)
             .finish()
     }
 }
@@ -234,6 +301,47 @@ pub(crate) fn check<K: RuleKey + Clone + Eq + std::hash::Hash>(
         default: rules.default,
         limits,
     })
+}
+
+/// Checks every route rule of `rules` against a key type, or names the
+/// first that is wrong: the key type must have a route part
+/// ([`RuleKey::route_of_key`]), each route at most
+/// [`MAX_KEY_BYTES`](crate::key::MAX_KEY_BYTES) bytes, each limit at most
+/// [`MAX_LIMIT`].
+pub(crate) fn check_routes<K: RuleKey>(
+    rules: &Rules,
+) -> Result<std::collections::HashMap<String, u64>, RulesError> {
+    let mut routes = std::collections::HashMap::with_capacity(rules.routes.len());
+    for (route, &limit) in &rules.routes {
+        let rule = || error::route_rule_name(route);
+        if K::route_of_key().is_none() {
+            return Err(RulesError::invalid(
+                rule(),
+                "route",
+                "the layer's keys have no route part: route rules need a key made of a client \
+                 and a route (`ClientRouteKey`)",
+            ));
+        }
+        check_route(route).map_err(|reason| RulesError::invalid(rule(), "route", reason))?;
+        check_limit(limit).map_err(|reason| RulesError::invalid(rule(), "limit", reason))?;
+        routes.insert(route.clone(), limit);
+    }
+    Ok(routes)
+}
+
+/// A route a rule can name: at most [`MAX_KEY_BYTES`](crate::key::MAX_KEY_BYTES)
+/// bytes, as the built-in route extractors key a longer route by its
+/// digest form.
+pub(crate) fn check_route(route: &str) -> Result<(), String> {
+    let max = crate::key::MAX_KEY_BYTES;
+    if route.len() > max {
+        return Err(format!(
+            "route must be at most {max} bytes, as a longer route is keyed by its digest (got {} \
+             bytes)",
+            route.len()
+        ));
+    }
+    Ok(())
 }
 
 fn check_limit(limit: u64) -> Result<(), String> {

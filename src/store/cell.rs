@@ -8,6 +8,7 @@ use std::hash::Hash;
 use std::sync::{Arc, OnceLock};
 
 use super::compact::CompactKeys;
+use super::routes::RouteOf;
 use super::Registry;
 use crate::clock::SharedClock;
 use crate::flow::breaker::Breaker;
@@ -73,6 +74,12 @@ pub(crate) struct Settings<K> {
     pub(crate) compact: bool,
     /// The layer's adaptive protection (`SlidingWindowLayer::system`).
     pub(crate) system: Option<SystemRule>,
+    /// Per-route limits that every key of the route gets separately
+    /// (`SlidingWindowLayer::route_rule`).
+    pub(crate) route_rules: HashMap<String, u64>,
+    /// The route part of a key, for a key type that has one (set with the
+    /// first route rule).
+    pub(crate) route_of: Option<RouteOf<K>>,
 }
 
 impl<K> Settings<K> {
@@ -88,6 +95,8 @@ impl<K> Settings<K> {
             breakers: Vec::new(),
             compact: false,
             system: None,
+            route_rules: HashMap::new(),
+            route_of: None,
         }
     }
 
@@ -114,6 +123,24 @@ impl<K> Settings<K> {
                  key type and are dropped; give rules after `key`"
             );
         }
+        // Route rules name routes of a pair key: they carry over when the
+        // new key type has the same route part (the same key type).
+        let route_of: Option<RouteOf<L>> = self.route_of.and_then(|route_of| {
+            let route_of: Box<dyn Any> = Box::new(route_of);
+            route_of.downcast::<RouteOf<L>>().ok().map(|f| *f)
+        });
+        let route_rules = if route_of.is_some() {
+            self.route_rules
+        } else {
+            if !self.route_rules.is_empty() {
+                tracing::warn!(
+                    dropped = self.route_rules.len(),
+                    "SlidingWindowLayer::key: route rules given before `key` name routes of the \
+                     previous key type and are dropped; give route rules after `key`"
+                );
+            }
+            HashMap::new()
+        };
         Settings {
             default_limit: self.default_limit,
             overflow_limit: self.overflow_limit,
@@ -125,6 +152,8 @@ impl<K> Settings<K> {
             breakers: self.breakers,
             compact: self.compact,
             system: self.system,
+            route_rules,
+            route_of,
         }
     }
 }
@@ -178,11 +207,12 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Store<K> {
     fn built(&self) -> &Built<K> {
         self.built.get_or_init(|| {
             let settings = read(&self.settings);
+            let registry = Arc::new(Registry::new(&settings));
             Built {
-                registry: Arc::new(Registry::new(&settings)),
                 compact: settings
                     .compact
-                    .then(|| Arc::new(CompactKeys::new(&settings))),
+                    .then(|| Arc::new(CompactKeys::new(&settings, Arc::clone(registry.routes())))),
+                registry,
             }
         })
     }

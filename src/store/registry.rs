@@ -45,7 +45,7 @@ use std::sync::{Arc, OnceLock};
 
 use hashbrown::HashTable;
 
-use super::{Entry, Settings, TopBlocked, Window};
+use super::{Entry, RouteLimit, RouteOf, Routes, Settings, TopBlocked, Window};
 use crate::clock::SharedClock;
 use crate::flow::breaker::Breaker;
 use crate::key::KeyVisitor;
@@ -185,6 +185,10 @@ pub(crate) struct Registry<K> {
     /// The layer's system rule, built with the table (its CPU sampler
     /// subscription lives as long as the table); every entry holds it.
     system: Option<Arc<System>>,
+    /// Route rules: the limit of every key of a route without a rule of
+    /// its own (shared with the compact table of a compact layer). Lock
+    /// order: a shard's lock, then `limits`, then the routes' lock.
+    routes: Arc<Routes<K>>,
 }
 
 impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
@@ -200,6 +204,8 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
             compact: _,
             max_keys_given: _,
             ref system,
+            ref route_rules,
+            route_of,
         } = *settings;
         let system = system
             .as_ref()
@@ -242,6 +248,21 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
             rt_histogram,
             blocked: TopBlocked::new(),
             system,
+            routes: Arc::new(Routes::new(route_of, route_rules)),
+        }
+    }
+
+    /// The layer's route rules.
+    pub(crate) fn routes(&self) -> &Arc<Routes<K>> {
+        &self.routes
+    }
+
+    /// The limit and policy tag of `key` when it has no rule of its own:
+    /// its route's rule, else the default.
+    fn fallback(&self, key: &K) -> (u64, Option<u64>) {
+        match self.routes.lookup(key) {
+            Some(RouteLimit { limit, tag }) => (limit, Some(tag)),
+            None => (self.default_limit.load(Ordering::Relaxed), None),
         }
     }
 
@@ -350,16 +371,22 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
     /// A new entry for `key`. `pinned`: the entry holds no counted slot of
     /// `max_keys` (decided by the caller, who reserved one or not).
     fn create(&self, key: K, hash: u64, pinned: bool) -> (Arc<K>, Arc<Entry>) {
-        let (rule, default) = {
+        // A key's own rule wins over its route's rule, which wins over the
+        // default. The route's rule is one hash lookup of the key's route
+        // part (see `Routes::lookup`), read with `limits` still locked, in
+        // the lock order `set_route_limit` takes.
+        let (limit, tag) = {
             let limits = read(&self.limits);
-            let default = self.default_limit.load(Ordering::Relaxed);
-            (limits.get(&key).copied(), default)
+            match limits.get(&key) {
+                Some(&rule) => (rule, Some(hash)),
+                None => self.fallback(&key),
+            }
         };
         let entry = Entry::new(
             self.window,
             self.clock.clone(),
-            rule.unwrap_or(default),
-            rule.map(|_| hash),
+            limit,
+            tag,
             pinned,
             &self.breakers,
             &self.rt_histogram,
@@ -376,6 +403,18 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
         let pinned = read(&self.limits).contains_key(key.key());
         if !pinned && !self.reserve(now) {
             self.note_overflow(now);
+            if self.routes.active() {
+                // A key of a route with a rule shares its route's overflow
+                // entry, limited as the route is: filling the table never
+                // moves a client onto the default limit.
+                let key = key.into_owned();
+                if let Some(entry) = self
+                    .routes
+                    .overflow(&key, |limit| self.overflow_entry(limit))
+                {
+                    return entry;
+                }
+            }
             return Arc::clone(&self.overflow);
         }
         let mut table = write(self.shard(hash));
@@ -657,12 +696,81 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
             }
             return had;
         }
-        // Same ordering against `insert` as in `set_limit`.
+        // Same ordering against `insert` as in `set_limit`. The key goes
+        // back to its route's rule if it has one, else to the default.
         let table = write(self.shard(hash));
-        if let Some((_, entry)) = table.find(hash, |(k, _)| (**k).borrow() == key) {
-            entry.set_limit(self.default_limit.load(Ordering::Relaxed), None);
+        if let Some((k, entry)) = table.find(hash, |(k, _)| (**k).borrow() == key) {
+            let (limit, tag) = self.fallback(k);
+            entry.set_limit(limit, tag);
         }
         had
+    }
+
+    /// A new overflow entry limited to `limit` (a route's).
+    fn overflow_entry(&self, limit: u64) -> Entry {
+        Entry::new(
+            self.window,
+            self.clock.clone(),
+            limit,
+            None,
+            false,
+            &self.breakers,
+            &self.rt_histogram,
+            self.system.as_ref(),
+        )
+        .into_overflow()
+    }
+
+    /// Sets `route`'s rule, `None` removes it, and brings every live key of
+    /// the route that has no rule of its own to its new limit (its window
+    /// as it is: no burst). Returns whether the route had a rule.
+    ///
+    /// The caller holds `rules().applying`, so route changes and rules
+    /// documents never interleave. The rule is written first; then each
+    /// shard is read-locked in turn, so that an entry created before the
+    /// write (under its shard's write lock) is visited, and one created
+    /// after it read the new rule itself.
+    pub(crate) fn set_route_limit(
+        &self,
+        route_of: RouteOf<K>,
+        route: &str,
+        limit: Option<u64>,
+    ) -> bool {
+        let had = self.routes.lookup_route(route).is_some();
+        match limit {
+            Some(limit) => {
+                self.routes.set(route_of, route, limit);
+            }
+            None => {
+                self.routes.remove(route);
+            }
+        }
+        if Self::is_single() {
+            // A zero-sized key has no route part.
+            return had;
+        }
+        for shard in self.shards.iter() {
+            let table = read(shard);
+            let limits = read(&self.limits);
+            for (key, entry) in table.iter() {
+                if !limits.contains_key(&**key) && self.routes.is_route(key, route) {
+                    let (limit, tag) = self.fallback(key);
+                    entry.set_limit(limit, tag);
+                }
+            }
+        }
+        had
+    }
+
+    /// Replaces every route rule with `routes` (before
+    /// [`apply_rules`](Self::apply_rules), which brings live entries to
+    /// them). The caller holds `rules().applying`.
+    pub(crate) fn replace_routes(
+        &self,
+        route_of: Option<RouteOf<K>>,
+        routes: HashMap<String, u64>,
+    ) {
+        self.routes.replace(route_of, routes);
     }
 
     /// The layer's rules state.
@@ -700,7 +808,10 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
         // entry) cannot be undone by a limit read before it.
         let update = |limits: &HashMap<K, u64>, key: &K, entry: &Entry| match limits.get(key) {
             Some(&limit) => entry.set_limit(limit, Some(self.hasher.hash_one(key))),
-            None => entry.set_limit(self.default_limit.load(Ordering::Relaxed), None),
+            None => {
+                let (limit, tag) = self.fallback(key);
+                entry.set_limit(limit, tag);
+            }
         };
         if Self::is_single() {
             // See `init_single` for a first request racing this.

@@ -5,6 +5,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod client_routes;
 mod compact;
 mod contract;
 mod forwarded_ip;

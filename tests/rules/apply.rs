@@ -339,3 +339,44 @@ async fn documents_applied_at_once_never_mix() {
     assert_eq!(limits.len(), 1, "{limits:?}");
     assert_eq!(stats.rules_status().version, 200);
 }
+
+// A compact layer once took no part of a document but its route rules:
+// `apply_rules` wrote the default and the per-key limits where only a full
+// table reads them, so a compact layer kept its builder limits whatever
+// the document said.
+#[tokio::test]
+async fn a_compact_layer_takes_the_documents_default_and_per_key_limits() {
+    let clock = clock();
+    let layer = SlidingWindowLayer::qps(10)
+        .key(PathKey)
+        .clock(clock.clone())
+        .rule("/old", 1)
+        .compact();
+    let stats = layer.handle();
+    let app = app(layer);
+    assert_eq!(statuses(&app, "/a", 3).await, ok_then_429(3, 0));
+    stats
+        .apply_rules(&Rules::new().default_limit(4).limit("/seven", 7))
+        .unwrap();
+    assert_eq!(
+        statuses(&app, "/a", 2).await,
+        ok_then_429(1, 1),
+        "{}",
+        at(&clock)
+    );
+    assert_eq!(statuses(&app, "/b", 5).await, ok_then_429(4, 1));
+    assert_eq!(statuses(&app, "/seven", 8).await, ok_then_429(7, 1));
+    // The builder's rule is gone: /old is on the default.
+    assert_eq!(statuses(&app, "/old", 5).await, ok_then_429(4, 1));
+    assert_eq!(stats.snapshot("/seven").unwrap().limit, 7);
+    assert_eq!(stats.snapshot("/a").unwrap().limit, 4);
+    assert_eq!(stats.overflow().limit, 4);
+    // A document without the rule: /seven back on the default, its
+    // window kept; without a default, the layer's own.
+    stats.apply_rules(&Rules::new().default_limit(8)).unwrap();
+    assert!(!stats.remove_limit("/seven"));
+    assert_eq!(statuses(&app, "/seven", 2).await, ok_then_429(1, 1));
+    stats.apply_rules(&Rules::new()).unwrap();
+    assert_eq!(stats.snapshot("/a").unwrap().limit, 10);
+    assert_eq!(stats.overflow().limit, 10);
+}

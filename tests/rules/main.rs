@@ -10,6 +10,7 @@ mod support;
 mod apply;
 mod dashboard;
 mod format;
+mod routes;
 #[cfg(feature = "rules-file")]
 mod watch;
 

@@ -9,13 +9,15 @@
 mod table;
 
 use std::borrow::Borrow;
+use std::collections::HashMap;
 use std::fmt;
 use std::hash::Hash;
+use std::sync::Arc;
 
 pub(crate) use table::{CompactTable, Place, SlotValue};
 
 use super::registry::{Borrowed, Owned, PendingKey};
-use super::{Settings, Window};
+use super::{RouteLimit, Routes, Settings, Window};
 use crate::key::KeyVisitor;
 use crate::stat::{CompactShape, CompactWindow, COMPACT_MAX_LIMIT};
 
@@ -33,6 +35,16 @@ impl SlotValue for CompactWindow {
 pub(crate) struct CompactKeys<K> {
     table: CompactTable<K, CompactWindow>,
     shape: CompactShape,
+    /// The layer's route rules (shared with its full table). A slot keeps
+    /// no limit, so a key's route rule is read on each of its requests
+    /// while any exists (see [`routed`]).
+    routes: Arc<Routes<K>>,
+    /// The default limit the layer was built with: a rules document
+    /// without a default goes back to it.
+    built_default: u64,
+    /// The overflow value runs on the default limit (no `overflow_limit`
+    /// was given) and follows it when a document changes it.
+    overflow_on_default: bool,
 }
 
 impl<K> fmt::Debug for CompactKeys<K> {
@@ -56,7 +68,7 @@ pub(crate) fn shape_of(window: &Window) -> CompactShape {
 impl<K: Clone + Eq + Hash + Send + Sync + 'static> CompactKeys<K> {
     /// The table the settings describe (validated by the builder: limits at
     /// most [`COMPACT_MAX_LIMIT`], at most `COMPACT_MAX_BUCKETS` buckets).
-    pub(crate) fn new(settings: &Settings<K>) -> Self {
+    pub(crate) fn new(settings: &Settings<K>, routes: Arc<Routes<K>>) -> Self {
         let default_limit = settings.default_limit;
         // A key type of zero bytes (the global key) has one key: one group.
         let max_keys = if std::mem::size_of::<K>() == 0 {
@@ -72,7 +84,37 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> CompactKeys<K> {
                 &settings.rules,
             ),
             shape: shape_of(&settings.window),
+            routes,
+            built_default: default_limit,
+            overflow_on_default: settings.overflow_limit.is_none(),
         }
+    }
+
+    /// The place `key` is counted in, with its route's rule applied (see
+    /// [`routed`]).
+    #[inline]
+    pub(crate) fn routed<'a>(
+        &self,
+        key: &K,
+        place: Place<'a, CompactWindow>,
+    ) -> Place<'a, CompactWindow> {
+        routed(place, self.routes.lookup(key))
+    }
+
+    /// A limit as a compact window counts it: above [`COMPACT_MAX_LIMIT`],
+    /// that maximum, with a `warn` event (as [`set_limit`](Self::set_limit)
+    /// takes it).
+    pub(crate) fn clamp_limit(limit: u64) -> u64 {
+        if limit > COMPACT_MAX_LIMIT {
+            tracing::warn!(
+                limit,
+                max = COMPACT_MAX_LIMIT,
+                "StatsHandle: a compact layer counts at most {COMPACT_MAX_LIMIT} passes per \
+                 window; a route's limit or a rules document's limit is set to that maximum"
+            );
+            return COMPACT_MAX_LIMIT;
+        }
+        limit
     }
 
     pub(crate) fn table(&self) -> &CompactTable<K, CompactWindow> {
@@ -92,11 +134,17 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> CompactKeys<K> {
         K: Borrow<P::Q>,
     {
         let shape = &self.shape;
-        self.table.with(
-            key,
-            |window| window.is_idle(shape, now),
-            |place| f(place, shape),
-        )
+        let idle = |window: &CompactWindow| window.is_idle(shape, now);
+        if self.routes.active() {
+            // The key's route rule is read from the key as the table holds
+            // it (a key sent to the overflow window is made owned for it:
+            // the cold path of a full table).
+            return self.table.with_keyed(key, idle, true, |place, key| {
+                let route = key.and_then(|key| self.routes.lookup(key));
+                f(routed(place, route), shape)
+            });
+        }
+        self.table.with(key, idle, |place| f(place, shape))
     }
 
     /// Gives `key` its own limit. A limit above [`COMPACT_MAX_LIMIT`] is
@@ -117,6 +165,24 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> CompactKeys<K> {
         let shape = &self.shape;
         self.table
             .set_limit(key, limit, |window| window.is_idle(shape, now));
+    }
+
+    /// Applies a rules document's default (`None`: the layer's own) and
+    /// per-key limits; limits above [`COMPACT_MAX_LIMIT`] are taken as
+    /// that maximum, with a `warn` event, as [`set_limit`](Self::set_limit)
+    /// takes them.
+    pub(crate) fn apply_rules(&self, default: Option<u64>, limits: HashMap<K, u64>, now: u64) {
+        let clamp = |limit: u64| Self::clamp_limit(limit);
+        let default = clamp(default.unwrap_or(self.built_default));
+        let overflow = self.overflow_on_default.then_some(default);
+        let limits = limits
+            .into_iter()
+            .map(|(key, limit)| (key, clamp(limit)))
+            .collect();
+        let shape = &self.shape;
+        self.table.apply(default, overflow, limits, |window| {
+            window.is_idle(shape, now)
+        });
     }
 
     /// Removes `key`'s own limit; whether it had one.
@@ -177,6 +243,31 @@ where
     {
         self.keys
             .with(Borrowed(key, to_owned), self.now, self.decide)
+    }
+}
+
+/// `place` under its key's route rule `route`: a key with its own limit
+/// keeps it (an exact rule wins); a key in a slot runs on the route's
+/// limit and policy; a key sent to the overflow window runs on the smaller
+/// of the overflow limit and the route's, so that filling the table never
+/// lifts a client of the route past its route's limit.
+#[inline]
+pub(crate) fn routed<'a>(
+    place: Place<'a, CompactWindow>,
+    route: Option<RouteLimit>,
+) -> Place<'a, CompactWindow> {
+    match route {
+        None => place,
+        Some(_) if place.tag.is_some() => place,
+        Some(route) if place.overflow => Place {
+            limit: place.limit.min(route.limit),
+            ..place
+        },
+        Some(route) => Place {
+            limit: route.limit,
+            tag: Some(route.tag as u32),
+            ..place
+        },
     }
 }
 

@@ -242,8 +242,12 @@ pub(crate) struct CompactTable<K, V> {
     occupied: Padded<AtomicUsize>,
     /// At most this many keys in slots (see `occupied`).
     max_keys: usize,
-    default_limit: u64,
-    overflow_limit: u64,
+    /// The limit of keys in slots. Relaxed: read once per request on its
+    /// own; written by a rules document (`apply`), which a request sees
+    /// from its next read, as any limit change.
+    default_limit: AtomicU64,
+    /// The limit of keys without room. Relaxed, as `default_limit`.
+    overflow_limit: AtomicU64,
     overflow: Padded<V>,
     overflow_totals: Padded<Totals>,
     /// Keys with their own limit.
@@ -344,8 +348,8 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
             hasher,
             occupied: Padded(AtomicUsize::new(0)),
             max_keys,
-            default_limit,
-            overflow_limit,
+            default_limit: AtomicU64::new(default_limit),
+            overflow_limit: AtomicU64::new(overflow_limit),
             overflow: Padded(V::empty()),
             overflow_totals: Padded(Totals::new()),
             own_count: AtomicUsize::new(own.len()),
@@ -367,7 +371,7 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
         Place {
             value: &self.overflow.0,
             totals: &self.overflow_totals.0,
-            limit: self.overflow_limit,
+            limit: self.overflow_limit.load(Ordering::Relaxed),
             tag: None,
             overflow: true,
         }
@@ -388,7 +392,7 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
         Place {
             value: &slot.value,
             totals: &group.totals,
-            limit: self.default_limit,
+            limit: self.default_limit.load(Ordering::Relaxed),
             tag: None,
             overflow: false,
         }
@@ -413,12 +417,30 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
     where
         K: Borrow<P::Q>,
     {
+        self.with_keyed(pending, idle, false, |place, _| f(place))
+    }
+
+    /// [`with`](Self::with), with the key as the table holds it: `f` gets
+    /// `Some(key)` for a key in a slot or the side map; for a key sent to
+    /// the overflow value, `Some` of the owned key when `key_on_overflow`
+    /// (made for the call: an allocation for a borrowed key), else `None`.
+    #[inline]
+    pub(crate) fn with_keyed<P: PendingKey<K>, R>(
+        &self,
+        pending: P,
+        idle: impl Fn(&V) -> bool,
+        key_on_overflow: bool,
+        f: impl FnOnce(Place<'_, V>, Option<&K>) -> R,
+    ) -> R
+    where
+        K: Borrow<P::Q>,
+    {
         let key = pending.key();
         if self.own_count.load(Ordering::Relaxed) != 0 {
             let own = read(&self.own.0);
-            if let Some(own) = own.get(key) {
+            if let Some((owned, own)) = own.get_key_value(key) {
                 own.see();
-                return f(self.own_place(own));
+                return f(self.own_place(own), Some(owned));
             }
         }
         // `K: Borrow<Q>` promises that `Q` hashes as `K` does.
@@ -428,13 +450,13 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
             let group = &self.groups[index];
             let slots = read(&group.slots);
             if let Some(slot) = slots.as_ref().and_then(|slots| find(slots, tag, key)) {
-                return f(self.slot_place(slot, group));
+                return f(self.slot_place(slot, group), slot.key.as_ref());
             }
             if first == second {
                 break;
             }
         }
-        self.insert(pending, hash, idle, f)
+        self.insert(pending, hash, idle, key_on_overflow, f)
     }
 
     #[cold]
@@ -443,7 +465,8 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
         pending: P,
         hash: u64,
         idle: impl Fn(&V) -> bool,
-        f: impl FnOnce(Place<'_, V>) -> R,
+        key_on_overflow: bool,
+        f: impl FnOnce(Place<'_, V>, Option<&K>) -> R,
     ) -> R
     where
         K: Borrow<P::Q>,
@@ -455,20 +478,27 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
         // it to the side map, since the lookup.
         for (index, slots) in locked.iter() {
             if let Some(slot) = slots.as_ref().and_then(|slots| find(slots, tag, key)) {
-                return f(self.slot_place(slot, &self.groups[*index]));
+                return f(
+                    self.slot_place(slot, &self.groups[*index]),
+                    slot.key.as_ref(),
+                );
             }
         }
         if self.own_count.load(Ordering::Relaxed) != 0 {
             let own = read(&self.own.0);
-            if let Some(own) = own.get(key) {
+            if let Some((owned, own)) = own.get_key_value(key) {
                 own.see();
-                return f(self.own_place(own));
+                return f(self.own_place(own), Some(owned));
             }
         }
         let room = self.claim();
         let Some((which, at)) = self.free_slot(&mut locked, room, &idle) else {
             self.unclaim(room);
-            return f(self.overflow_place());
+            if key_on_overflow {
+                let owned = pending.into_owned();
+                return f(self.overflow_place(), Some(&owned));
+            }
+            return f(self.overflow_place(), None);
         };
         let index = locked[which].0;
         let slot = &mut locked[which].1.get_or_insert_with(new_slots)[at];
@@ -480,7 +510,10 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
         slot.key = Some(pending.into_owned());
         slot.tag = tag;
         let slots = locked[which].1.as_ref().expect("allocated above");
-        f(self.slot_place(&slots[at], &self.groups[index]))
+        f(
+            self.slot_place(&slots[at], &self.groups[index]),
+            slots[at].key.as_ref(),
+        )
     }
 
     /// Claims room for one more key in a slot; whether there was room.
@@ -570,15 +603,29 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
 
     /// Calls `f` with `key`'s place if the key has one (in a slot or the
     /// side map; the overflow value is nobody's), under its lock.
+    #[cfg_attr(not(all(test, loom)), allow(dead_code))]
     pub(crate) fn get<Q, R>(&self, key: &Q, f: impl FnOnce(Place<'_, V>) -> R) -> Option<R>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.get_keyed(key, |_, place| f(place))
+    }
+
+    /// [`get`](Self::get), with the key as the table holds it.
+    pub(crate) fn get_keyed<Q, R>(
+        &self,
+        key: &Q,
+        f: impl FnOnce(&K, Place<'_, V>) -> R,
+    ) -> Option<R>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
         if self.own_count.load(Ordering::Relaxed) != 0 {
             let own = read(&self.own.0);
-            if let Some(own) = own.get(key) {
-                return own.seen().then(|| f(self.own_place(own)));
+            if let Some((owned, own)) = own.get_key_value(key) {
+                return own.seen().then(|| f(owned, self.own_place(own)));
             }
         }
         let hash = self.hasher.hash_one(key);
@@ -587,7 +634,9 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
             let group = &self.groups[index];
             let slots = read(&group.slots);
             if let Some(slot) = slots.as_ref().and_then(|slots| find(slots, tag, key)) {
-                return Some(f(self.slot_place(slot, group)));
+                if let Some(owned) = slot.key.as_ref() {
+                    return Some(f(owned, self.slot_place(slot, group)));
+                }
             }
         }
         None
@@ -683,7 +732,8 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
     }
 
     /// Removes `key`'s own limit: the key runs on the default limit again.
-    /// Its value goes back to a slot of its groups (an empty one if the
+    /// A key that has had no request just leaves the side map. Otherwise
+    /// its value goes back to a slot of its groups (an empty one if the
     /// table has room, else an idle one), so its passes stay counted; if
     /// none is free, it stays in the side map on the default limit until it
     /// is idle (dropped by a later limit change). Returns whether the key
@@ -698,6 +748,12 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
         let mut locked = self.lock_pair(first, second);
         let mut own = write(&self.own.0);
         let had = match own.get(key) {
+            // A key that never had a request has no window to keep: it
+            // leaves the side map and takes no slot until it has one.
+            Some(entry) if !entry.lapsed() && !entry.seen() => {
+                own.remove(key);
+                true
+            }
             Some(entry) if !entry.lapsed() => {
                 let room = self.claim();
                 match self.free_slot(&mut locked, room, &idle) {
@@ -714,7 +770,10 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
                     }
                     None => {
                         self.unclaim(room);
-                        entry.limit.store(self.default_limit, Ordering::Relaxed);
+                        entry.limit.store(
+                            self.default_limit.load(Ordering::Relaxed),
+                            Ordering::Relaxed,
+                        );
                         entry.policy.store(LAPSED, Ordering::Relaxed);
                     }
                 }
@@ -725,6 +784,41 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
         own.retain(|_, entry| !(entry.lapsed() && idle(&entry.value)));
         self.own_count.store(own.len(), Ordering::Relaxed);
         had
+    }
+
+    /// Applies a rules document: `default` becomes the limit of keys
+    /// without their own (and of the overflow value too when `overflow` is
+    /// `Some`), every key of `limits` gets its limit, and every other key
+    /// with its own limit goes back to the default, as
+    /// [`remove_limit`](Self::remove_limit) sends it. Windows are kept (no
+    /// burst). The caller applies documents one at a time.
+    pub(crate) fn apply(
+        &self,
+        default: u64,
+        overflow: Option<u64>,
+        limits: HashMap<K, u64>,
+        idle: impl Fn(&V) -> bool,
+    ) {
+        self.default_limit.store(default, Ordering::Relaxed);
+        if let Some(limit) = overflow {
+            self.overflow_limit.store(limit, Ordering::Relaxed);
+        }
+        let dropped: Vec<K> = {
+            let own = read(&self.own.0);
+            for entry in own.values().filter(|entry| entry.lapsed()) {
+                entry.limit.store(default, Ordering::Relaxed);
+            }
+            own.keys()
+                .filter(|key| !limits.contains_key(*key))
+                .cloned()
+                .collect()
+        };
+        for key in dropped {
+            self.remove_limit(&key, &idle);
+        }
+        for (key, limit) in limits {
+            self.set_limit(key, limit, &idle);
+        }
     }
 
     /// Moves `key`'s value out of its slot in the `locked` groups, emptying
@@ -756,8 +850,11 @@ impl<K, V> fmt::Debug for CompactTable<K, V> {
             .field("max_keys", &self.max_keys)
             .field("slots", &(self.groups.len() * GROUP))
             .field("keys", &self.occupied.load(Ordering::Relaxed))
-            .field("default_limit", &self.default_limit)
-            .field("overflow_limit", &self.overflow_limit)
+            .field("default_limit", &self.default_limit.load(Ordering::Relaxed))
+            .field(
+                "overflow_limit",
+                &self.overflow_limit.load(Ordering::Relaxed),
+            )
             .finish_non_exhaustive()
     }
 }
@@ -1023,6 +1120,22 @@ mod tests {
             .unwrap();
         assert_eq!((limit, tag, passes), (2, None, 3));
         assert_eq!(request(&table, 7, 5), (false, false));
+    }
+
+    // Removing the own limit of a key that never had a request moved it
+    // into a slot: it took one of `max_keys` and the handle listed it, as
+    // a full table (which makes no entry before a request) never does.
+    #[test]
+    fn a_key_whose_own_limit_goes_before_its_first_request_takes_no_slot() {
+        let table = table(16, 2);
+        table.set_limit(7, 3, |v| v.idle(5));
+        assert!(table.remove_limit(&7, |v| v.idle(5)));
+        assert_eq!(table.len(), 0);
+        assert_eq!(table.stored(), 0);
+        assert!(table.get(&7, |_| ()).is_none());
+        // Its first request then finds a slot like any new key.
+        assert_eq!(request(&table, 7, 5), (true, false));
+        assert_eq!(table.len(), 1);
     }
 
     #[test]
