@@ -167,6 +167,7 @@ mod blocked;
 mod connection;
 mod error;
 mod identity;
+mod lease;
 mod status;
 
 pub use error::{StoreError, StoreErrorKind};
