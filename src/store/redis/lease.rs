@@ -76,6 +76,8 @@ pub(crate) fn slack_us(ends_us: u64) -> u64 {
 /// The script's cap on a lease from the time left in its bucket: at most
 /// what `rate` arrivals per tick bring in the `ends_us - lag_us` µs the
 /// lease can still be spent in (and at least the caller's own pass).
+/// `admit.lua` computes the same; the model of the script uses this.
+#[cfg(test)]
 pub(crate) fn time_cap(rate: u64, ends_us: u64, lag_us: u64) -> u64 {
     (rate.saturating_mul(ends_us.saturating_sub(lag_us)) / TICK_US).max(1)
 }
@@ -371,6 +373,73 @@ impl LeaseTable {
     /// Drops the key's pool (its limit changed); returns what it held.
     pub(crate) fn forget(&mut self, id: super::KeyId) -> u64 {
         self.keys.remove(&id).map_or(0, |lease| lease.pooled())
+    }
+}
+
+/// Wake-up shards: a request that waits for a call in flight waits on the
+/// shard of its key; a reply wakes the shard of its key.
+const WAKE_SHARDS: usize = 64;
+
+/// A store's leases: the table, the round-trip estimate and the wake-ups.
+/// Shared by the clones of a store with the same settings.
+#[derive(Debug)]
+pub(crate) struct Leases {
+    table: std::sync::Mutex<LeaseTable>,
+    /// Round-trip time of the script calls, µs: a moving average (7/8 of
+    /// the last estimate, 1/8 of the new sample), 0 before the first call.
+    /// Relaxed: an estimate, read and written on its own; a lost update
+    /// costs one sample.
+    rtt_us: std::sync::atomic::AtomicU64,
+    /// The lease clock's origin when the server's clock cuts the buckets.
+    epoch: std::time::Instant,
+    wakes: [tokio::sync::Notify; WAKE_SHARDS],
+}
+
+impl Default for Leases {
+    fn default() -> Self {
+        Leases {
+            table: std::sync::Mutex::default(),
+            rtt_us: std::sync::atomic::AtomicU64::new(0),
+            epoch: std::time::Instant::now(),
+            wakes: std::array::from_fn(|_| tokio::sync::Notify::new()),
+        }
+    }
+}
+
+impl Leases {
+    /// The table, locked. Every critical section is a few arithmetic steps
+    /// on one key's state (or, when the table is full, one sweep), with no
+    /// await inside.
+    pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, LeaseTable> {
+        // A panic while holding the lock leaves plain counters; keep them.
+        self.table
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    pub(crate) fn rtt_us(&self) -> u64 {
+        self.rtt_us.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    pub(crate) fn sample_rtt(&self, sample_us: u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let old = self.rtt_us.load(Relaxed);
+        let new = if old == 0 {
+            sample_us.max(1)
+        } else {
+            (old.saturating_mul(7).saturating_add(sample_us) / 8).max(1)
+        };
+        self.rtt_us.store(new, Relaxed);
+    }
+
+    /// µs since this table was made, on a monotonic clock.
+    pub(crate) fn elapsed_us(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_micros()).unwrap_or(u64::MAX)
+    }
+
+    /// Where requests for `id` wait for a call in flight.
+    pub(crate) fn wake(&self, id: super::KeyId) -> &tokio::sync::Notify {
+        &self.wakes[usize::from(id.shard_byte()) % WAKE_SHARDS]
     }
 }
 
