@@ -1497,6 +1497,33 @@ mod tests {
     }
 
     #[test]
+    fn lease_replies_carry_what_was_granted_and_only_on_a_pass() {
+        let mut lease = reply(&[1, 12, 0, 5_000], "");
+        lease.extend([Value::Int(10), Value::Int(1_200), Value::Int(43_500)]);
+        let read = parse_reply(lease.clone()).expect("a lease");
+        assert!(read.passed);
+        assert_eq!(
+            read.lease,
+            Some(Leased {
+                passes: 10,
+                bucket_start: 1_200,
+                ends_us: 43_500
+            })
+        );
+        assert_eq!(parse_reply(reply(&[1, 3, 0, 5], "")).expect("a pass").lease, None);
+        let mut refused = reply(&[0, 5, 40, 5], "");
+        refused.extend([Value::Int(1), Value::Int(0), Value::Int(1)]);
+        assert!(parse_reply(refused).is_err(), "a refusal leases nothing");
+        let mut none = lease.clone();
+        none[5] = Value::Int(0);
+        assert!(parse_reply(none).is_err(), "a lease holds the caller's pass");
+        let mut negative = lease.clone();
+        negative[7] = Value::Int(-1);
+        assert!(parse_reply(negative).is_err());
+        assert!(parse_reply(lease[..7].to_vec()).is_err());
+    }
+
+    #[test]
     fn replies_that_make_sense_are_read() {
         let pass = parse_reply(reply(&[1, 3, 0, 5], "")).expect("a pass");
         assert!(pass.passed);
