@@ -372,6 +372,8 @@ pub struct RedisStore {
     limit_ttl: Duration,
     /// Decide in Redis even when its policy evicts keys.
     allow_evicting: bool,
+    /// Hot keys lease passes (the default).
+    lease: bool,
     /// `None`: Redis's `TIME` cuts the buckets, this store's system clock
     /// times the local refusals and probes.
     clock: Option<SharedClock>,
@@ -392,6 +394,7 @@ impl fmt::Debug for RedisStore {
             .field("probe_interval", &self.probe)
             .field("manual_time", &self.clock.is_some())
             .field("allow_evicting_server", &self.allow_evicting)
+            .field("leases", &self.lease)
             .field("status", &self.status())
             .finish_non_exhaustive()
     }
@@ -594,6 +597,7 @@ impl RedisStore {
             probe: DEFAULT_PROBE,
             limit_ttl: DEFAULT_LIMIT_TTL,
             allow_evicting: false,
+            lease: true,
             clock: None,
             local_clock: SharedClock::system(),
             blocked: Arc::new(BlockedKeys::default()),
@@ -755,6 +759,16 @@ impl RedisStore {
         self
     }
 
+    /// Turns [leases](self#leases-for-hot-keys) off (`false`) or on
+    /// (`true`, the default). Off, every request costs one round trip
+    /// (concurrent ones still share the connection), as for a key that is
+    /// not hot: for comparisons, or where no pass may be reserved ahead of
+    /// its request.
+    pub fn leases(mut self, on: bool) -> Self {
+        self.lease = on;
+        self
+    }
+
     /// Whether this store refuses to decide on the server, as its policy
     /// was last read.
     fn refuses_server(&self) -> bool {
@@ -827,7 +841,9 @@ impl RedisStore {
     /// Whether a request for `n` passes at `limit` may lease: one pass, at
     /// a limit large enough for a lease of two.
     fn leases_at(&self, limit: u64, n: u64) -> bool {
-        n == 1 && max_lease(limit.min(MAX_SCRIPT_LIMIT), self.window.span()) >= 2
+        self.lease
+            && n == 1
+            && max_lease(limit.min(MAX_SCRIPT_LIMIT), self.window.span()) >= 2
     }
 
     /// The lease clock, µs: the manual clock's time when there is one (the
