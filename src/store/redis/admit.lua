@@ -21,6 +21,9 @@
 -- ARGV[12] µs at the end of the bucket in which a lease cannot be spent
 -- ARGV[13] the lease share: a lease is at most limit / (span * share)
 -- ARGV[14] the rate tick in µs
+-- ARGV[15] of the passes wanted, those for requests already waiting: not
+--          cut to the rate nor to the lease cap, only to the room left
+--          (and to n when the bucket ends within ARGV[12] µs)
 --
 -- Returns {outcome, passes in the window, ms until n could pass (0 when
 -- passed, -1 when never), the limit applied, the eviction policy ('' when
@@ -123,7 +126,11 @@ if counted + n <= limit then
     local cap = math.floor(limit / (span * tonumber(ARGV[13])))
     local spendable = math.max(0, ends_us - tonumber(ARGV[12]))
     local by_time = math.floor(tonumber(ARGV[11]) * spendable / tonumber(ARGV[14]))
-    local granted = math.max(n, math.min(want, limit - counted, cap, by_time))
+    local batch = tonumber(ARGV[15] or '0')
+    if spendable <= 0 then
+      batch = n
+    end
+    local granted = math.max(n, math.min(want, limit - counted, math.max(math.min(cap, by_time), batch)))
     redis.call('HINCRBY', KEYS[1], start, granted)
     redis.call('PEXPIRE', KEYS[1], ARGV[7])
     return { 1, in_window + granted, 0, limit, policy, granted, start, ends_us }

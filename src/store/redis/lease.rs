@@ -130,10 +130,24 @@ pub(crate) enum Step {
     /// Wait for the call in flight (its passes may cover this request),
     /// then take the next step again, without waiting a second time.
     Wait,
-    /// Ask the script for this many passes (one for the caller, the rest
-    /// for the pool).
-    Ask(u64),
+    /// Ask the script for passes: one for the caller, the rest for the
+    /// pool.
+    Ask(Ask),
 }
+
+/// What a request that asks the script asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Ask {
+    /// Passes in all (at least 1).
+    pub(crate) want: u64,
+    /// Of those, the caller's own and those of the requests waiting with
+    /// no call in flight to cover them: these are not cut to the key's
+    /// rate (they are already here), only to the room left.
+    pub(crate) batch: u64,
+}
+
+/// Most requests one call decides at once.
+pub(crate) const MAX_BATCH: u64 = 1024;
 
 /// One key's lease state on one replica. Times are µs on the store's lease
 /// clock (monotonic; the manual clock's ms times 1000 under a manual
@@ -154,7 +168,9 @@ pub(crate) struct KeyLease {
     window_pass: u64,
     /// Passes beyond their callers' own asked for by calls in flight.
     asking: u64,
-    /// Requests waiting for those calls.
+    /// Calls in flight (asks and refills).
+    in_flight: u64,
+    /// Requests waiting for them.
     waiting: u64,
 }
 
@@ -199,10 +215,11 @@ impl KeyLease {
 
     /// The next step of a request at `now_us` (counted with
     /// [`arrive`](Self::arrive) first): spend a leased pass, else wait for
-    /// a call in flight that asks for more passes than there are requests
-    /// waiting for it already (when `may_wait`), else ask. Registers what
-    /// it decides: a refill or an ask as asked for, a wait as waiting
-    /// (until [`woken`](Self::woken)).
+    /// a call in flight (when `may_wait`), else ask for passes for itself,
+    /// for the requests waiting with no call to cover them (one call
+    /// decides them all), and for the pool if the key is hot. Registers
+    /// what it decides: a refill or an ask as asked for and in flight, a
+    /// wait as waiting (until [`woken`](Self::woken)).
     pub(crate) fn step(
         &mut self,
         now_us: u64,
@@ -213,11 +230,15 @@ impl KeyLease {
         if let Some(spent) = self.take(now_us) {
             return Step::Spend(spent, self.refill(rtt_us, max_lease));
         }
-        if may_wait && self.asking > self.waiting {
+        if may_wait && self.in_flight > 0 {
             self.waiting += 1;
             return Step::Wait;
         }
-        Step::Ask(self.want(rtt_us, max_lease))
+        let batch = (1 + self.waiting.saturating_sub(self.asking)).min(MAX_BATCH);
+        let want = self.want(rtt_us, max_lease).max(batch);
+        self.asking += want - 1;
+        self.in_flight += 1;
+        Step::Ask(Ask { want, batch })
     }
 
     /// A request that waited is done waiting (it takes its next step).
@@ -232,18 +253,12 @@ impl KeyLease {
         self.last_arrivals.saturating_mul(cover_us) / TICK_US
     }
 
-    /// How many passes a request that found the pool empty asks for: 1, or
-    /// more for a hot key (at most `max_lease`). Registers the extra ones
-    /// as asked for; the caller reports the answer with
-    /// [`granted`](Self::granted) (or [`failed`](Self::failed)) with the
-    /// same `want`.
-    pub(crate) fn want(&mut self, rtt_us: u64, max_lease: u64) -> u64 {
-        let want = self
-            .expected(rtt_us)
+    /// How many passes the key's rate asks for when the pool is empty: 1,
+    /// or more for a hot key (at most `max_lease`).
+    fn want(&self, rtt_us: u64, max_lease: u64) -> u64 {
+        self.expected(rtt_us)
             .saturating_sub(self.pool + self.asking)
-            .clamp(1, max_lease.max(1));
-        self.asking += want - 1;
-        want
+            .clamp(1, max_lease.max(1))
     }
 
     /// After a pass was taken from the pool: the size of a refill to ask
@@ -260,6 +275,7 @@ impl KeyLease {
         }
         let want = expected.min(max_lease);
         self.asking += want;
+        self.in_flight += 1;
         Some(want)
     }
 
@@ -267,6 +283,7 @@ impl KeyLease {
     /// caller's own) ended without a grant.
     pub(crate) fn failed(&mut self, asked: u64) {
         self.asking = self.asking.saturating_sub(asked);
+        self.in_flight = self.in_flight.saturating_sub(1);
     }
 
     /// A call sent at `sent_us`, which asked for `asked` passes for the
@@ -285,6 +302,7 @@ impl KeyLease {
         (sent_us, now_us, slack_us): (u64, u64, u64),
     ) -> u64 {
         self.asking = self.asking.saturating_sub(asked);
+        self.in_flight = self.in_flight.saturating_sub(1);
         let extra = grant.granted.saturating_sub(kept);
         if extra == 0 {
             return 0;
@@ -328,7 +346,7 @@ impl KeyLease {
     /// Whether the state can be dropped: nothing pooled or asked for, and
     /// no arrival in the last two ticks.
     fn idle(&self, now_us: u64) -> bool {
-        self.pool == 0 && self.asking == 0 && self.waiting == 0 && now_us / TICK_US > self.tick + 1
+        self.pool == 0 && self.in_flight == 0 && self.waiting == 0 && now_us / TICK_US > self.tick + 1
     }
 
     /// Passes in the pool (for tests and the stranded count on forget).

@@ -903,7 +903,11 @@ impl RedisStore {
         let store = self.clone();
         runtime.spawn(async move {
             let sent_us = store.lease_now_us();
-            let ask = LeaseAsk { want, rate };
+            let ask = LeaseAsk {
+                want,
+                rate,
+                batch: 0,
+            };
             let result = store.decide_in_redis(id, limit, 1, Some(ask), false).await;
             store.lease_answer(id, want, 0, sent_us, result.ok().and_then(|(_, grant)| grant));
         });
@@ -967,7 +971,7 @@ impl RedisStore {
         limit: u64,
         n: u64,
     ) -> Result<Verdict, StoreError> {
-        if !self.leases_at(limit, n) {
+        if n != 1 {
             if let Some(verdict) = self.known_blocked(id, n) {
                 return Ok(verdict);
             }
@@ -976,12 +980,19 @@ impl RedisStore {
                 .await
                 .map(|(verdict, _)| verdict);
         }
-        let max = max_lease(limit.min(MAX_SCRIPT_LIMIT), self.window.span());
+        let max = if self.lease {
+            max_lease(limit.min(MAX_SCRIPT_LIMIT), self.window.span())
+        } else {
+            1
+        };
         let wake = self.leases.wake(id);
-        let mut may_wait = true;
+        // Waits for calls in flight end with the store's timeout; then the
+        // request asks on its own.
+        let wait_until = tokio::time::Instant::now() + self.timeout;
         loop {
             let now_us = self.lease_now_us();
             let rtt_us = self.leases.rtt_us();
+            let may_wait = tokio::time::Instant::now() < wait_until;
             let woken = wake.notified();
             let mut woken = std::pin::pin!(woken);
             let mut stranded = 0;
@@ -1025,26 +1036,28 @@ impl RedisStore {
                     });
                 }
                 Step::Wait => {
-                    // Bounded like a round trip; then one more step, which
-                    // does not wait again.
-                    let _ = tokio::time::timeout(self.timeout, woken).await;
+                    let _ = tokio::time::timeout_at(wait_until, woken).await;
                     if let Some(lease) = self.leases.lock().existing(id) {
                         lease.woken();
                     }
-                    may_wait = false;
                 }
-                Step::Ask(want) => {
+                Step::Ask(ask) => {
                     if let Some(verdict) = self.known_blocked(id, n) {
                         if let Some(lease) = self.leases.lock().existing(id) {
-                            lease.failed(want - 1);
+                            lease.failed(ask.want - 1);
                         }
+                        self.leases.wake(id).notify_waiters();
                         return Ok(verdict);
                     }
                     let sent_us = now_us;
-                    let ask = (want > 1).then_some(LeaseAsk { want, rate });
-                    let result = self.decide_in_redis(id, limit, n, ask, true).await;
+                    let lease = (ask.want > 1).then_some(LeaseAsk {
+                        want: ask.want,
+                        rate,
+                        batch: ask.batch,
+                    });
+                    let result = self.decide_in_redis(id, limit, n, lease, true).await;
                     let grant = result.as_ref().ok().and_then(|(_, grant)| *grant);
-                    self.lease_answer(id, want - 1, 1, sent_us, grant);
+                    self.lease_answer(id, ask.want - 1, 1, sent_us, grant);
                     return result.map(|(verdict, _)| verdict);
                 }
             }
@@ -1203,7 +1216,8 @@ impl RedisStore {
                 .arg(lease.rate.min(MAX_SCRIPT_LIMIT))
                 .arg(lag_us(self.leases.rtt_us(), slack))
                 .arg(LEASE_SHARE)
-                .arg(TICK_US);
+                .arg(TICK_US)
+                .arg(lease.batch.min(MAX_SCRIPT_LIMIT));
         }
         match tokio::time::timeout(self.timeout, invocation.invoke_async(&mut connection)).await {
             Ok(Ok(reply)) => Ok(reply),
@@ -1288,12 +1302,14 @@ impl RedisStore {
     }
 }
 
-/// A call that asks for a lease: `want` passes in all, for a key that saw
-/// `rate` requests in the last rate tick.
+/// A call that asks for several passes: `want` in all, for a key that saw
+/// `rate` requests in the last rate tick; `batch` of them for requests
+/// already waiting (not cut to the rate).
 #[derive(Debug, Clone, Copy)]
 struct LeaseAsk {
     want: u64,
     rate: u64,
+    batch: u64,
 }
 
 /// What a lease call was granted, from the script's reply.

@@ -39,7 +39,7 @@ impl Script {
         &mut self,
         shape: Shape,
         limit: u64,
-        (want, rate, lag_us): (u64, u64, u64),
+        (want, rate, lag_us, batch): (u64, u64, u64, u64),
         now_us: u64,
     ) -> Result<Grant, u64> {
         let now_ms = now_us / 1000;
@@ -66,10 +66,10 @@ impl Script {
         }
         let ends_us = (start + bucket) * 1000 - now_us;
         let cap = (limit / (shape.span() * LEASE_SHARE)).max(1);
+        let batch = if ends_us > lag_us { batch } else { 1 };
         let granted = want
-            .min(cap)
             .min(limit - counted)
-            .min(time_cap(rate, ends_us, lag_us))
+            .min(cap.min(time_cap(rate, ends_us, lag_us)).max(batch))
             .max(1);
         *self.buckets.entry(start).or_default() += granted;
         Ok(Grant {
@@ -91,8 +91,9 @@ struct Call {
     asked: u64,
     /// 1: the caller waits for its own pass; 0: a refill.
     kept: u64,
-    /// What it asks the script: passes, the replica's rate, its lag.
-    ask: (u64, u64, u64),
+    /// What it asks the script: passes, the replica's rate, its lag, the
+    /// batch of requests already waiting.
+    ask: (u64, u64, u64, u64),
     /// Set when the script has run it: its answer.
     answer: Option<Result<Grant, u64>>,
 }
@@ -141,19 +142,19 @@ fn request(
                     sent_us: now_us,
                     asked: want,
                     kept: 0,
-                    ask: (want, lease.rate(), lag_us),
+                    ask: (want, lease.rate(), lag_us, 0),
                     answer: None,
                 });
             }
         }
         Step::Wait => parked[r] += 1,
-        Step::Ask(want) if now_us < blocked_until[r] => lease.failed(want - 1),
-        Step::Ask(want) => calls.push(Call {
+        Step::Ask(ask) if now_us < blocked_until[r] => lease.failed(ask.want - 1),
+        Step::Ask(ask) => calls.push(Call {
             replica: r,
             sent_us: now_us,
-            asked: want - 1,
+            asked: ask.want - 1,
             kept: 1,
-            ask: (want, lease.rate(), lag_us),
+            ask: (ask.want, lease.rate(), lag_us, ask.batch),
             answer: None,
         }),
     }
@@ -249,12 +250,12 @@ fn play(shape: Shape, limit: u64, rtt_us: u64, replicas: usize, events: &[Event]
             Event::Advance(us) => now_us += us,
         }
         // A reply wakes the requests waiting at its replica: each takes
-        // its next step, without waiting again.
+        // its next step (and may wait again for a call still in flight).
         if let Some(r) = woken.take() {
             for _ in 0..std::mem::take(&mut parked[r]) {
                 leases[r].woken();
                 run.stranded += leases[r].expire(now_us);
-                request(r, false, now_us, &mut leases[r], &mut calls, &mut run, &mut parked, &blocked_until);
+                request(r, true, now_us, &mut leases[r], &mut calls, &mut run, &mut parked, &blocked_until);
             }
         }
     }
@@ -409,7 +410,7 @@ fn a_key_seen_once_a_second_asks_for_one_pass_whatever_the_round_trip() {
         lease.arrive(second * 1_000_000 + 100_000);
         for rtt_us in [0, 100, 10_000, 100_000, 10_000_000] {
             let mut probe = lease.clone();
-            assert_eq!(probe.want(rtt_us, 1_000_000), 1, "rtt {rtt_us} µs");
+            assert_eq!(asks(&mut probe, rtt_us, 1_000_000), 1, "rtt {rtt_us} µs");
             assert_eq!(probe.refill(rtt_us, 1_000_000), None);
         }
     }
@@ -424,14 +425,67 @@ fn a_hot_key_asks_for_what_it_expects_to_need_and_no_more_than_the_cap() {
     }
     lease.arrive(TICK_US);
     // 16 round trips of 250 µs: 4 ms of a 100 ms tick of 1 000 arrivals.
-    assert_eq!(lease.clone().want(250, 1_000), 40);
-    assert_eq!(lease.clone().want(250, 25), 25, "capped");
-    assert_eq!(lease.clone().want(250, 1), 1, "a small limit never leases");
+    assert_eq!(asks(&mut lease.clone(), 250, 1_000), 40);
+    assert_eq!(asks(&mut lease.clone(), 250, 25), 25, "capped");
+    assert_eq!(asks(&mut lease.clone(), 250, 1), 1, "a small limit never leases");
     // The cover time is at most 1/8 of a tick.
-    assert_eq!(lease.clone().want(1_000_000, 1_000), 125);
-    // What is asked for is counted against the next ask.
-    assert_eq!(lease.want(250, 1_000), 40);
-    assert_eq!(lease.want(250, 1_000), 1);
+    assert_eq!(asks(&mut lease.clone(), 1_000_000, 1_000), 125);
+    // What is asked for is counted against the next ask (that does not
+    // wait for it).
+    assert_eq!(asks(&mut lease, 250, 1_000), 40);
+    assert_eq!(asks(&mut lease, 250, 1_000), 1);
+}
+
+/// The passes a request that finds the pool empty asks for, when it may
+/// not wait.
+fn asks(lease: &mut KeyLease, rtt_us: u64, max_lease: u64) -> u64 {
+    match lease.step(0, rtt_us, max_lease, false) {
+        Step::Ask(ask) => ask.want,
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn requests_that_wait_for_a_call_in_flight_are_decided_by_the_next_call_together() {
+    let mut lease = KeyLease::default();
+    let Step::Ask(first) = lease.step(0, 100, 1, true) else {
+        panic!("the first request asks");
+    };
+    assert_eq!((first.want, first.batch), (1, 1));
+    // Five more arrive while it is in flight: they wait.
+    for _ in 0..5 {
+        assert_eq!(lease.step(0, 100, 1, true), Step::Wait);
+    }
+    let grant = Grant {
+        granted: 1,
+        bucket_start: 0,
+        ends_us: 50_000,
+        window_pass: 1,
+        limit: 100,
+    };
+    assert_eq!(lease.granted(0, 1, grant, (0, 100, 0)), 0);
+    // Woken, the first asks for itself and the four still waiting...
+    lease.woken();
+    let Step::Ask(batch) = lease.step(100, 100, 1, true) else {
+        panic!("a woken request asks");
+    };
+    assert_eq!((batch.want, batch.batch), (5, 5));
+    // ...and the others wait for that call.
+    for _ in 0..4 {
+        lease.woken();
+        assert_eq!(lease.step(100, 100, 1, true), Step::Wait);
+    }
+    let grant = Grant {
+        granted: 5,
+        window_pass: 6,
+        ..grant
+    };
+    assert_eq!(lease.granted(4, 1, grant, (100, 200, 0)), 0);
+    for _ in 0..4 {
+        lease.woken();
+        assert!(matches!(lease.step(200, 100, 1, true), Step::Spend(_, None)));
+    }
+    assert_eq!(lease.pooled(), 0);
 }
 
 #[test]
