@@ -167,3 +167,98 @@ async fn passes_leased_and_not_spent_stay_counted_until_their_bucket_leaves() {
     assert_eq!(after.stranded, status.stranded + unspent);
     assert_eq!(after.leased, status.leased, "a key gone cold does not lease");
 }
+
+/// A layer with a store on the manual clock: its service and handle.
+fn layer_with_store(
+    store: RedisStore,
+    clock: &ManualClock,
+    limit: u64,
+) -> (
+    tower::util::BoxCloneSyncService<
+        http::Request<String>,
+        http::Response<http_body_util::Full<bytes::Bytes>>,
+        std::convert::Infallible,
+    >,
+    tower_sliding_window::StatsHandle<()>,
+) {
+    let layer = tower_sliding_window::SlidingWindowLayer::qps(limit)
+        .clock(clock.clone())
+        .store(store.clock(clock.clone()));
+    let handle = layer.handle();
+    let inner = tower::service_fn(|_: http::Request<String>| async {
+        Ok::<_, std::convert::Infallible>(http::Response::new(
+            http_body_util::Full::<bytes::Bytes>::default(),
+        ))
+    });
+    let service = tower::util::BoxCloneSyncService::new(tower::Layer::layer(&layer, inner));
+    (service, handle)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs redis-server"]
+async fn a_layer_spends_leased_passes_within_its_own_window_and_reports_them() {
+    use tower::ServiceExt;
+
+    let server = RedisServer::start();
+    let clock = ManualClock::new(1_000_000);
+    let store = RedisStore::connect(&server.url())
+        .await
+        .expect("connect")
+        .timeout(Duration::from_secs(10));
+    let limit = 20_000;
+    let (service, handle) = layer_with_store(store, &clock, limit);
+    let mut passes = BTreeMap::new();
+    // 30 requests every ms for 1.5 s: 1.5 x the limit.
+    for _ in 0..1_500 {
+        let now = clock.now_millis();
+        let mut tasks = tokio::task::JoinSet::new();
+        for _ in 0..30 {
+            let service = service.clone();
+            tasks.spawn(async move {
+                let response = service
+                    .oneshot(http::Request::new(String::new()))
+                    .await
+                    .unwrap_or_else(|never| match never {});
+                response.status() == http::StatusCode::OK
+            });
+        }
+        while let Some(passed) = tasks.join_next().await {
+            if passed.expect("no panic") {
+                *passes.entry(now).or_insert(0u64) += 1;
+            }
+        }
+        clock.advance(Duration::from_millis(1));
+    }
+    let worst = busiest(&passes, 100, 10);
+    assert!(worst <= limit, "{worst} passes in one window, limit {limit}");
+    // Let the last refills land, so that the counts hold still.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let status = handle.store_status().expect("a store");
+    assert!(status.lease_spent > 0, "the layer spent leased passes");
+    let admitted: u64 = passes.values().sum();
+    // Every admission went through the store; a leased pass the layer's
+    // own window refused is spent but not admitted.
+    assert!(status.admitted >= admitted, "{status:?} vs {admitted}");
+    let per_admission = status.round_trips_per_admission().expect("admissions");
+    assert!(per_admission < 0.25, "{per_admission} round trips per admission");
+
+    #[cfg(feature = "prometheus")]
+    {
+        let mut registry = prometheus_client::registry::Registry::default();
+        registry.register_collector(Box::new(handle.collector()));
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).expect("encodes");
+        let status = handle.store_status().expect("a store");
+        for (name, value) in [
+            ("sliding_window_store_round_trips_total", status.round_trips),
+            ("sliding_window_store_admitted_total", status.admitted),
+            ("sliding_window_store_leased_total", status.leased),
+            ("sliding_window_store_lease_spent_total", status.lease_spent),
+            ("sliding_window_store_stranded_total", status.stranded),
+            ("sliding_window_store_fallback", 0),
+        ] {
+            let line = format!("{name} {value}\n");
+            assert!(text.contains(&line), "{line:?} missing from\n{text}");
+        }
+    }
+}
