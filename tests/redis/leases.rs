@@ -91,7 +91,10 @@ async fn three_replicas_leasing_a_hot_key_never_pass_the_limit_and_admit_nearly_
     let passes = overload(&stores, &clock, "/hot", limit, (10, 3_000)).await;
 
     let worst = busiest(&passes, 100, 10);
-    assert!(worst <= limit, "{worst} passes in one window, limit {limit}");
+    assert!(
+        worst <= limit,
+        "{worst} passes in one window, limit {limit}"
+    );
     // After the first second, each window of 10 buckets admits at least
     // 95 % of the limit.
     let steady: u64 = passes.range(1_001_000..).map(|(_, n)| n).sum();
@@ -131,7 +134,10 @@ async fn a_key_seen_once_a_second_costs_one_call_per_request_and_never_leases() 
     }
     let status = stores[0].status();
     assert_eq!((status.round_trips, status.admitted), (20, 20));
-    assert_eq!((status.leased, status.lease_spent, status.stranded), (0, 0, 0));
+    assert_eq!(
+        (status.leased, status.lease_spent, status.stranded),
+        (0, 0, 0)
+    );
     assert_eq!(status.round_trips_per_admission(), Some(1.0));
 }
 
@@ -165,7 +171,10 @@ async fn passes_leased_and_not_spent_stay_counted_until_their_bucket_leaves() {
     stores[0].admit("/stop", limit).await.expect("answers");
     let after = stores[0].status();
     assert_eq!(after.stranded, status.stranded + unspent);
-    assert_eq!(after.leased, status.leased, "a key gone cold does not lease");
+    assert_eq!(
+        after.leased, status.leased,
+        "a key gone cold does not lease"
+    );
 }
 
 /// A layer with a store on the manual clock: its service and handle.
@@ -230,7 +239,10 @@ async fn a_layer_spends_leased_passes_within_its_own_window_and_reports_them() {
         clock.advance(Duration::from_millis(1));
     }
     let worst = busiest(&passes, 100, 10);
-    assert!(worst <= limit, "{worst} passes in one window, limit {limit}");
+    assert!(
+        worst <= limit,
+        "{worst} passes in one window, limit {limit}"
+    );
     // Let the last refills land, so that the counts hold still.
     tokio::time::sleep(Duration::from_millis(200)).await;
     let status = handle.store_status().expect("a store");
@@ -240,7 +252,10 @@ async fn a_layer_spends_leased_passes_within_its_own_window_and_reports_them() {
     // own window refused is spent but not admitted.
     assert!(status.admitted >= admitted, "{status:?} vs {admitted}");
     let per_admission = status.round_trips_per_admission().expect("admissions");
-    assert!(per_admission < 0.25, "{per_admission} round trips per admission");
+    assert!(
+        per_admission < 0.25,
+        "{per_admission} round trips per admission"
+    );
 
     #[cfg(feature = "prometheus")]
     {

@@ -346,7 +346,10 @@ impl KeyLease {
     /// Whether the state can be dropped: nothing pooled or asked for, and
     /// no arrival in the last two ticks.
     fn idle(&self, now_us: u64) -> bool {
-        self.pool == 0 && self.in_flight == 0 && self.waiting == 0 && now_us / TICK_US > self.tick + 1
+        self.pool == 0
+            && self.in_flight == 0
+            && self.waiting == 0
+            && now_us / TICK_US > self.tick + 1
     }
 
     /// Passes in the pool (for tests and the stranded count on forget).

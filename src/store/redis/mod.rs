@@ -226,8 +226,8 @@ use redis::Script;
 use self::blocked::{Blocked, BlockedKeys};
 use self::connection::{policy_in, Connection};
 use self::identity::redis_names;
-use self::lease::{lag_us, max_lease, slack_us, Grant, Leases, Step, LEASE_SHARE, TICK_US};
 pub(crate) use self::identity::{identity, KeyId};
+use self::lease::{lag_us, max_lease, slack_us, Grant, Leases, Step, LEASE_SHARE, TICK_US};
 use self::status::{Health, Route};
 use crate::clock::{Clock, SharedClock};
 use crate::stat::validate_window;
@@ -841,9 +841,7 @@ impl RedisStore {
     /// Whether a request for `n` passes at `limit` may lease: one pass, at
     /// a limit large enough for a lease of two.
     fn leases_at(&self, limit: u64, n: u64) -> bool {
-        self.lease
-            && n == 1
-            && max_lease(limit.min(MAX_SCRIPT_LIMIT), self.window.span()) >= 2
+        self.lease && n == 1 && max_lease(limit.min(MAX_SCRIPT_LIMIT), self.window.span()) >= 2
     }
 
     /// The lease clock, µs: the manual clock's time when there is one (the
@@ -909,7 +907,13 @@ impl RedisStore {
                 batch: 0,
             };
             let result = store.decide_in_redis(id, limit, 1, Some(ask), false).await;
-            store.lease_answer(id, want, 0, sent_us, result.ok().and_then(|(_, grant)| grant));
+            store.lease_answer(
+                id,
+                want,
+                0,
+                sent_us,
+                result.ok().and_then(|(_, grant)| grant),
+            );
         });
     }
 
@@ -1542,13 +1546,19 @@ mod tests {
                 ends_us: 43_500
             })
         );
-        assert_eq!(parse_reply(reply(&[1, 3, 0, 5], "")).expect("a pass").lease, None);
+        assert_eq!(
+            parse_reply(reply(&[1, 3, 0, 5], "")).expect("a pass").lease,
+            None
+        );
         let mut refused = reply(&[0, 5, 40, 5], "");
         refused.extend([Value::Int(1), Value::Int(0), Value::Int(1)]);
         assert!(parse_reply(refused).is_err(), "a refusal leases nothing");
         let mut none = lease.clone();
         none[5] = Value::Int(0);
-        assert!(parse_reply(none).is_err(), "a lease holds the caller's pass");
+        assert!(
+            parse_reply(none).is_err(),
+            "a lease holds the caller's pass"
+        );
         let mut negative = lease.clone();
         negative[7] = Value::Int(-1);
         assert!(parse_reply(negative).is_err());

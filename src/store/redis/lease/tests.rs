@@ -195,7 +195,16 @@ fn play(shape: Shape, limit: u64, rtt_us: u64, replicas: usize, events: &[Event]
             Event::Request(r) => {
                 leases[r].arrive(now_us);
                 run.stranded += leases[r].expire(now_us);
-                request(r, true, now_us, &mut leases[r], &mut calls, &mut run, &mut parked, &blocked_until);
+                request(
+                    r,
+                    true,
+                    now_us,
+                    &mut leases[r],
+                    &mut calls,
+                    &mut run,
+                    &mut parked,
+                    &blocked_until,
+                );
             }
             Event::Execute(k) => {
                 let waiting: Vec<usize> = (0..calls.len())
@@ -255,14 +264,25 @@ fn play(shape: Shape, limit: u64, rtt_us: u64, replicas: usize, events: &[Event]
             for _ in 0..std::mem::take(&mut parked[r]) {
                 leases[r].woken();
                 run.stranded += leases[r].expire(now_us);
-                request(r, true, now_us, &mut leases[r], &mut calls, &mut run, &mut parked, &blocked_until);
+                request(
+                    r,
+                    true,
+                    now_us,
+                    &mut leases[r],
+                    &mut calls,
+                    &mut run,
+                    &mut parked,
+                    &blocked_until,
+                );
             }
         }
     }
     // Every recorded bucket holds at least the admissions made in it.
     let mut made: BTreeMap<u64, u64> = BTreeMap::new();
     for &at in &run.admitted {
-        *made.entry(at / 1000 / shape.bucket_ms * shape.bucket_ms).or_default() += 1;
+        *made
+            .entry(at / 1000 / shape.bucket_ms * shape.bucket_ms)
+            .or_default() += 1;
     }
     let recorded_since = script.buckets.keys().next().copied().unwrap_or(u64::MAX);
     for (start, admissions) in made.range(recorded_since..) {
@@ -295,13 +315,16 @@ fn busiest_window(admitted: &[u64], bucket_ms: u64, buckets: u64) -> u64 {
 }
 
 fn shape() -> impl Strategy<Value = Shape> {
-    (prop_oneof![Just(10u64), Just(20), Just(50)], 1u64..5, any::<bool>()).prop_map(
-        |(bucket_ms, samples, strict)| Shape {
+    (
+        prop_oneof![Just(10u64), Just(20), Just(50)],
+        1u64..5,
+        any::<bool>(),
+    )
+        .prop_map(|(bucket_ms, samples, strict)| Shape {
             bucket_ms,
             samples,
             strict,
-        },
-    )
+        })
 }
 
 proptest! {
@@ -393,7 +416,11 @@ fn steady_overload_on_three_replicas_admits_at_least_95_percent_in_few_round_tri
     assert!(run.leased > 0, "the hot key leased");
     // Round trips of the last three seconds (the first 100 ms tick has no
     // rate yet: every request asks for one pass).
-    let trips = run.round_trips.iter().filter(|&&at| at >= 1_000_000).count();
+    let trips = run
+        .round_trips
+        .iter()
+        .filter(|&&at| at >= 1_000_000)
+        .count();
     let per_admission = trips as f64 / admitted as f64;
     assert!(
         per_admission <= 0.05,
@@ -427,7 +454,11 @@ fn a_hot_key_asks_for_what_it_expects_to_need_and_no_more_than_the_cap() {
     // 16 round trips of 250 µs: 4 ms of a 100 ms tick of 1 000 arrivals.
     assert_eq!(asks(&mut lease.clone(), 250, 1_000), 40);
     assert_eq!(asks(&mut lease.clone(), 250, 25), 25, "capped");
-    assert_eq!(asks(&mut lease.clone(), 250, 1), 1, "a small limit never leases");
+    assert_eq!(
+        asks(&mut lease.clone(), 250, 1),
+        1,
+        "a small limit never leases"
+    );
     // The cover time is at most 1/8 of a tick.
     assert_eq!(asks(&mut lease.clone(), 1_000_000, 1_000), 125);
     // What is asked for is counted against the next ask (that does not
@@ -483,7 +514,10 @@ fn requests_that_wait_for_a_call_in_flight_are_decided_by_the_next_call_together
     assert_eq!(lease.granted(4, 1, grant, (100, 200, 0)), 0);
     for _ in 0..4 {
         lease.woken();
-        assert!(matches!(lease.step(200, 100, 1, true), Step::Spend(_, None)));
+        assert!(matches!(
+            lease.step(200, 100, 1, true),
+            Step::Spend(_, None)
+        ));
     }
     assert_eq!(lease.pooled(), 0);
 }
@@ -499,15 +533,24 @@ fn passes_of_an_older_bucket_are_stranded_never_pooled() {
     };
     let mut lease = KeyLease::default();
     // A grant of the bucket starting at 200 ms arrives first...
-    assert_eq!(lease.granted(9, 1, grant(200, 10), (200_000, 201_000, 0)), 0);
+    assert_eq!(
+        lease.granted(9, 1, grant(200, 10), (200_000, 201_000, 0)),
+        0
+    );
     assert_eq!(lease.pooled(), 9);
     // ...then a late one of the bucket before: its passes are not spent.
-    assert_eq!(lease.granted(9, 1, grant(100, 10), (150_000, 201_000, 0)), 9);
+    assert_eq!(
+        lease.granted(9, 1, grant(100, 10), (150_000, 201_000, 0)),
+        9
+    );
     assert_eq!(lease.pooled(), 9);
     // The same bucket adds up; a newer one strands what is left.
     assert_eq!(lease.granted(4, 1, grant(200, 5), (200_500, 201_000, 0)), 0);
     assert_eq!(lease.pooled(), 13);
-    assert_eq!(lease.granted(4, 1, grant(300, 5), (300_000, 301_000, 0)), 13);
+    assert_eq!(
+        lease.granted(4, 1, grant(300, 5), (300_000, 301_000, 0)),
+        13
+    );
     assert_eq!(lease.pooled(), 4);
     // The pool is spent only before its deadline (sent + ends).
     assert!(lease.take(349_999).is_some());
