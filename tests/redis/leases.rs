@@ -177,19 +177,19 @@ async fn passes_leased_and_not_spent_stay_counted_until_their_bucket_leaves() {
     );
 }
 
+/// A layered service answering 200 or the layer's refusal.
+type Service = tower::util::BoxCloneSyncService<
+    http::Request<String>,
+    http::Response<http_body_util::Full<bytes::Bytes>>,
+    std::convert::Infallible,
+>;
+
 /// A layer with a store on the manual clock: its service and handle.
 fn layer_with_store(
     store: RedisStore,
     clock: &ManualClock,
     limit: u64,
-) -> (
-    tower::util::BoxCloneSyncService<
-        http::Request<String>,
-        http::Response<http_body_util::Full<bytes::Bytes>>,
-        std::convert::Infallible,
-    >,
-    tower_sliding_window::StatsHandle<()>,
-) {
+) -> (Service, tower_sliding_window::StatsHandle<()>) {
     let layer = tower_sliding_window::SlidingWindowLayer::qps(limit)
         .clock(clock.clone())
         .store(store.clock(clock.clone()));
