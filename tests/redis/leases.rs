@@ -10,6 +10,7 @@
 use crate::redis_server;
 
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::time::Duration;
 
 use redis_server::RedisServer;
@@ -275,5 +276,35 @@ async fn a_layer_spends_leased_passes_within_its_own_window_and_reports_them() {
             let line = format!("{name} {value}\n");
             assert!(text.contains(&line), "{line:?} missing from\n{text}");
         }
+    }
+}
+
+// One thread: the connection's task cannot answer between the one poll
+// and the drop.
+#[tokio::test(flavor = "current_thread")]
+#[ignore = "needs redis-server"]
+async fn a_request_dropped_during_its_call_leaves_no_one_waiting_for_it() {
+    let server = RedisServer::start();
+    let store = RedisStore::connect(&server.url())
+        .await
+        .expect("connect")
+        .timeout(Duration::from_secs(3));
+    for limit in [10, 100_000] {
+        // Polled until it waits for Redis, then dropped (a client that
+        // went away, a timeout layer above).
+        let mut dropped = Box::pin(store.admit("/gone", limit));
+        let ready =
+            std::future::poll_fn(|cx| std::task::Poll::Ready(dropped.as_mut().poll(cx).is_ready()))
+                .await;
+        assert!(!ready, "Redis cannot have answered yet");
+        drop(dropped);
+        let started = std::time::Instant::now();
+        let verdict = store.admit("/gone", limit).await.expect("answers");
+        assert!(verdict.passed);
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "the next request waited {:?} for a call that was dropped",
+            started.elapsed()
+        );
     }
 }

@@ -1040,10 +1040,10 @@ impl RedisStore {
                     });
                 }
                 Step::Wait => {
+                    // Leaves the waiters when done, or when this request
+                    // is dropped while it waits.
+                    let _waiting = Registered::waiting(self, id);
                     let _ = tokio::time::timeout_at(wait_until, woken).await;
-                    if let Some(lease) = self.leases.lock().existing(id) {
-                        lease.woken();
-                    }
                 }
                 Step::Ask(ask) => {
                     if let Some(verdict) = self.known_blocked(id, n) {
@@ -1059,7 +1059,12 @@ impl RedisStore {
                         rate,
                         batch: ask.batch,
                     });
+                    // Reports the call as failed if this request is dropped
+                    // before its answer (the passes Redis may grant it stay
+                    // counted there, and are never spent).
+                    let asked = Registered::asked(self, id, ask.want - 1);
                     let result = self.decide_in_redis(id, limit, n, lease, true).await;
+                    asked.disarm();
                     let grant = result.as_ref().ok().and_then(|(_, grant)| *grant);
                     self.lease_answer(id, ask.want - 1, 1, sent_us, grant);
                     return result.map(|(verdict, _)| verdict);
@@ -1302,6 +1307,59 @@ impl RedisStore {
         match tokio::time::timeout(self.timeout, command.query_async(&mut connection)).await {
             Ok(result) => result.map_err(|err| StoreError::redis(StoreErrorKind::Redis, err)),
             Err(_) => Err(self.timed_out()),
+        }
+    }
+}
+
+/// What a request has registered in its key's lease state, undone when it
+/// is dropped: a wait (always left on drop), or a call in flight (reported
+/// as failed unless disarmed once its answer is in).
+struct Registered<'a> {
+    store: &'a RedisStore,
+    id: KeyId,
+    /// `Some(asked)`: a call for `asked` passes beyond the caller's own;
+    /// `None`: a wait.
+    asked: Option<u64>,
+    armed: bool,
+}
+
+impl<'a> Registered<'a> {
+    fn waiting(store: &'a RedisStore, id: KeyId) -> Self {
+        Registered {
+            store,
+            id,
+            asked: None,
+            armed: true,
+        }
+    }
+
+    fn asked(store: &'a RedisStore, id: KeyId, asked: u64) -> Self {
+        Registered {
+            store,
+            id,
+            asked: Some(asked),
+            armed: true,
+        }
+    }
+
+    fn disarm(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for Registered<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        if let Some(lease) = self.store.leases.lock().existing(self.id) {
+            match self.asked {
+                Some(asked) => lease.failed(asked),
+                None => lease.woken(),
+            }
+        }
+        if self.asked.is_some() {
+            self.store.leases.wake(self.id).notify_waiters();
         }
     }
 }
