@@ -362,12 +362,16 @@ impl KeyLease {
 #[derive(Debug, Default)]
 pub(crate) struct LeaseTable {
     keys: HashMap<super::KeyId, KeyLease>,
+    /// When the full table was last swept (lease clock, µs): at most one
+    /// sweep a tick, so a flood of new keys costs each request O(1) work
+    /// (they ask one pass at a time until a sweep makes room).
+    swept_us: Option<u64>,
 }
 
 impl LeaseTable {
     /// The key's state, made if there is room (idle keys are swept when
-    /// the table is full); `None`: no room, the key asks one pass at a
-    /// time. Passes stranded by the sweep are added to `stranded`.
+    /// the table is full, at most once a tick); `None`: no room, the key
+    /// asks one pass at a time. Passes stranded by the sweep are added to `stranded`.
     pub(crate) fn get(
         &mut self,
         id: super::KeyId,
@@ -375,6 +379,13 @@ impl LeaseTable {
         stranded: &mut u64,
     ) -> Option<&mut KeyLease> {
         if self.keys.len() >= MAX_LEASED_KEYS && !self.keys.contains_key(&id) {
+            if self
+                .swept_us
+                .is_some_and(|swept| now_us.saturating_sub(swept) < TICK_US)
+            {
+                return None;
+            }
+            self.swept_us = Some(now_us);
             self.keys.retain(|_, lease| {
                 *stranded += lease.expire(now_us);
                 !lease.idle(now_us)

@@ -592,3 +592,25 @@ proptest! {
         prop_assert!(!shape.strict || busiest <= limit, "strict: {busiest}, limit {limit}");
     }
 }
+
+#[test]
+fn a_full_table_is_swept_at_most_once_a_tick_and_makes_room_for_keys_gone_idle() {
+    use crate::store::redis::identity;
+
+    let mut table = LeaseTable::default();
+    let mut stranded = 0;
+    for i in 0..MAX_LEASED_KEYS as u64 {
+        table
+            .get(identity(&i), 0, &mut stranded)
+            .expect("room")
+            .arrive(0);
+    }
+    let new = identity(&u64::MAX);
+    // Every key is busy: no room, and no second sweep in the same tick.
+    assert!(table.get(new, 1, &mut stranded).is_none());
+    assert!(table.get(new, TICK_US - 1, &mut stranded).is_none());
+    // Two ticks on, the keys are idle: the next sweep makes room.
+    assert!(table.get(new, 2 * TICK_US, &mut stranded).is_some());
+    assert_eq!(table.keys.len(), 1);
+    assert_eq!(stranded, 0);
+}
