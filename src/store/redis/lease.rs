@@ -26,15 +26,25 @@
 //!
 //! # How big a lease is
 //!
-//! [`KeyLease::want`]: the passes this replica expects to need for the
-//! key over a short cover time (`COVER_RTTS` = 16 round trips, at most 1/8 of
+//! [`KeyLease::step`]: the passes this replica expects to need for the key
+//! over a short cover time (`COVER_RTTS` = 16 round trips, at most 1/8 of
 //! a rate tick), from the arrivals it counted in the last 100 ms tick,
 //! less what it holds or has asked for already; at least 1, at most
 //! [`max_lease`]. The script cuts a lease further to what that rate brings
-//! in the part of the bucket it can still be spent in ([`time_cap`]), so a
-//! lease taken near a bucket's end is small. A key needs at least 16 arrivals in a tick (160/s) for a
-//! lease of 2: a key that sees one request a second always asks for
-//! exactly one pass, the call it made before leases.
+//! in the part of the bucket it can still be spent in (`time_cap`), so a
+//! lease taken near a bucket's end is small. A key needs at least 16
+//! arrivals in a tick (160/s) for a lease of 2: a key that sees one
+//! request a second always asks for exactly one pass, the call it made
+//! before leases.
+//!
+//! # Requests that queue
+//!
+//! A request that finds no pass in the pool while a call for the key is in
+//! flight waits for that call (the store bounds the wait by its timeout).
+//! The next call then asks for the waiting requests too (`batch`, not cut
+//! to the rate or to [`max_lease`], only to the room left), and they take
+//! their passes from the pool when its answer comes. So one call decides
+//! the requests of a replica that queue behind another, leases or not.
 //!
 //! # What a lease can strand
 //!
@@ -44,9 +54,11 @@
 //! applies). So across `N` replicas a window of `span` buckets strands at
 //! most `N * limit / LEASE_SHARE` passes (about 9.4 % of the limit for
 //! three replicas) in the worst case: demand that stops right after each
-//! lease. Under steady load the pool is spent long before the bucket ends.
-//! A limit below `2 * span * LEASE_SHARE` (640 for the default window)
-//! never leases.
+//! lease. To that add the passes of a batch whose waiting requests went
+//! away (dropped, or past the timeout) before its answer, when no other
+//! request takes them before the bucket ends. Under steady load the pool
+//! is spent long before the bucket ends. A limit below
+//! `2 * span * LEASE_SHARE` (640 for the default window) never leases.
 
 use std::collections::HashMap;
 

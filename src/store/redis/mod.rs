@@ -56,9 +56,12 @@
 //! `limit / (span * 32)` passes (`span`: the buckets a window counts). A
 //! key needs 160 requests a second for a lease of two; any other asks for
 //! one pass per request, as before. A limit under `64 * span` (640 on the
-//! default window) never leases. While one call for a lease is in flight,
-//! the requests that find no leased pass wait for it (at most the store's
-//! timeout), and the pool is refilled before it runs out.
+//! default window) never leases. The pool is refilled in the background
+//! before it runs out. While a call for a key is in flight, this
+//! replica's requests for the key that find no leased pass wait for it
+//! (at most the store's timeout), and the next call asks for all of them:
+//! one call decides the requests queued behind another, for every key,
+//! leasing or not.
 //!
 //! **What a lease can strand.** A replica holds one pool per key, of at
 //! most `limit / (span * 32)` passes: at most that many are left unspent
@@ -67,6 +70,9 @@
 //! pessimistic bound: demand that stops right after each lease). Under
 //! steady demand the lease is sized to what arrives before its bucket
 //! ends, and the replicas admit at least 95 % of the limit under overload.
+//! (Passes one call took for requests queued behind another can strand
+//! too, if those requests went away before its answer and no other
+//! request takes them before the bucket ends.)
 //!
 //! A leased pass still has to fit the replica's own window, as every pass
 //! from Redis does (see [a server that forgets](#a-server-that-forgets)).
@@ -760,10 +766,11 @@ impl RedisStore {
     }
 
     /// Turns [leases](self#leases-for-hot-keys) off (`false`) or on
-    /// (`true`, the default). Off, every request costs one round trip
-    /// (concurrent ones still share the connection), as for a key that is
-    /// not hot: for comparisons, or where no pass may be reserved ahead of
-    /// its request.
+    /// (`true`, the default). Off, no key takes passes ahead of its
+    /// requests, as for a key that is not hot: each call asks for the
+    /// requests waiting for it only (the one that makes it, and those
+    /// queued behind a call in flight). For comparisons, or where no pass
+    /// may be reserved ahead of its request.
     pub fn leases(mut self, on: bool) -> Self {
         self.lease = on;
         self
