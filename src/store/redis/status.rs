@@ -58,7 +58,10 @@ pub struct StoreStatus {
     pub evicting: bool,
     /// Requests admitted through the store: each one a pass Redis granted
     /// to its own call, or a leased pass spent with no round trip. The
-    /// failure policy's answers are not counted.
+    /// failure policy's answers are not counted; a pass a layer's own
+    /// window then refuses (see
+    /// [a server that forgets](super::RedisStore#a-server-that-forgets))
+    /// is.
     pub admitted: u64,
     /// Passes leased: granted by Redis beyond the calling request's own,
     /// for later requests of this replica (see
