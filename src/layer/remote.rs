@@ -7,7 +7,7 @@
 //! window at the limit Redis applied, so a Redis that lost its state never
 //! lets one replica past the limit), and decides in Redis's stead under
 //! [`StoreFailure::Local`]. A request that finds a leased pass of a hot
-//! key (see [leases](crate::store::RedisStore#leases-for-hot-keys)) passes
+//! key (see [leases](crate::store::redis#leases-for-hot-keys)) passes
 //! in `call`, with no round trip, if it fits this replica's window; a key
 //! the store knows to be blocked is refused in `call`; any other
 //! request waits at a [`Gate`] for the store's verdict, so the round trip

@@ -60,12 +60,12 @@ pub struct StoreStatus {
     /// to its own call, or a leased pass spent with no round trip. The
     /// failure policy's answers are not counted; a pass a layer's own
     /// window then refuses (see
-    /// [a server that forgets](super::RedisStore#a-server-that-forgets))
+    /// [a server that forgets](super#a-server-that-forgets))
     /// is.
     pub admitted: u64,
     /// Passes leased: granted by Redis beyond the calling request's own,
     /// for later requests of this replica (see
-    /// [leases](super::RedisStore#leases-for-hot-keys)).
+    /// [leases](super#leases-for-hot-keys)).
     pub leased: u64,
     /// Leased passes spent: requests admitted with no round trip.
     pub lease_spent: u64,
