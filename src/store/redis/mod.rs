@@ -913,7 +913,11 @@ impl RedisStore {
                 rate,
                 batch: 0,
             };
+            // Reported as failed if the task is dropped first (its runtime
+            // shutting down).
+            let asked = Registered::asked(&store, id, want);
             let result = store.decide_in_redis(id, limit, 1, Some(ask), false).await;
+            asked.disarm();
             store.lease_answer(
                 id,
                 want,
