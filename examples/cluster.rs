@@ -20,7 +20,9 @@
 //! window (`StoreFailure::Local`) while Redis is unreachable, and they join
 //! the shared limit when it comes up. At the end each replica prints its
 //! store's status: round trips, requests refused without one (keys known
-//! to be blocked), requests answered by the failure policy.
+//! to be blocked), requests answered by the failure policy, round trips
+//! per admission, and the passes its hot key leased, spent with no round
+//! trip and stranded (try `--limit 20000`: a limit that high leases).
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -207,6 +209,14 @@ async fn run() -> Result<(), String> {
                 "replica {i}: {:?}, {} round trips, {} refused without one, {} answered by the \
                  failure policy",
                 status.mode, status.round_trips, status.answered_locally, status.fallbacks
+            );
+            let per_admission = status
+                .round_trips_per_admission()
+                .map_or("-".to_owned(), |r| format!("{r:.3}"));
+            println!(
+                "replica {i}: {per_admission} round trips per admission; {} passes leased, {} \
+                 spent with no round trip, {} stranded (unspent when their bucket ended)",
+                status.leased, status.lease_spent, status.stranded
             );
             if status.evicting {
                 println!(

@@ -178,7 +178,8 @@ modes:
   short      a few seconds of deterministic checks (CI)
   all        bench + accuracy + retry (the reference run)
   redis      the Redis store's latency and throughput against local mode
-             and a GCRA Lua peer (build with --features redis; REDIS_URL
+             and a GCRA Lua peer, then a limit shared by 3 replicas under
+             2x overload (build with --features redis; REDIS_URL
              or a redis-server started on a free port); reads
              --overhead-requests, --connections, --bench-secs
   dashboard  the service's p99 and throughput with 0 and with 8 readers

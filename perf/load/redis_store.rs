@@ -15,7 +15,14 @@
 //!   `SET ... PX` per admission), the usual peer.
 //!
 //! Latency: one caller, `--overhead-requests` admissions, all admitted
-//! (the limit is far above the rate); p50 and p99. Throughput: `--connections`
+//! (the limit is far above the rate); p50 and p99. The store's key is hot
+//! there, so it leases: most admissions make no round trip.
+//!
+//! Then a shared limit under overload: three replicas (each its own
+//! store and connection), one hot key, 100 000 a second, twice that
+//! offered by paced callers: the layer alone, the layer with the store
+//! (leases on, then off), and the GCRA peer; admitted per second, round
+//! trips per admission and leased passes stranded. Throughput: `--connections`
 //! concurrent callers for `--bench-secs`, admitted requests per second.
 //! The server is `REDIS_URL` if set, else a `redis-server` this mode starts
 //! on a free loopback port (and stops).
@@ -226,6 +233,189 @@ async fn measure(name: &'static str, service: BoxService, config: &Config) -> Re
     })
 }
 
+/// The shared limit of the overload table, per second.
+const SHARED_LIMIT: u64 = 100_000;
+/// Replicas sharing it.
+const REPLICAS: usize = 3;
+/// Offered load, as a multiple of the limit.
+const OVERLOAD: u64 = 2;
+/// The window fills in its first second; admissions are counted after it.
+const FILL: Duration = Duration::from_secs(1);
+
+/// One path's figures under overload.
+#[derive(Debug)]
+pub struct SharedRow {
+    pub name: &'static str,
+    pub offered_per_sec: f64,
+    pub admitted_per_sec: f64,
+    /// Round trips to Redis per admitted request (`None`: no Redis).
+    pub trips_per_admitted: Option<f64>,
+    /// Leased passes stranded per second (store paths).
+    pub stranded_per_sec: Option<f64>,
+}
+
+/// `replicas` services (one per replica), each driven by
+/// `config.connections` callers paced so that together they offer
+/// `OVERLOAD x SHARED_LIMIT` requests a second (a caller that falls behind
+/// catches up without pause: the load offered is what the path can take,
+/// up to that). Counts after the window's first second, for
+/// `config.bench_time`. `trips` reads the round trips and stranded passes
+/// so far.
+async fn overload(
+    name: &'static str,
+    replicas: Vec<BoxService>,
+    config: &Config,
+    trips: impl Fn() -> Option<(u64, u64)>,
+) -> SharedRow {
+    let callers = config.connections.max(1);
+    let per_caller = (OVERLOAD * SHARED_LIMIT) as f64 / (replicas.len() * callers) as f64;
+    let gap = Duration::from_secs_f64(1.0 / per_caller);
+    let admitted = Arc::new(AtomicU64::new(0));
+    let offered = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let from = started + FILL;
+    let until = from + config.bench_time;
+    let mut tasks = Vec::new();
+    for (r, service) in replicas.iter().enumerate() {
+        for c in 0..callers {
+            let (service, admitted, offered) =
+                (service.clone(), Arc::clone(&admitted), Arc::clone(&offered));
+            // Callers start spread over one gap.
+            let offset = gap.mul_f64((r * callers + c) as f64 / (replicas.len() * callers) as f64);
+            tasks.push(tokio::spawn(async move {
+                let mut next = started + offset;
+                loop {
+                    let now = Instant::now();
+                    if now >= until {
+                        break;
+                    }
+                    if now < next {
+                        tokio::time::sleep_until(next.into()).await;
+                    }
+                    next += gap;
+                    let counted = Instant::now() >= from;
+                    let passed = call(&service).await;
+                    if counted {
+                        offered.fetch_add(1, Ordering::Relaxed);
+                        if passed {
+                            admitted.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                }
+            }));
+        }
+    }
+    tokio::time::sleep_until(from.into()).await;
+    let before = trips();
+    for task in tasks {
+        let _ = task.await;
+    }
+    let after = trips();
+    let secs = config.bench_time.as_secs_f64();
+    let admitted = admitted.load(Ordering::Relaxed);
+    let delta = before
+        .zip(after)
+        .map(|((t0, s0), (t1, s1))| (t1 - t0, s1 - s0));
+    SharedRow {
+        name,
+        offered_per_sec: offered.load(Ordering::Relaxed) as f64 / secs,
+        admitted_per_sec: admitted as f64 / secs,
+        trips_per_admitted: delta.map(|(t, _)| t as f64 / admitted.max(1) as f64),
+        stranded_per_sec: delta.map(|(_, s)| s as f64 / secs),
+    }
+}
+
+/// A GCRA service at `SHARED_LIMIT` a second with a burst of one second,
+/// counting its calls (its round trips).
+fn gcra_limited(connection: redis::aio::ConnectionManager, calls: Arc<AtomicU64>) -> BoxService {
+    let script = Arc::new(redis::Script::new(GCRA_LUA));
+    let emission_ms = 1_000.0 / SHARED_LIMIT as f64;
+    BoxService::new(service_fn(move |_req: Request<String>| {
+        let (script, mut connection) = (Arc::clone(&script), connection.clone());
+        let calls = Arc::clone(&calls);
+        async move {
+            calls.fetch_add(1, Ordering::Relaxed);
+            let reply: redis::RedisResult<Vec<i64>> = script
+                .key("gcra-shared:{hot}")
+                .arg(emission_ms)
+                .arg(1_000.0)
+                .invoke_async(&mut connection)
+                .await;
+            let passed = matches!(reply.as_deref(), Ok([1, _]));
+            Ok::<_, Infallible>(answer(passed))
+        }
+    }))
+}
+
+fn shared_layer(store: Option<RedisStore>) -> BoxService {
+    let inner = service_fn(|_req: Request<String>| async { Ok::<_, Infallible>(answer(true)) });
+    let layer = SlidingWindowLayer::qps(SHARED_LIMIT);
+    match store {
+        Some(store) => BoxService::new(tower::Layer::layer(&layer.store(store), inner)),
+        None => BoxService::new(tower::Layer::layer(&layer, inner)),
+    }
+}
+
+/// The overload table: the layer alone, the layer with the store (leases
+/// on, then off) on three replicas, and the GCRA peer.
+async fn shared(url: &str, config: &Config) -> Result<Vec<SharedRow>, String> {
+    let mut rows = Vec::new();
+    // The layer alone: one process holds the limit, every caller shares it.
+    let alone = shared_layer(None);
+    rows.push(
+        overload(
+            "layer, no store (one process)",
+            vec![alone.clone(), alone.clone(), alone],
+            config,
+            || None,
+        )
+        .await,
+    );
+    for (name, leases) in [
+        ("layer + redis-store, leases on", true),
+        ("layer + redis-store, leases off", false),
+    ] {
+        let mut stores = Vec::new();
+        let prefix = format!("load-shared-{}-{leases}:", std::process::id());
+        for _ in 0..REPLICAS {
+            let store = RedisStore::connect(url)
+                .await
+                .map_err(|e| format!("cannot connect to {url}: {e}"))?
+                .prefix(prefix.clone())
+                .timeout(Duration::from_secs(1))
+                .leases(leases);
+            stores.push(store);
+        }
+        let services = stores
+            .iter()
+            .map(|s| shared_layer(Some(s.clone())))
+            .collect();
+        let status = || {
+            Some(stores.iter().fold((0, 0), |(t, s), store| {
+                let status = store.status();
+                (t + status.round_trips, s + status.stranded)
+            }))
+        };
+        rows.push(overload(name, services, config, status).await);
+    }
+    let calls = Arc::new(AtomicU64::new(0));
+    let mut services = Vec::new();
+    for _ in 0..REPLICAS {
+        let client = redis::Client::open(url).map_err(|e| e.to_string())?;
+        let manager = redis::aio::ConnectionManager::new(client)
+            .await
+            .map_err(|e| format!("cannot connect to {url}: {e}"))?;
+        services.push(gcra_limited(manager, Arc::clone(&calls)));
+    }
+    rows.push(
+        overload("redis-gcra (GCRA Lua peer)", services, config, || {
+            Some((calls.load(Ordering::Relaxed), 0))
+        })
+        .await,
+    );
+    Ok(rows)
+}
+
 /// Runs the three paths; returns the Markdown report.
 pub async fn run(config: &Config) -> Result<String, String> {
     let (url, _server) = match std::env::var("REDIS_URL") {
@@ -268,7 +458,8 @@ pub async fn run(config: &Config) -> Result<String, String> {
     let mut text = String::from(
         "## Redis: latency and throughput of one replica\n\n\
          In-process tower services (no HTTP), release build, Redis over loopback. \
-         Latency: one caller, every request admitted. Throughput: concurrent callers.\n\n\
+         Latency: one caller, every request admitted. Throughput: concurrent callers. \
+         The store's key is hot: it leases, and most admissions make no round trip.\n\n\
          | path | p50 µs | p99 µs | admitted/s |\n|---|---|---|---|\n",
     );
     for row in &rows {
@@ -283,5 +474,35 @@ pub async fn run(config: &Config) -> Result<String, String> {
         config.bench_time.as_secs(),
         config.connections
     ));
+
+    let rows = shared(&url, config).await?;
+    let alone = rows[0].admitted_per_sec;
+    text.push_str(&format!(
+        "\n## A shared limit under overload\n\n\
+         {REPLICAS} replicas (in-process, each with its own connection), one hot key, \
+         limit {SHARED_LIMIT}/s, {OVERLOAD}x the limit offered ({} callers a replica, paced; \
+         a caller that falls behind catches up without pause). Counted over {} s after the \
+         window's first second. `layer, no store`: one layer instance that every caller \
+         shares (the limit held by one process).\n\n\
+         | path | offered/s | admitted/s | vs no store | round trips / admitted | stranded/s |\n\
+         |---|---|---|---|---|---|\n",
+        config.connections,
+        config.bench_time.as_secs()
+    ));
+    for row in &rows {
+        let trips = row
+            .trips_per_admitted
+            .map_or("-".to_owned(), |t| format!("{t:.4}"));
+        let stranded = row
+            .stranded_per_sec
+            .map_or("-".to_owned(), |s| format!("{s:.0}"));
+        text.push_str(&format!(
+            "| {} | {:.0} | {:.0} | {:.2}x | {trips} | {stranded} |\n",
+            row.name,
+            row.offered_per_sec,
+            row.admitted_per_sec,
+            row.admitted_per_sec / alone,
+        ));
+    }
     Ok(text)
 }

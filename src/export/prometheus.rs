@@ -42,6 +42,19 @@ use crate::system::{SystemCheck, SystemStatus};
 /// | `sliding_window_limit` | gauge | the limit per window now |
 /// | `sliding_window_breakers_not_closed` | gauge | the key's circuit breakers that are open or half-open now (0 without breakers) |
 ///
+/// A layer with a shared store (feature `redis`) adds one series each,
+/// with only the `layer` label (see
+/// [`StoreStatus`](crate::store::StoreStatus)):
+/// `sliding_window_store_round_trips_total`,
+/// `sliding_window_store_admitted_total` (the ratio of their rates is the
+/// round trips per admission), `sliding_window_store_leased_total`,
+/// `sliding_window_store_lease_spent_total`,
+/// `sliding_window_store_stranded_total`,
+/// `sliding_window_store_answered_locally_total`,
+/// `sliding_window_store_failures_total` (counters) and
+/// `sliding_window_store_fallback` (gauge: 1 while the failure policy
+/// decides).
+///
 /// # The response-time histogram
 ///
 /// The keys' windows keep response times as sums, which give averages
@@ -402,6 +415,9 @@ struct Reading {
     histogram: Option<RtCounts>,
     /// The layer's system rule, if it has one.
     system: Option<SystemStatus>,
+    /// The layer's shared store, if it has one.
+    #[cfg(feature = "redis")]
+    store: Option<crate::store::StoreStatus>,
 }
 
 impl<K: KeyLabel + Clone + Eq + Hash + Send + Sync + 'static> Source for StatsHandle<K> {
@@ -425,6 +441,8 @@ impl<K: KeyLabel + Clone + Eq + Hash + Send + Sync + 'static> Source for StatsHa
                 self.rt_slot().get().map(RtHistogram::read)
             },
             system: self.system(),
+            #[cfg(feature = "redis")]
+            store: self.store_status(),
         }
     }
 }
@@ -846,8 +864,99 @@ impl Collector for PrometheusCollector {
                 }
             }
         }
-        write_system(&mut encoder, &reads)
+        write_system(&mut encoder, &reads)?;
+        #[cfg(feature = "redis")]
+        write_store(&mut encoder, &reads)?;
+        Ok(())
     }
+}
+
+/// A counter of a layer's shared store: name, help, and its reading.
+#[cfg(feature = "redis")]
+type StoreCounter = (
+    &'static str,
+    &'static str,
+    fn(&crate::store::StoreStatus) -> u64,
+);
+
+/// The shared stores' series, for the layers that have one (none at all,
+/// descriptors included, when no layer has): the round trips and what
+/// they admitted (their ratio is the round trips per admission), the
+/// leases of hot keys, the failures and the mode.
+#[cfg(feature = "redis")]
+fn write_store(encoder: &mut DescriptorEncoder<'_>, reads: &[(&Part, Reading)]) -> fmt::Result {
+    use crate::store::{StoreMode, StoreStatus};
+
+    let stores: Vec<(Option<&str>, &StoreStatus)> = reads
+        .iter()
+        .filter_map(|(part, reading)| Some((part.layer.as_deref(), reading.store.as_ref()?)))
+        .collect();
+    if stores.is_empty() {
+        return Ok(());
+    }
+    let counters: [StoreCounter; 7] = [
+        (
+            "sliding_window_store_round_trips",
+            "Round trips to the shared store (script calls); divided by admitted: round trips per admission.",
+            |s| s.round_trips,
+        ),
+        (
+            "sliding_window_store_admitted",
+            "Requests admitted through the shared store (by their own call or a leased pass).",
+            |s| s.admitted,
+        ),
+        (
+            "sliding_window_store_leased",
+            "Passes leased by hot keys: granted beyond the calling request's own, for later requests.",
+            |s| s.leased,
+        ),
+        (
+            "sliding_window_store_lease_spent",
+            "Leased passes spent: requests admitted with no round trip.",
+            |s| s.lease_spent,
+        ),
+        (
+            "sliding_window_store_stranded",
+            "Leased passes not spent before their bucket ended (they stay counted as passes).",
+            |s| s.stranded,
+        ),
+        (
+            "sliding_window_store_answered_locally",
+            "Requests refused with no round trip, for a key known to be blocked.",
+            |s| s.answered_locally,
+        ),
+        (
+            "sliding_window_store_failures",
+            "Round trips to the shared store that failed (an error, a reply that made no sense, a timeout).",
+            |s| s.failures,
+        ),
+    ];
+    for (name, help, get) in counters {
+        let mut metric = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+        for (layer, status) in &stores {
+            let value = get(status);
+            match layer {
+                Some(_) => metric
+                    .encode_family(&SystemLabels {
+                        layer: *layer,
+                        check: None,
+                    })?
+                    .encode_counter::<NoLabelSet, _, u64>(&value, None)?,
+                None => metric.encode_counter::<NoLabelSet, _, u64>(&value, None)?,
+            }
+        }
+    }
+    let mut metric = encoder.encode_descriptor(
+        "sliding_window_store_fallback",
+        "1 while the failure policy decides instead of the shared store, else 0.",
+        None,
+        MetricType::Gauge,
+    )?;
+    for (layer, status) in &stores {
+        let fallback = u64::from(status.mode == StoreMode::Fallback);
+        write_system_gauge(&mut metric, *layer, &fallback)?;
+    }
+    Ok(())
 }
 
 /// The labels of a system rule's series: `layer` if named, and `check`

@@ -6,8 +6,10 @@
 //! it (a pass from Redis is admitted only if it also fits this replica's
 //! window at the limit Redis applied, so a Redis that lost its state never
 //! lets one replica past the limit), and decides in Redis's stead under
-//! [`StoreFailure::Local`]. A key the store
-//! knows to be blocked is refused in `call`, with no round trip; any other
+//! [`StoreFailure::Local`]. A request that finds a leased pass of a hot
+//! key (see [leases](crate::store::redis#leases-for-hot-keys)) passes
+//! in `call`, with no round trip, if it fits this replica's window; a key
+//! the store knows to be blocked is refused in `call`; any other
 //! request waits at a [`Gate`] for the store's verdict, so the round trip
 //! never blocks a thread, and the inner service is called only after a
 //! pass. The gate records a pass in the key's window; a refusal is recorded
@@ -36,6 +38,21 @@ pub(crate) fn decide(
     limit: u64,
     interval_ms: u64,
 ) -> Decision<Pass, Gate> {
+    // A leased pass of the current bucket: no round trip. It must fit this
+    // replica's window too, as any pass from Redis.
+    if let Some(verdict) = store.spend_lease(id, limit) {
+        let now = effective_now(entry, entry.node.clock().now_millis());
+        return match flow::window(&entry.node, (now, 0), verdict.limit, interval_ms, || {
+            entry.is_overflow()
+        }) {
+            Decision::Pass(pass) => Decision::Pass(pass),
+            Decision::Block(mut refused) => {
+                refused.retry_after_ms = refused.retry_after_ms.max(1);
+                Decision::Block(refused)
+            }
+            Decision::Wait(never) => match never {},
+        };
+    }
     if let Some(verdict) = store.known_blocked(id, 1) {
         return Decision::Block(refusal(&verdict, 1));
     }
@@ -75,7 +92,8 @@ fn gate(
     interval_ms: u64,
 ) -> Gate {
     Box::pin(async move {
-        let result = store.admit_id(id, limit, 1).await;
+        // `decide` found no leased pass (and counted the request).
+        let result = store.admit_after_lease(id, limit, 1).await;
         let now = effective_now(&entry, entry.node.clock().now_millis());
         // This replica's own window decides at `limit`: the pass is
         // recorded only if it fits, in one atomic step.

@@ -9,5 +9,6 @@ mod redis_server;
 
 mod cluster;
 mod ipv6_prefix;
+mod leases;
 mod redis;
 mod redis_layer;

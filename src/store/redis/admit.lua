@@ -12,12 +12,26 @@
 -- ARGV[8]  expiry of KEYS[2] in ms, renewed when it is read
 -- ARGV[9]  the server's eviction policy: '0' not asked for; '1' report it;
 --          '2' report it, and decide nothing when the server evicts keys
+-- ARGV[10] passes wanted, n or more (optional, default n): a lease. When n
+--          fit, up to this many are granted and recorded at once, cut to
+--          the room left under the limit, to limit / (span * ARGV[13]),
+--          and to what ARGV[11] arrivals per ARGV[14] µs bring in the time
+--          left in the bucket less ARGV[12] µs; at least n.
+-- ARGV[11] the caller's arrivals for the key per ARGV[14] µs
+-- ARGV[12] µs at the end of the bucket in which a lease cannot be spent
+-- ARGV[13] the lease share: a lease is at most limit / (span * share)
+-- ARGV[14] the rate tick in µs
+-- ARGV[15] of the passes wanted, those for requests already waiting: not
+--          cut to the rate nor to the lease cap, only to the room left
+--          (and to n when the bucket ends within ARGV[12] µs)
 --
 -- Returns {outcome, passes in the window, ms until n could pass (0 when
 -- passed, -1 when never), the limit applied, the eviction policy ('' when
 -- not asked for or not readable)}, where outcome is 1 passed, 0 refused,
 -- 2 nothing decided: KEYS[1] holds a value that is not a hash, or
 -- 3 nothing decided: the server evicts keys (ARGV[9] = '2').
+-- A call that wants more than n and passes gets three more: {..., passes
+-- granted, the bucket's start (ms), µs from now to the bucket's end}.
 --
 -- Only counts this script could have written are read: digits, at most
 -- 2^53. Anything else (negative, fractional, 'nan', 'inf', '1e400', text)
@@ -55,12 +69,17 @@ local bucket = tonumber(ARGV[3])
 local samples = tonumber(ARGV[4])
 local span = samples + tonumber(ARGV[5])
 
-local now
+local want = tonumber(ARGV[10] or ARGV[2])
+
+-- now in ms; now_us in µs (the server's microseconds, or now * 1000).
+local now, now_us
 if ARGV[6] == '' then
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 else
   now = tonumber(ARGV[6])
+  now_us = now * 1000
 end
 
 -- A limit of the wrong type, or not a whole number, is ignored.
@@ -102,6 +121,20 @@ for i = 1, #fields, 2 do
 end
 
 if counted + n <= limit then
+  if want > n then
+    local ends_us = (start + bucket) * 1000 - now_us
+    local cap = math.floor(limit / (span * tonumber(ARGV[13])))
+    local spendable = math.max(0, ends_us - tonumber(ARGV[12]))
+    local by_time = math.floor(tonumber(ARGV[11]) * spendable / tonumber(ARGV[14]))
+    local batch = tonumber(ARGV[15] or '0')
+    if spendable <= 0 then
+      batch = n
+    end
+    local granted = math.max(n, math.min(want, limit - counted, math.max(math.min(cap, by_time), batch)))
+    redis.call('HINCRBY', KEYS[1], start, granted)
+    redis.call('PEXPIRE', KEYS[1], ARGV[7])
+    return { 1, in_window + granted, 0, limit, policy, granted, start, ends_us }
+  end
   redis.call('HINCRBY', KEYS[1], start, n)
   redis.call('PEXPIRE', KEYS[1], ARGV[7])
   return { 1, in_window + n, 0, limit, policy }

@@ -124,6 +124,11 @@ impl std::fmt::Debug for KeyId {
 }
 
 impl KeyId {
+    /// A byte of the digest, to spread keys over shards.
+    pub(crate) fn shard_byte(&self) -> u8 {
+        self.0[0]
+    }
+
     fn hex(&self) -> String {
         let mut hex = String::with_capacity(64);
         for byte in self.0 {

@@ -27,10 +27,58 @@
 //!
 //! # Few round trips
 //!
-//! One round trip per request at most. A refusal carries the time until a
-//! pass could fit; the store then refuses that key locally, without a round
-//! trip, until that time (on its own clock). At most 4096 keys are
-//! remembered this way; beyond that a refused key costs its round trip.
+//! One round trip per request at most, and far fewer for a hot key (see
+//! below). A refusal carries the time until a pass could fit; the store
+//! then refuses that key locally, without a round trip, until that time
+//! (on its own clock). At most 4096 keys are remembered this way; beyond
+//! that a refused key costs its round trip. Concurrent calls share the one
+//! multiplexed connection: the client writes them back to back without
+//! waiting for each answer (pipelining), and Redis answers them in order.
+//!
+//! # Leases for hot keys
+//!
+//! A key this replica admits often takes several passes of the current
+//! bucket in one round trip: the script grants them, up to the room left
+//! under the limit, and records them all at once as passes of that bucket,
+//! so the window's count in Redis is never below what the replicas admit.
+//! The replica spends them on its next requests for the key with no round
+//! trip, and only before the bucket ends on the server's clock (a deadline
+//! taken from the call's send time, which errs early). Passes not spent by
+//! then are never given back: they stay counted in Redis (so they can
+//! only refuse more) and expire with the bucket ([`StoreStatus::stranded`]).
+//! So every bucket-aligned window still holds at most `limit` admissions,
+//! across any number of replicas and in any order of calls and answers.
+//!
+//! The size of a lease follows the key's rate on this replica (its
+//! requests in the last 100 ms) and the measured round trip: about what
+//! the key needs over 16 round trips (at most 12.5 ms), no more than the
+//! part of the bucket left brings, no more than the room left, and at most
+//! `limit / (span * 32)` passes (`span`: the buckets a window counts). A
+//! key needs 160 requests a second for a lease of two; any other asks for
+//! one pass per request, as before. A limit under `64 * span` (640 on the
+//! default window) never leases. The pool is refilled in the background
+//! before it runs out. While a call for a key is in flight, this
+//! replica's requests for the key that find no leased pass wait for it
+//! (at most the store's timeout), and the next call asks for all of them:
+//! one call decides the requests queued behind another, for every key,
+//! leasing or not.
+//!
+//! **What a lease can strand.** A replica holds one pool per key, of at
+//! most `limit / (span * 32)` passes: at most that many are left unspent
+//! per bucket when demand stops at once, so at most `N * limit / 32` of a
+//! window across `N` replicas (9.4 % of the limit with three replicas, a
+//! pessimistic bound: demand that stops right after each lease). Under
+//! steady demand the lease is sized to what arrives before its bucket
+//! ends, and the replicas admit at least 95 % of the limit under overload.
+//! (Passes one call took for requests queued behind another can strand
+//! too, if those requests went away before its answer and no other
+//! request takes them before the bucket ends.)
+//!
+//! A leased pass still has to fit the replica's own window, as every pass
+//! from Redis does (see [a server that forgets](#a-server-that-forgets)).
+//! [`set_limit`](RedisStore::set_limit) drops this store's lease of the
+//! key; another replica spends its lease until the bucket ends (passes
+//! already counted under the old limit).
 //!
 //! # Keys in Redis
 //!
@@ -167,6 +215,7 @@ mod blocked;
 mod connection;
 mod error;
 mod identity;
+mod lease;
 mod status;
 
 pub use error::{StoreError, StoreErrorKind};
@@ -184,6 +233,7 @@ use self::blocked::{Blocked, BlockedKeys};
 use self::connection::{policy_in, Connection};
 use self::identity::redis_names;
 pub(crate) use self::identity::{identity, KeyId};
+use self::lease::{lag_us, max_lease, slack_us, Grant, Leases, Step, LEASE_SHARE, TICK_US};
 use self::status::{Health, Route};
 use crate::clock::{Clock, SharedClock};
 use crate::stat::validate_window;
@@ -228,7 +278,8 @@ pub struct Verdict {
     /// When refused: the time until a request could pass, or `None` if it
     /// never can at this limit (a limit of 0, or `n` above it).
     pub retry_after: Option<Duration>,
-    /// Refused without a round trip: the key was known to be blocked.
+    /// Answered without a round trip: refused because the key was known
+    /// to be blocked, or passed with a leased pass.
     pub answered_locally: bool,
 }
 
@@ -327,6 +378,8 @@ pub struct RedisStore {
     limit_ttl: Duration,
     /// Decide in Redis even when its policy evicts keys.
     allow_evicting: bool,
+    /// Hot keys lease passes (the default).
+    lease: bool,
     /// `None`: Redis's `TIME` cuts the buckets, this store's system clock
     /// times the local refusals and probes.
     clock: Option<SharedClock>,
@@ -334,6 +387,8 @@ pub struct RedisStore {
     /// Keys known to be blocked under these settings; a builder method
     /// that changes what a verdict means starts a new table.
     blocked: Arc<BlockedKeys>,
+    /// Hot keys' leases under these settings (a new table with `blocked`).
+    leases: Arc<Leases>,
 }
 
 impl fmt::Debug for RedisStore {
@@ -345,6 +400,7 @@ impl fmt::Debug for RedisStore {
             .field("probe_interval", &self.probe)
             .field("manual_time", &self.clock.is_some())
             .field("allow_evicting_server", &self.allow_evicting)
+            .field("leases", &self.lease)
             .field("status", &self.status())
             .finish_non_exhaustive()
     }
@@ -547,14 +603,17 @@ impl RedisStore {
             probe: DEFAULT_PROBE,
             limit_ttl: DEFAULT_LIMIT_TTL,
             allow_evicting: false,
+            lease: true,
             clock: None,
             local_clock: SharedClock::system(),
             blocked: Arc::new(BlockedKeys::default()),
+            leases: Arc::new(Leases::default()),
         }
     }
 
     fn fresh_blocked(mut self) -> Self {
         self.blocked = Arc::new(BlockedKeys::default());
+        self.leases = Arc::new(Leases::default());
         self
     }
 
@@ -706,6 +765,17 @@ impl RedisStore {
         self
     }
 
+    /// Turns [leases](self#leases-for-hot-keys) off (`false`) or on
+    /// (`true`, the default). Off, no key takes passes ahead of its
+    /// requests, as for a key that is not hot: each call asks for the
+    /// requests waiting for it only (the one that makes it, and those
+    /// queued behind a call in flight). For comparisons, or where no pass
+    /// may be reserved ahead of its request.
+    pub fn leases(mut self, on: bool) -> Self {
+        self.lease = on;
+        self
+    }
+
     /// Whether this store refuses to decide on the server, as its policy
     /// was last read.
     fn refuses_server(&self) -> bool {
@@ -775,6 +845,121 @@ impl RedisStore {
         })
     }
 
+    /// Whether a request for `n` passes at `limit` may lease: one pass, at
+    /// a limit large enough for a lease of two.
+    fn leases_at(&self, limit: u64, n: u64) -> bool {
+        self.lease && n == 1 && max_lease(limit.min(MAX_SCRIPT_LIMIT), self.window.span()) >= 2
+    }
+
+    /// The lease clock, µs: the manual clock's time when there is one (the
+    /// time sent to the script), else a monotonic clock.
+    fn lease_now_us(&self) -> u64 {
+        match &self.clock {
+            Some(clock) => clock.now_millis().saturating_mul(1000),
+            None => self.leases.elapsed_us(),
+        }
+    }
+
+    /// A request for one pass of `id` at `limit`, answered from the key's
+    /// lease if it holds a pass of the current bucket: no round trip. The
+    /// request is counted towards the key's rate whether or not it is
+    /// answered here. Starts a refill of the lease in the background when
+    /// it runs low (on the current tokio runtime, if there is one).
+    pub(crate) fn spend_lease(&self, id: KeyId, limit: u64) -> Option<Verdict> {
+        if !self.leases_at(limit, 1) {
+            return None;
+        }
+        let now_us = self.lease_now_us();
+        let max = max_lease(limit.min(MAX_SCRIPT_LIMIT), self.window.span());
+        let rtt_us = self.leases.rtt_us();
+        let mut stranded = 0;
+        let step = {
+            let mut table = self.leases.lock();
+            let lease = table.get(id, now_us, &mut stranded)?;
+            lease.arrive(now_us);
+            stranded += lease.expire(now_us);
+            lease
+                .take(now_us)
+                .map(|spent| (spent, lease.refill(rtt_us, max), lease.rate()))
+        };
+        self.link.health.stranded(stranded);
+        let (spent, refill, rate) = step?;
+        self.link.health.lease_spent();
+        if let Some(want) = refill {
+            self.start_refill(id, limit, want, rate);
+        }
+        Some(Verdict {
+            passed: true,
+            window_pass: spent.window_pass,
+            limit: spent.limit,
+            retry_after: None,
+            answered_locally: true,
+        })
+    }
+
+    /// Asks for `want` passes for `id`'s pool in the background.
+    fn start_refill(&self, id: KeyId, limit: u64, want: u64, rate: u64) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            if let Some(lease) = self.leases.lock().existing(id) {
+                lease.failed(want);
+            }
+            return;
+        };
+        let store = self.clone();
+        runtime.spawn(async move {
+            let sent_us = store.lease_now_us();
+            let ask = LeaseAsk {
+                want,
+                rate,
+                batch: 0,
+            };
+            // Reported as failed if the task is dropped first (its runtime
+            // shutting down).
+            let asked = Registered::asked(&store, id, want);
+            let result = store.decide_in_redis(id, limit, 1, Some(ask), false).await;
+            asked.disarm();
+            store.lease_answer(
+                id,
+                want,
+                0,
+                sent_us,
+                result.ok().and_then(|(_, grant)| grant),
+            );
+        });
+    }
+
+    /// Reports a call's answer to `id`'s lease: `asked` passes were asked
+    /// for the pool, `kept` of the granted went to the caller.
+    fn lease_answer(&self, id: KeyId, asked: u64, kept: u64, sent_us: u64, grant: Option<Grant>) {
+        let now_us = self.lease_now_us();
+        let stranded = {
+            let mut table = self.leases.lock();
+            match (table.existing(id), grant) {
+                (Some(lease), Some(grant)) => {
+                    let slack = if self.clock.is_some() {
+                        0
+                    } else {
+                        slack_us(grant.ends_us)
+                    };
+                    lease.granted(asked, kept, grant, (sent_us, now_us, slack))
+                }
+                (Some(lease), None) => {
+                    lease.failed(asked);
+                    0
+                }
+                // No state for the key (the table was full): nothing to
+                // pool the passes in.
+                (None, Some(grant)) => grant.granted.saturating_sub(kept),
+                (None, None) => 0,
+            }
+        };
+        if let Some(grant) = grant {
+            self.link.health.leased(grant.granted.saturating_sub(kept));
+        }
+        self.link.health.stranded(stranded);
+        self.leases.wake(id).notify_waiters();
+    }
+
     /// [`admit_n`](Self::admit_n) for a key already turned into its
     /// identity.
     pub(crate) async fn admit_id(
@@ -783,9 +968,135 @@ impl RedisStore {
         limit: u64,
         n: u64,
     ) -> Result<Verdict, StoreError> {
-        if let Some(verdict) = self.known_blocked(id, n) {
-            return Ok(verdict);
+        if self.leases_at(limit, n) {
+            if let Some(verdict) = self.spend_lease(id, limit) {
+                return Ok(verdict);
+            }
         }
+        self.admit_after_lease(id, limit, n).await
+    }
+
+    /// [`admit_id`](Self::admit_id) for a request that found no leased
+    /// pass with [`spend_lease`](Self::spend_lease) (and was counted
+    /// there): waits for a call in flight that may bring one, else asks
+    /// Redis, for a lease when the key is hot.
+    pub(crate) async fn admit_after_lease(
+        &self,
+        id: KeyId,
+        limit: u64,
+        n: u64,
+    ) -> Result<Verdict, StoreError> {
+        if n != 1 {
+            if let Some(verdict) = self.known_blocked(id, n) {
+                return Ok(verdict);
+            }
+            return self
+                .decide_in_redis(id, limit, n, None, true)
+                .await
+                .map(|(verdict, _)| verdict);
+        }
+        let max = if self.lease {
+            max_lease(limit.min(MAX_SCRIPT_LIMIT), self.window.span())
+        } else {
+            1
+        };
+        let wake = self.leases.wake(id);
+        // Waits for calls in flight end with the store's timeout; then the
+        // request asks on its own.
+        let wait_until = tokio::time::Instant::now() + self.timeout;
+        loop {
+            let now_us = self.lease_now_us();
+            let rtt_us = self.leases.rtt_us();
+            let may_wait = tokio::time::Instant::now() < wait_until;
+            let woken = wake.notified();
+            let mut woken = std::pin::pin!(woken);
+            let mut stranded = 0;
+            let step = {
+                let mut table = self.leases.lock();
+                table.get(id, now_us, &mut stranded).map(|lease| {
+                    stranded += lease.expire(now_us);
+                    let step = lease.step(now_us, rtt_us, max, may_wait);
+                    if step == Step::Wait {
+                        // Registered before the lock is released: the reply
+                        // that ends the wait wakes it after updating the
+                        // table under the lock.
+                        woken.as_mut().enable();
+                    }
+                    (step, lease.rate())
+                })
+            };
+            self.link.health.stranded(stranded);
+            let Some((step, rate)) = step else {
+                // No room for the key's state: one pass at a time.
+                if let Some(verdict) = self.known_blocked(id, n) {
+                    return Ok(verdict);
+                }
+                return self
+                    .decide_in_redis(id, limit, n, None, true)
+                    .await
+                    .map(|(verdict, _)| verdict);
+            };
+            match step {
+                Step::Spend(spent, refill) => {
+                    self.link.health.lease_spent();
+                    if let Some(want) = refill {
+                        self.start_refill(id, limit, want, rate);
+                    }
+                    return Ok(Verdict {
+                        passed: true,
+                        window_pass: spent.window_pass,
+                        limit: spent.limit,
+                        retry_after: None,
+                        answered_locally: true,
+                    });
+                }
+                Step::Wait => {
+                    // Leaves the waiters when done, or when this request
+                    // is dropped while it waits.
+                    let _waiting = Registered::waiting(self, id);
+                    let _ = tokio::time::timeout_at(wait_until, woken).await;
+                }
+                Step::Ask(ask) => {
+                    if let Some(verdict) = self.known_blocked(id, n) {
+                        if let Some(lease) = self.leases.lock().existing(id) {
+                            lease.failed(ask.want - 1);
+                        }
+                        self.leases.wake(id).notify_waiters();
+                        return Ok(verdict);
+                    }
+                    let sent_us = now_us;
+                    let lease = (ask.want > 1).then_some(LeaseAsk {
+                        want: ask.want,
+                        rate,
+                        batch: ask.batch,
+                    });
+                    // Reports the call as failed if this request is dropped
+                    // before its answer (the passes Redis may grant it stay
+                    // counted there, and are never spent).
+                    let asked = Registered::asked(self, id, ask.want - 1);
+                    let result = self.decide_in_redis(id, limit, n, lease, true).await;
+                    asked.disarm();
+                    let grant = result.as_ref().ok().and_then(|(_, grant)| *grant);
+                    self.lease_answer(id, ask.want - 1, 1, sent_us, grant);
+                    return result.map(|(verdict, _)| verdict);
+                }
+            }
+        }
+    }
+
+    /// One script call: decides `n` passes of `id` at `limit` (and, with
+    /// `lease`, asks for more for the key's pool), and records what the
+    /// answer says of the link. A refusal is remembered when `remember`.
+    /// Returns the verdict for the caller's `n` passes and, for a lease,
+    /// what was granted in all.
+    async fn decide_in_redis(
+        &self,
+        id: KeyId,
+        limit: u64,
+        n: u64,
+        lease: Option<LeaseAsk>,
+        remember: bool,
+    ) -> Result<(Verdict, Option<Grant>), StoreError> {
         let now = self.local_clock.now_millis();
         let probe_ms = millis(self.probe);
         let policy = match self.link.health.route(now, probe_ms, self.refuses_server()) {
@@ -798,7 +1109,8 @@ impl RedisStore {
         };
 
         self.link.health.round_trip();
-        let reply = self.call_script(id, limit, n, policy).await;
+        let started = std::time::Instant::now();
+        let reply = self.call_script(id, limit, n, lease, policy).await;
         let reply = match reply.and_then(parse_reply) {
             Ok(reply) => reply,
             Err(err) => {
@@ -809,6 +1121,8 @@ impl RedisStore {
                 return Err(err);
             }
         };
+        self.leases
+            .sample_rtt(u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX));
         if let Some(policy) = &reply.policy {
             self.link.health.set_policy(policy);
         }
@@ -843,14 +1157,27 @@ impl RedisStore {
             }
         }
 
+        let grant = reply.lease.map(|granted| Grant {
+            granted: granted.passes,
+            bucket_start: granted.bucket_start,
+            ends_us: granted.ends_us,
+            window_pass: reply.window_pass,
+            limit: reply.limit,
+        });
+        // The caller's passes come first among those granted: its window
+        // count leaves out the ones kept for later requests.
+        let kept_back = grant.map_or(0, |grant| grant.granted.saturating_sub(n));
         let verdict = Verdict {
             passed: reply.passed,
-            window_pass: reply.window_pass,
+            window_pass: reply.window_pass.saturating_sub(kept_back),
             limit: reply.limit,
             retry_after: reply.wait_ms.map(Duration::from_millis),
             answered_locally: false,
         };
-        if let (false, Some(wait_ms)) = (reply.passed, reply.wait_ms) {
+        if reply.passed && remember {
+            self.link.health.admitted();
+        }
+        if let (false, Some(wait_ms), true) = (reply.passed, reply.wait_ms, remember) {
             self.blocked.remember(
                 id,
                 Blocked {
@@ -862,7 +1189,7 @@ impl RedisStore {
                 now,
             );
         }
-        Ok(verdict)
+        Ok((verdict, grant))
     }
 
     async fn call_script(
@@ -870,6 +1197,7 @@ impl RedisStore {
         id: KeyId,
         limit: u64,
         n: u64,
+        lease: Option<LeaseAsk>,
         policy: PolicyCheck,
     ) -> Result<Vec<redis::Value>, StoreError> {
         let (window_key, limit_key) = redis_names(&self.prefix, id, &self.window);
@@ -894,6 +1222,23 @@ impl RedisStore {
             .arg(window_ttl_ms)
             .arg(millis(self.limit_ttl))
             .arg(policy as u8);
+        if let Some(lease) = lease {
+            // What the lease can be spent in is cut by the round trip, and
+            // by the deadline's slack when the server's clock cuts buckets
+            // (1/1000 of a bucket at most, and 200 µs).
+            let slack = if self.clock.is_some() {
+                0
+            } else {
+                slack_us(bucket_ms.saturating_mul(1000))
+            };
+            invocation
+                .arg(lease.want.min(MAX_SCRIPT_LIMIT))
+                .arg(lease.rate.min(MAX_SCRIPT_LIMIT))
+                .arg(lag_us(self.leases.rtt_us(), slack))
+                .arg(LEASE_SHARE)
+                .arg(TICK_US)
+                .arg(lease.batch.min(MAX_SCRIPT_LIMIT));
+        }
         match tokio::time::timeout(self.timeout, invocation.invoke_async(&mut connection)).await {
             Ok(Ok(reply)) => Ok(reply),
             Ok(Err(err)) => {
@@ -940,7 +1285,7 @@ impl RedisStore {
             .arg("PX")
             .arg(millis(self.limit_ttl));
         self.command(command).await?;
-        self.blocked.forget(id);
+        self.forget(id);
         Ok(())
     }
 
@@ -955,8 +1300,17 @@ impl RedisStore {
         let mut command = redis::cmd("DEL");
         command.arg(limit_key);
         let removed = self.command(command).await?;
-        self.blocked.forget(id);
+        self.forget(id);
         Ok(matches!(removed, redis::Value::Int(n) if n > 0))
+    }
+
+    /// Forgets what this store knows of `id` under its old limit: that it
+    /// was blocked, and its lease (whose passes stay counted in Redis, and
+    /// are counted as stranded).
+    fn forget(&self, id: KeyId) {
+        self.blocked.forget(id);
+        let stranded = self.leases.lock().forget(id);
+        self.link.health.stranded(stranded);
     }
 
     async fn command(&self, command: redis::Cmd) -> Result<redis::Value, StoreError> {
@@ -966,6 +1320,77 @@ impl RedisStore {
             Err(_) => Err(self.timed_out()),
         }
     }
+}
+
+/// What a request has registered in its key's lease state, undone when it
+/// is dropped: a wait (always left on drop), or a call in flight (reported
+/// as failed unless disarmed once its answer is in).
+struct Registered<'a> {
+    store: &'a RedisStore,
+    id: KeyId,
+    /// `Some(asked)`: a call for `asked` passes beyond the caller's own;
+    /// `None`: a wait.
+    asked: Option<u64>,
+    armed: bool,
+}
+
+impl<'a> Registered<'a> {
+    fn waiting(store: &'a RedisStore, id: KeyId) -> Self {
+        Registered {
+            store,
+            id,
+            asked: None,
+            armed: true,
+        }
+    }
+
+    fn asked(store: &'a RedisStore, id: KeyId, asked: u64) -> Self {
+        Registered {
+            store,
+            id,
+            asked: Some(asked),
+            armed: true,
+        }
+    }
+
+    fn disarm(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for Registered<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        if let Some(lease) = self.store.leases.lock().existing(self.id) {
+            match self.asked {
+                Some(asked) => lease.failed(asked),
+                None => lease.woken(),
+            }
+        }
+        if self.asked.is_some() {
+            self.store.leases.wake(self.id).notify_waiters();
+        }
+    }
+}
+
+/// A call that asks for several passes: `want` in all, for a key that saw
+/// `rate` requests in the last rate tick; `batch` of them for requests
+/// already waiting (not cut to the rate).
+#[derive(Debug, Clone, Copy)]
+struct LeaseAsk {
+    want: u64,
+    rate: u64,
+    batch: u64,
+}
+
+/// What a lease call was granted, from the script's reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Leased {
+    passes: u64,
+    bucket_start: u64,
+    ends_us: u64,
 }
 
 /// Whether a script call reads the server's eviction policy.
@@ -1002,6 +1427,8 @@ struct Reply {
     /// The server's `maxmemory-policy`, when the call asked for it and the
     /// server told.
     policy: Option<String>,
+    /// A lease call that passed: what it was granted.
+    lease: Option<Leased>,
 }
 
 fn parse_reply(reply: Vec<redis::Value>) -> Result<Reply, StoreError> {
@@ -1011,8 +1438,34 @@ fn parse_reply(reply: Vec<redis::Value>) -> Result<Reply, StoreError> {
             format!("admission script answered {reply:?}"),
         )
     };
+    // A lease call that passed has three more numbers.
+    let (head, lease) = match &reply[..] {
+        [head @ .., redis::Value::Int(passes), redis::Value::Int(start), redis::Value::Int(ends_us)]
+            if head.len() == 5 =>
+        {
+            let (Ok(passes), Ok(bucket_start), Ok(ends_us)) = (
+                u64::try_from(*passes),
+                u64::try_from(*start),
+                u64::try_from(*ends_us),
+            ) else {
+                return Err(bad());
+            };
+            if passes == 0 {
+                return Err(bad());
+            }
+            (
+                head,
+                Some(Leased {
+                    passes,
+                    bucket_start,
+                    ends_us,
+                }),
+            )
+        }
+        head => (head, None),
+    };
     let [redis::Value::Int(outcome), redis::Value::Int(window_pass), redis::Value::Int(wait), redis::Value::Int(limit), policy] =
-        &reply[..]
+        head
     else {
         return Err(bad());
     };
@@ -1034,6 +1487,9 @@ fn parse_reply(reply: Vec<redis::Value>) -> Result<Reply, StoreError> {
         3 if policy.is_some() => (Outcome::Evicting, false),
         _ => return Err(bad()),
     };
+    if lease.is_some() && !passed {
+        return Err(bad());
+    }
     let wait_ms = match *wait {
         -1 => None,
         0 if passed => Some(0),
@@ -1047,6 +1503,7 @@ fn parse_reply(reply: Vec<redis::Value>) -> Result<Reply, StoreError> {
         wait_ms: if passed { None } else { wait_ms },
         limit,
         policy,
+        lease,
     })
 }
 
@@ -1142,6 +1599,39 @@ mod tests {
         let mut number_policy = reply(&[1, 1, 0, 5], "");
         number_policy[4] = Value::Int(7);
         assert!(parse_reply(number_policy).is_err());
+    }
+
+    #[test]
+    fn lease_replies_carry_what_was_granted_and_only_on_a_pass() {
+        let mut lease = reply(&[1, 12, 0, 5_000], "");
+        lease.extend([Value::Int(10), Value::Int(1_200), Value::Int(43_500)]);
+        let read = parse_reply(lease.clone()).expect("a lease");
+        assert!(read.passed);
+        assert_eq!(
+            read.lease,
+            Some(Leased {
+                passes: 10,
+                bucket_start: 1_200,
+                ends_us: 43_500
+            })
+        );
+        assert_eq!(
+            parse_reply(reply(&[1, 3, 0, 5], "")).expect("a pass").lease,
+            None
+        );
+        let mut refused = reply(&[0, 5, 40, 5], "");
+        refused.extend([Value::Int(1), Value::Int(0), Value::Int(1)]);
+        assert!(parse_reply(refused).is_err(), "a refusal leases nothing");
+        let mut none = lease.clone();
+        none[5] = Value::Int(0);
+        assert!(
+            parse_reply(none).is_err(),
+            "a lease holds the caller's pass"
+        );
+        let mut negative = lease.clone();
+        negative[7] = Value::Int(-1);
+        assert!(parse_reply(negative).is_err());
+        assert!(parse_reply(lease[..7].to_vec()).is_err());
     }
 
     #[test]

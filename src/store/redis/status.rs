@@ -56,6 +56,33 @@ pub struct StoreStatus {
     /// [`allow_evicting_server`](super::RedisStore::allow_evicting_server),
     /// the mode is then [`StoreMode::Fallback`].
     pub evicting: bool,
+    /// Requests admitted through the store: each one a pass Redis granted
+    /// to its own call, or a leased pass spent with no round trip. The
+    /// failure policy's answers are not counted; a pass a layer's own
+    /// window then refuses (see
+    /// [a server that forgets](super#a-server-that-forgets))
+    /// is.
+    pub admitted: u64,
+    /// Passes leased: granted by Redis beyond the calling request's own,
+    /// for later requests of this replica (see
+    /// [leases](super#leases-for-hot-keys)).
+    pub leased: u64,
+    /// Leased passes spent: requests admitted with no round trip.
+    pub lease_spent: u64,
+    /// Leased passes not spent before their bucket ended: they stay
+    /// counted in Redis as passes (so they only ever refuse more) and
+    /// expire with the bucket. Leased passes are never given back.
+    pub stranded: u64,
+}
+
+impl StoreStatus {
+    /// Round trips per admitted request: `round_trips / admitted` (`None`
+    /// before the first admission). 1 for keys that are not hot, and
+    /// below 1 for a hot key that leases (refused requests cost round
+    /// trips too, but are not admissions).
+    pub fn round_trips_per_admission(&self) -> Option<f64> {
+        (self.admitted > 0).then(|| self.round_trips as f64 / self.admitted as f64)
+    }
 }
 
 /// The shared, lock-free state behind [`StoreStatus`]. Relaxed everywhere:
@@ -79,6 +106,10 @@ pub(crate) struct Health {
     fallbacks: AtomicU64,
     outages: AtomicU64,
     key_errors: AtomicU64,
+    admitted: AtomicU64,
+    leased: AtomicU64,
+    lease_spent: AtomicU64,
+    stranded: AtomicU64,
 }
 
 /// What a request may do, given the store's health.
@@ -141,6 +172,31 @@ impl Health {
     /// keys), left to the failure policy.
     pub(crate) fn answered_by_policy(&self) {
         self.fallbacks.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A request admitted by Redis's grant to its own call.
+    pub(crate) fn admitted(&self) {
+        self.admitted.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// `extra` passes granted beyond the callers' own.
+    pub(crate) fn leased(&self, extra: u64) {
+        if extra > 0 {
+            self.leased.fetch_add(extra, Ordering::Relaxed);
+        }
+    }
+
+    /// A request admitted with a leased pass.
+    pub(crate) fn lease_spent(&self) {
+        self.lease_spent.fetch_add(1, Ordering::Relaxed);
+        self.admitted.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// `passes` leased passes whose bucket ended before they were spent.
+    pub(crate) fn stranded(&self, passes: u64) {
+        if passes > 0 {
+            self.stranded.fetch_add(passes, Ordering::Relaxed);
+        }
     }
 
     /// A request whose key's data could not be used.
@@ -217,6 +273,10 @@ impl Health {
             outages: self.outages.load(Ordering::Relaxed),
             key_errors: self.key_errors.load(Ordering::Relaxed),
             evicting: self.evicting.load(Ordering::Relaxed),
+            admitted: self.admitted.load(Ordering::Relaxed),
+            leased: self.leased.load(Ordering::Relaxed),
+            lease_spent: self.lease_spent.load(Ordering::Relaxed),
+            stranded: self.stranded.load(Ordering::Relaxed),
         }
     }
 }
