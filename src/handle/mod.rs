@@ -3,6 +3,7 @@
 #[cfg(any(feature = "prometheus", feature = "dashboard"))]
 mod export;
 mod snapshot;
+mod windows;
 
 #[cfg(feature = "dashboard")]
 pub(crate) use export::total as rows_total;
@@ -11,6 +12,7 @@ pub(crate) use export::KeyRow;
 #[cfg(feature = "prometheus")]
 pub(crate) use export::Lifetime;
 pub use snapshot::Snapshot;
+pub use windows::WindowCount;
 
 use std::borrow::Borrow;
 use std::fmt;

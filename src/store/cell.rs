@@ -8,6 +8,7 @@ use std::hash::Hash;
 use std::sync::{Arc, OnceLock};
 
 use super::compact::CompactKeys;
+use super::windows::LimitPer;
 use super::Registry;
 use crate::clock::SharedClock;
 use crate::flow::breaker::Breaker;
@@ -73,6 +74,8 @@ pub(crate) struct Settings<K> {
     pub(crate) compact: bool,
     /// The layer's adaptive protection (`SlidingWindowLayer::system`).
     pub(crate) system: Option<SystemRule>,
+    /// Every key's further windows (`SlidingWindowLayer::limit_per`).
+    pub(crate) limit_per: LimitPer<K>,
 }
 
 impl<K> Settings<K> {
@@ -88,6 +91,7 @@ impl<K> Settings<K> {
             breakers: Vec::new(),
             compact: false,
             system: None,
+            limit_per: LimitPer::default(),
         }
     }
 
@@ -114,6 +118,7 @@ impl<K> Settings<K> {
                  key type and are dropped; give rules after `key`"
             );
         }
+        let limit_per = rekey_limit_per(self.limit_per);
         Settings {
             default_limit: self.default_limit,
             overflow_limit: self.overflow_limit,
@@ -125,7 +130,33 @@ impl<K> Settings<K> {
             breakers: self.breakers,
             compact: self.compact,
             system: self.system,
+            limit_per,
         }
+    }
+}
+
+/// The further windows for another key type: the windows carry over, and
+/// their per-key limits as rules do (see `Settings::rekey`).
+fn rekey_limit_per<K: 'static, L: Eq + Hash + 'static>(limit_per: LimitPer<K>) -> LimitPer<L> {
+    let given = limit_per.rules.len();
+    let rules: HashMap<L, _> = limit_per
+        .rules
+        .into_iter()
+        .filter_map(|(key, limits)| {
+            let key: Box<dyn Any> = Box::new(key);
+            key.downcast::<L>().ok().map(|key| (*key, limits))
+        })
+        .collect();
+    if rules.len() < given {
+        tracing::warn!(
+            dropped = given - rules.len(),
+            "SlidingWindowLayer::key: per-window rules (`rule_per`) given before `key` name keys \
+             of the previous key type and are dropped; give them after `key`"
+        );
+    }
+    LimitPer {
+        windows: limit_per.windows,
+        rules,
     }
 }
 

@@ -27,6 +27,7 @@ mod entry;
 pub mod redis;
 mod registry;
 mod remote_slot;
+mod windows;
 
 #[cfg(feature = "redis")]
 pub use self::redis::{
@@ -42,3 +43,4 @@ pub(crate) use registry::{effective_now, Lookup, Registry};
 #[cfg(feature = "redis")]
 pub(crate) use remote_slot::RemoteLookup;
 pub(crate) use remote_slot::RemoteSlot;
+pub(crate) use windows::{key_limits, KeyLimits, LimitPer, WindowLimits};
