@@ -601,10 +601,22 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
                 return Err(err);
             }
         };
+        // The further windows' section is checked before anything applies.
+        let further = registry.windows();
+        let checked_windows =
+            match crate::rules::check_windows::<K>(rules, further.len(), |ms| further.index_of(ms))
+            {
+                Ok(checked) => checked,
+                Err(err) => {
+                    status.failed(&err);
+                    return Err(err);
+                }
+            };
         let limits: std::collections::HashMap<K, u64> = checked.limits.into_iter().collect();
         #[cfg(feature = "redis")]
         let written = limits.clone();
         let _replaced = registry.apply_rules(checked.default, limits);
+        registry.apply_window_rules(&checked_windows.defaults, checked_windows.per_key);
         #[cfg(feature = "redis")]
         {
             for (key, &limit) in &written {

@@ -43,4 +43,4 @@ pub(crate) use registry::{effective_now, Lookup, Registry};
 #[cfg(feature = "redis")]
 pub(crate) use remote_slot::RemoteLookup;
 pub(crate) use remote_slot::RemoteSlot;
-pub(crate) use windows::{key_limits, KeyLimits, LimitPer, WindowLimits};
+pub(crate) use windows::{KeyLimits, WindowLimits};

@@ -221,7 +221,7 @@ impl<K: Clone + Eq + Hash> WindowLimits<K> {
 }
 
 /// A key's limits by interval as one slot per further window.
-pub(crate) fn key_limits(windows: &[(u64, u64)], limits: &BTreeMap<u64, u64>) -> KeyLimits {
+fn key_limits(windows: &[(u64, u64)], limits: &BTreeMap<u64, u64>) -> KeyLimits {
     windows
         .iter()
         .map(|(interval_ms, _)| limits.get(interval_ms).copied())

@@ -12,6 +12,7 @@ mod dashboard;
 mod format;
 #[cfg(feature = "rules-file")]
 mod watch;
+mod windows;
 
 use axum::routing::get;
 use axum::Router;
