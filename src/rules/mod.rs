@@ -86,7 +86,7 @@
 //! let layer = SlidingWindowLayer::qps(10).key(PathKey).limit_per(minute, 600);
 //! let stats = layer.handle();
 //! let rules: Rules = serde_json::from_str(
-//!     r#"{ "default": 10, "windows": { "1m": { "default": 300, "limits": { "/export": 20 } } } }"#,
+//!     r#"{ "default": 10, "windows": { "60s": { "default": 300, "limits": { "/export": 20 } } } }"#,
 //! ).unwrap();
 //! assert_eq!(rules, Rules::new().default_limit(10).window_default(minute, 300).window_limit(minute, "/export", 20));
 //! stats.apply_rules(&rules).unwrap();

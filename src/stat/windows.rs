@@ -151,10 +151,9 @@ impl ExtraWindow {
     fn idle_at(&self, now: u64) -> bool {
         let interval = self.ring.interval_ms();
         let window_start = now - now % self.ring.window_length_ms();
-        !self
-            .ring
+        self.ring
             .newest_start()
-            .is_some_and(|start| start.saturating_add(interval) > window_start)
+            .is_none_or(|start| start.saturating_add(interval) <= window_start)
     }
 }
 
