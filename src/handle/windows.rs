@@ -69,7 +69,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
             limit: entry.limit(),
             pass: entry.node.window_counts(at).pass,
         }];
-        if let Some(further) = &entry.windows {
+        if let Some(further) = entry.windows() {
             windows.extend(further.iter().map(|window| WindowCount {
                 interval: Duration::from_millis(window.interval_ms()),
                 limit: window.limit(),

@@ -52,7 +52,7 @@ impl Counted for Entry {
     }
 
     fn further_windows(&self, quota: &mut Quota, at: u64, behind: u64) {
-        if let Some(windows) = &self.windows {
+        if let Some(windows) = self.windows() {
             several_windows(self, windows, quota, at, behind);
         }
     }

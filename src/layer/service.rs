@@ -515,7 +515,7 @@ impl<S, X: KeyExtractor, M: MakeClassifier, R> SlidingWindow<S, X, M, R> {
             return self.paced(entry, times, limit, max_wait);
         }
         let at = times.at;
-        if let Some(windows) = &entry.windows {
+        if let Some(windows) = entry.windows() {
             return several_windows(entry, windows, times, limit, window);
         }
         match flow::window(

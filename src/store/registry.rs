@@ -351,7 +351,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
             Some(&limit) => entry.set_limit(limit, Some(self.hasher.hash_one(&**key))),
             None => entry.set_limit(self.default_limit.load(Ordering::Relaxed), None),
         }
-        if let Some(windows) = &entry.windows {
+        if let Some(windows) = entry.windows() {
             // The same for the further windows' limits (see
             // `set_window_limit`).
             self.windows.refresh(Some(key), windows);
@@ -536,7 +536,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
                 let evict = !paced_recently
                     && entry.node.is_idle_at(at)
                     && entry.breakers.idle_at(at)
-                    && entry.windows.as_ref().is_none_or(|w| w.idle_at(at));
+                    && entry.windows().is_none_or(|w| w.idle_at(at));
                 if evict {
                     removed += 1;
                     // Nobody holds the entry and it is idle: its totals are
@@ -709,7 +709,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
         if Self::is_single() {
             // As in `set_limit`: reach an entry a first request is building.
             let (key, entry) = self.single.get_or_init(|| self.create(key, hash, true));
-            if let Some(windows) = &entry.windows {
+            if let Some(windows) = entry.windows() {
                 self.windows.refresh(Some(key), windows);
             }
             return;
@@ -717,7 +717,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
         // The shard's lock orders this against `insert` (see `set_limit`).
         let table = write(self.shard(hash));
         if let Some((key, entry)) = table.find(hash, |(k, _)| **k == key) {
-            if let Some(windows) = &entry.windows {
+            if let Some(windows) = entry.windows() {
                 self.windows.refresh(Some(key), windows);
             }
         }
@@ -735,12 +735,12 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
             return;
         }
         self.windows.replace(defaults, per_key);
-        if let Some(windows) = &self.overflow.windows {
+        if let Some(windows) = self.overflow.windows() {
             self.windows.refresh(None, windows);
         }
         if Self::is_single() {
             if let Some((key, entry)) = self.single.get() {
-                if let Some(windows) = &entry.windows {
+                if let Some(windows) = entry.windows() {
                     self.windows.refresh(Some(key), windows);
                 }
             }
@@ -749,7 +749,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
         for shard in self.shards.iter() {
             let table = read(shard);
             for (key, entry) in table.iter() {
-                if let Some(windows) = &entry.windows {
+                if let Some(windows) = entry.windows() {
                     self.windows.refresh(Some(key), windows);
                 }
             }

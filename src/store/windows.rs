@@ -124,7 +124,7 @@ impl<K: Clone + Eq + Hash> WindowLimits<K> {
 
     /// The further windows of a new entry for `key` (`None` for none):
     /// each with the key's own limit, or the window's default.
-    pub(crate) fn build(&self, key: Option<&K>) -> Option<Box<ExtraWindows>> {
+    pub(crate) fn build(&self, key: Option<&K>) -> Option<ExtraWindows> {
         if !self.any() {
             return None;
         }
@@ -135,7 +135,7 @@ impl<K: Clone + Eq + Hash> WindowLimits<K> {
                 .unwrap_or_else(|| self.default_of(i))
         })
         .expect("the further windows were validated when the layer was built");
-        Some(Box::new(windows))
+        Some(windows)
     }
 
     /// Brings `windows` (the entry of `key`, `None` for the overflow entry)
