@@ -12,6 +12,7 @@ use crate::store::{Settings, Window};
 pub(crate) const MAX_FURTHER_WINDOWS: usize = 1024;
 
 /// Why a layer with further windows cannot have each setting.
+#[cfg(feature = "redis")]
 pub(super) const STORE_WHY: &str = "the shared store decides on one window per key in Redis, and \
      would not count the further windows";
 pub(super) const THROTTLE_WHY: &str =
@@ -24,6 +25,7 @@ pub(super) const COMPACT_WHY: &str = "a compact key keeps the admission state of
 /// Panics, naming `method`, `setting` and `limit_per`, when a layer with
 /// further windows (`has_windows`) is given `setting`, which cannot count
 /// them (`why`).
+#[cfg_attr(not(any(feature = "tokio", feature = "redis")), allow(dead_code))]
 pub(super) fn refuse_with_windows(has_windows: bool, method: &str, setting: &str, why: &str) {
     if has_windows {
         panic!(
