@@ -83,15 +83,23 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
     /// first, then each [`limit_per`](crate::SlidingWindowLayer::limit_per)
     /// window, as `(interval, limit)`. See
     /// [`rule_per`](crate::SlidingWindowLayer::rule_per) for an example.
+    /// (A [`compact`](crate::SlidingWindowLayer::compact) layer has one
+    /// window; for a key its table does not hold, the limit read is the
+    /// one the layer was built with for it.)
     pub fn limits_per<Q>(&self, key: &Q) -> Vec<(Duration, u64)>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
         let registry = self.registry();
+        // A compact layer keeps its keys' limits in its own table: the one
+        // of a key it holds is read there.
+        let held = self
+            .compact()
+            .and_then(|keys| keys.table().get(key, |place| place.limit));
         let first = (
             Duration::from_millis(registry.window().interval_ms),
-            registry.limit_of(key),
+            held.unwrap_or_else(|| registry.limit_of(key)),
         );
         std::iter::once(first)
             .chain(

@@ -594,3 +594,29 @@ fn the_global_key_and_the_overflow_entry_have_every_window() {
         r#""overflow-60000ms";r=0;t=56"#
     );
 }
+
+#[test]
+fn a_compact_layer_reads_its_one_window() {
+    let clock = clock();
+    let layer = keyed(3).compact().clock(clock);
+    let stats = layer.handle();
+    let mut service = layer.layer(inner());
+    call(&mut service, "a");
+    stats.set_limit("a", 7);
+    assert_eq!(
+        stats.limits_per(&key("a")),
+        vec![(Duration::from_secs(1), 7)]
+    );
+    assert_eq!(
+        stats.limits_per(&key("b")),
+        vec![(Duration::from_secs(1), 3)]
+    );
+    let windows = stats.windows(&key("a")).unwrap();
+    assert_eq!(
+        windows
+            .iter()
+            .map(|w| (w.interval, w.limit, w.pass))
+            .collect::<Vec<_>>(),
+        vec![(Duration::from_secs(1), 7, 1)]
+    );
+}
