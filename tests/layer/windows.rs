@@ -620,3 +620,42 @@ fn a_compact_layer_reads_its_one_window() {
         vec![(Duration::from_secs(1), 7, 1)]
     );
 }
+
+mod differential {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+        /// A further window that can never refuse changes no answer: the
+        /// same statuses and `Retry-After` as the layer without it, for any
+        /// arrival times and any first limit (0 included).
+        #[test]
+        fn a_window_that_never_refuses_changes_no_answer(
+            steps in proptest::collection::vec((0u64..400, 1usize..4), 1..40),
+            limit in 0u64..6,
+        ) {
+            let clock_one = ManualClock::new(10_000);
+            let clock_two = ManualClock::new(10_000);
+            let mut one = keyed(limit).clock(clock_one.clone()).layer(inner());
+            let mut two = keyed(limit)
+                .limit_per(MINUTE, u64::MAX)
+                .clock(clock_two.clone())
+                .layer(inner());
+            for (advance, burst) in steps {
+                clock_one.advance(Duration::from_millis(advance));
+                clock_two.advance(Duration::from_millis(advance));
+                for _ in 0..burst {
+                    let a = call(&mut one, "k");
+                    let b = call(&mut two, "k");
+                    prop_assert_eq!(a.status, b.status);
+                    prop_assert_eq!(
+                        a.headers.get("retry-after"),
+                        b.headers.get("retry-after")
+                    );
+                }
+            }
+        }
+    }
+}
