@@ -18,6 +18,10 @@
 //!   Keys with a rule now that are absent from the map go back to the
 //!   default.
 //!
+//! Both name the key's first window. A layer with further windows
+//! ([`limit_per`](crate::SlidingWindowLayer::limit_per)) also reads a
+//! `windows` section (see [Further windows](#further-windows)).
+//!
 //! Applying a document sets the whole state, whatever was set before it
 //! (by an earlier document, [`rule`](crate::SlidingWindowLayer::rule) or
 //! [`set_limit`](crate::StatsHandle::set_limit)): applying the same
