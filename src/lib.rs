@@ -30,7 +30,7 @@ pub use error::ConfigError;
 #[cfg_attr(docsrs, doc(cfg(feature = "dashboard")))]
 pub use export::dashboard;
 pub use flow::breaker;
-pub use handle::{Snapshot, StatsHandle};
+pub use handle::{Snapshot, StatsHandle, WindowCount};
 pub use layer::body;
 pub use layer::future;
 pub use layer::{DefaultClassifier, SlidingWindow, SlidingWindowLayer};

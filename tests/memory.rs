@@ -179,3 +179,58 @@ fn a_request_with_a_huge_header_value_copies_only_its_key() {
         assert!(bytes < 1024, "{name}: {bytes} bytes");
     }
 }
+
+/// Net bytes the table keeps per key, with keys of the short form
+/// `format!("{i}")`, on a header-keyed layer made by `layer`.
+fn bytes_per_short_key(
+    layer: impl Fn(SlidingWindowLayer<HeaderKey>) -> SlidingWindowLayer<HeaderKey>,
+) -> i64 {
+    let layer = layer(
+        SlidingWindowLayer::qps(1_000)
+            .key(HeaderKey::new(HeaderName::from_static("x-key")))
+            .clock(ManualClock::new(1_000_000)),
+    );
+    let f: fn(Request<()>) -> _ = ok;
+    let mut svc: Svc = layer.layer(service_fn(f));
+    send(&mut svc, HeaderValue::from_static("warm-up"));
+    let keys = 1_000;
+    let before = live();
+    for i in 0..keys {
+        send(&mut svc, HeaderValue::from_str(&format!("{i}")).unwrap());
+    }
+    (live() - before) / keys
+}
+
+/// What a further window (`limit_per`) adds to every key, against the
+/// figures its docs give (`SlidingWindowLayer::limit_per`, "Memory": about
+/// 1 KiB with the default 10 buckets, the first one a little more for the
+/// box it shares with throttle and warm-up, about 80 bytes more under
+/// `strict`).
+#[test]
+fn a_further_window_costs_what_limit_per_documents() {
+    let minute = std::time::Duration::from_secs(60);
+    let one = bytes_per_short_key(|l| l);
+    let two = bytes_per_short_key(|l| l.limit_per(minute, 1_000));
+    let three = bytes_per_short_key(|l| {
+        l.limit_per(minute, 1_000)
+            .limit_per(std::time::Duration::from_secs(3_600), 1_000)
+    });
+    let strict_one = bytes_per_short_key(|l| l.strict());
+    let strict_two = bytes_per_short_key(|l| l.strict().limit_per(minute, 1_000));
+    println!("per key: one window {one} bytes, two {two}, three {three}");
+    println!("per key under strict: one window {strict_one} bytes, two {strict_two}");
+    let first = two - one;
+    let second = three - two;
+    println!(
+        "a further window: {first} bytes (the first, with the optional box), {second} (each \
+         next); under strict {}",
+        strict_two - strict_one
+    );
+    assert!(first <= 1_100, "{first}");
+    assert!(second <= 1_000, "{second}");
+    assert!(
+        strict_two - strict_one <= 1_200,
+        "{}",
+        strict_two - strict_one
+    );
+}

@@ -17,6 +17,7 @@
 //! | `noop_layer`             | a `Router::layer` whose service only forwards            |
 //! | `ours_global`            | `SlidingWindowLayer::qps(u64::MAX / 4)`, the global key (default body: the inner service's) |
 //! | `ours_global_breaker`    | `ours_global`'s layer with one `Breaker::error_ratio(0.5)` (closed throughout) |
+//! | `ours_global_limit_per`  | `ours_global`'s layer with `.limit_per(60 s, u64::MAX / 4)`: a second window per key |
 //! | `ours_global_track_body` | the same with `.track_body()` (`ResponseBody`, boxed again by axum) |
 //! | `ours_matched_path`      | the same with the matched route as the key (`"GET /items/{id}"`) |
 //! | `ours_header`            | the same keyed by `HeaderKey::new(x-api-key)`            |
@@ -111,6 +112,7 @@ pub(crate) enum Contender {
     Noop,
     OursGlobal,
     OursGlobalBreaker,
+    OursGlobalLimitPer,
     OursGlobalTrackBody,
     OursMatchedPath,
     OursHeader,
@@ -128,11 +130,12 @@ pub(crate) enum Contender {
 impl Contender {
     /// Every contender, in the order of the reports. The no-op layer must
     /// stay in the list: the paired figures are taken against it.
-    pub(crate) const ALL: [Contender; 16] = [
+    pub(crate) const ALL: [Contender; 17] = [
         Contender::Bare,
         Contender::Noop,
         Contender::OursGlobal,
         Contender::OursGlobalBreaker,
+        Contender::OursGlobalLimitPer,
         Contender::OursGlobalTrackBody,
         Contender::OursMatchedPath,
         Contender::OursHeader,
@@ -154,6 +157,7 @@ impl Contender {
             Contender::Noop => "noop_layer",
             Contender::OursGlobal => "ours_global",
             Contender::OursGlobalBreaker => "ours_global_breaker",
+            Contender::OursGlobalLimitPer => "ours_global_limit_per",
             Contender::OursGlobalTrackBody => "ours_global_track_body",
             Contender::OursMatchedPath => "ours_matched_path",
             Contender::OursHeader => "ours_header",
@@ -233,6 +237,11 @@ impl Contender {
             Contender::OursGlobalBreaker => {
                 app.layer(SlidingWindowLayer::qps(NEVER_REJECT).breaker(Breaker::error_ratio(0.5)))
             }
+            // Two windows: every pass is charged to the minute's window too.
+            Contender::OursGlobalLimitPer => app.layer(
+                SlidingWindowLayer::qps(NEVER_REJECT)
+                    .limit_per(Duration::from_secs(60), NEVER_REJECT),
+            ),
             // The body wrapped in `ResponseBody` (completion at its end), which
             // axum then boxes.
             Contender::OursGlobalTrackBody => {

@@ -46,6 +46,7 @@ mod quota;
 mod throttle;
 mod try_pass;
 pub(crate) mod warm_up;
+mod windows;
 
 pub use admission::Admission;
 #[cfg(feature = "tokio")]
@@ -59,3 +60,4 @@ pub(crate) use pacing::pace;
 pub(crate) use quota::wait_for_quota;
 pub use throttle::{Pacer, Turn};
 pub use try_pass::TryPass;
+pub(crate) use windows::{all_windows, window_retry_ms};

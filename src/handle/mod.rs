@@ -3,6 +3,7 @@
 #[cfg(any(feature = "prometheus", feature = "dashboard"))]
 mod export;
 mod snapshot;
+mod windows;
 
 #[cfg(feature = "dashboard")]
 pub(crate) use export::total as rows_total;
@@ -11,6 +12,7 @@ pub(crate) use export::KeyRow;
 #[cfg(feature = "prometheus")]
 pub(crate) use export::Lifetime;
 pub use snapshot::Snapshot;
+pub use windows::WindowCount;
 
 use std::borrow::Borrow;
 use std::fmt;
@@ -629,6 +631,17 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
                 return Err(err);
             }
         };
+        // The further windows' section is checked before anything applies.
+        let further = registry.windows();
+        let checked_windows =
+            match crate::rules::check_windows::<K>(rules, further.len(), |ms| further.index_of(ms))
+            {
+                Ok(checked) => checked,
+                Err(err) => {
+                    status.failed(&err);
+                    return Err(err);
+                }
+            };
         let limits: std::collections::HashMap<K, u64> = checked.limits.into_iter().collect();
         #[cfg(feature = "redis")]
         let written = limits.clone();
@@ -639,6 +652,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
             keys.apply_rules(checked.default, limits.clone(), self.now());
         }
         let _replaced = registry.apply_rules(checked.default, limits);
+        registry.apply_window_rules(&checked_windows.defaults, checked_windows.per_key);
         #[cfg(feature = "redis")]
         {
             for (key, &limit) in &written {

@@ -82,6 +82,11 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
     pub fn strict(self) -> Self {
         let window = self.current_window();
         super::builder::check_strict_span("strict", window.interval_ms, window.sample_count);
+        let strict = crate::store::Window {
+            strict: true,
+            ..window
+        };
+        super::windows::check_all_further("strict", &self.store_settings(), &strict);
         self.configure(|s| s.window.strict = true)
     }
 
@@ -216,6 +221,12 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
     pub fn throttle(self, max_wait: Duration) -> Self {
         self.configure(|s| {
             refuse_on_compact(s.compact, "throttle", THROTTLE_WHY);
+            super::windows::refuse_with_windows(
+                !s.limit_per.windows.is_empty(),
+                "throttle",
+                "throttle",
+                super::windows::THROTTLE_WHY,
+            );
             s.window.behaviours.throttle = Some(max_wait)
         })
     }
@@ -348,6 +359,12 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
         if self.is_compact() {
             refuse_on_compact(true, "prioritized", PRIORITIZED_WHY);
         }
+        super::windows::refuse_with_windows(
+            !self.store_settings().limit_per.windows.is_empty(),
+            "prioritized",
+            "prioritized",
+            super::windows::PRIORITIZED_WHY,
+        );
         self.priority = Some(Arc::new(pred));
         self
     }

@@ -126,6 +126,11 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
         self.store.settings().window
     }
 
+    /// A copy of the limiter settings as they are now.
+    pub(super) fn store_settings(&self) -> Settings<X::Key> {
+        self.store.settings()
+    }
+
     /// Whether the limiter settings are compact now.
     pub(super) fn is_compact(&self) -> bool {
         self.store.settings().compact
@@ -204,6 +209,15 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
         if self.current_window().strict {
             check_strict_span("window", interval_ms, sample_count);
         }
+        super::windows::check_all_further(
+            "window",
+            &self.store.settings(),
+            &Window {
+                sample_count,
+                interval_ms,
+                ..self.current_window()
+            },
+        );
         if self.is_compact() {
             check_compact_buckets("window", sample_count);
             check_compact_shape(
@@ -475,6 +489,11 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
             ),
             (self.priority.is_some(), "prioritized", PRIORITIZED_WHY),
             (settings.system.is_some(), "system", SYSTEM_WHY),
+            (
+                !settings.limit_per.windows.is_empty(),
+                "limit_per",
+                super::windows::COMPACT_WHY,
+            ),
         ];
         for (set, setting, why) in conflicts {
             if set {
@@ -678,6 +697,12 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
         if self.is_compact() {
             refuse_on_compact(true, "store", STORE_WHY);
         }
+        super::windows::refuse_with_windows(
+            !self.store.settings().limit_per.windows.is_empty(),
+            "store",
+            "store",
+            super::windows::STORE_WHY,
+        );
         self.remote = self.remote.with_store(store);
         self
     }

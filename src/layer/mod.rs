@@ -16,6 +16,7 @@ mod service;
 // state is never entered.
 #[cfg_attr(not(feature = "tokio"), allow(dead_code, unused_imports))]
 mod wait;
+mod windows;
 
 pub use builder::{DefaultClassifier, SlidingWindowLayer};
 pub use service::SlidingWindow;

@@ -9,8 +9,8 @@ use bytes::Bytes;
 use http::Response;
 
 use crate::flow::Refusal;
-use crate::response::{rejection_response, PolicyName, Quota, ResponseConfig};
-use crate::stat::{CompactShape, CompactWindow};
+use crate::response::{rejection_response, PolicyItem, PolicyName, Quota, ResponseConfig};
+use crate::stat::{CompactShape, CompactWindow, ExtraWindows};
 use crate::store::Entry;
 
 /// What the answer to a decision reads from the key it was made on.
@@ -24,6 +24,11 @@ pub(crate) trait Counted {
     fn policy(&self) -> (Option<u32>, bool);
     /// Length of the key's window, in milliseconds.
     fn window_ms(&self) -> u64;
+    /// Adds the key's further windows (`limit_per`) to `quota`, made for
+    /// its first window at `at` (`behind` later on the clock); nothing for
+    /// a key without them.
+    #[inline]
+    fn further_windows(&self, _quota: &mut Quota, _at: u64, _behind: u64) {}
 }
 
 impl Counted for Entry {
@@ -45,6 +50,60 @@ impl Counted for Entry {
     fn window_ms(&self) -> u64 {
         self.node.second_window().interval_ms()
     }
+
+    fn further_windows(&self, quota: &mut Quota, at: u64, behind: u64) {
+        if let Some(windows) = self.windows() {
+            several_windows(self, windows, quota, at, behind);
+        }
+    }
+}
+
+/// The RateLimit fields of a key with further windows: every window in
+/// `RateLimit-Policy`, and the tightest (the least quota left; on a tie,
+/// the longest until more) in `RateLimit` and in the fields the rejection
+/// builder reads. Each window's reset is the time until it could take the
+/// rest of its limit and one more (for a full window: until one more
+/// fits), as for the first window of a key.
+#[cold]
+#[inline(never)]
+fn several_windows(entry: &Entry, windows: &ExtraWindows, quota: &mut Quota, at: u64, behind: u64) {
+    let first_pass = quota.limit.saturating_sub(quota.remaining);
+    let first_reset = crate::flow::pass_reset_ms(&entry.node, at, behind, quota.limit, first_pass);
+    let mut items = Vec::with_capacity(windows.len() + 1);
+    items.push(PolicyItem {
+        window: None,
+        limit: quota.limit,
+        window_ms: quota.window_ms,
+    });
+    // (remaining, reset, window, limit, window_ms) of the tightest so far.
+    let mut tightest = (
+        quota.remaining,
+        first_reset,
+        None,
+        quota.limit,
+        quota.window_ms,
+    );
+    for window in windows.iter() {
+        let limit = window.limit();
+        let interval_ms = window.interval_ms();
+        let remaining = limit.saturating_sub(window.pass(at));
+        let reset = crate::flow::window_retry_ms(window, at, behind, remaining.saturating_add(1));
+        items.push(PolicyItem {
+            window: Some(interval_ms),
+            limit,
+            window_ms: interval_ms,
+        });
+        if (remaining, std::cmp::Reverse(reset)) < (tightest.0, std::cmp::Reverse(tightest.1)) {
+            tightest = (remaining, reset, Some(interval_ms), limit, interval_ms);
+        }
+    }
+    let (remaining, reset_ms, window, limit, window_ms) = tightest;
+    quota.remaining = remaining;
+    quota.reset_ms = reset_ms;
+    quota.policy.window = window;
+    quota.limit = limit;
+    quota.window_ms = window_ms;
+    quota.policies = Some(items.into_boxed_slice());
 }
 
 /// A compact key's window, as a decision on it is answered.
@@ -91,11 +150,13 @@ pub(crate) fn quota(
             base: Arc::clone(&response.policy_name),
             tag,
             overflow,
+            window: None,
         },
         limit,
         window_ms: key.window_ms(),
         remaining: limit.saturating_sub(window_pass),
         reset_ms,
+        policies: None,
     }
 }
 
@@ -122,7 +183,8 @@ pub(crate) fn refuse(
         limit,
         ..
     } = refusal;
-    let quota = quota(key, response, limit, window_pass, retry_after_ms);
+    let mut quota = quota(key, response, limit, window_pass, retry_after_ms);
+    key.further_windows(&mut quota, at, 0);
     tracing::debug!(
         policy = %quota.policy,
         reason = reason.as_str(),

@@ -38,7 +38,7 @@ use super::future::{Completion, ResponseFuture};
 use super::future::{Deferred, Resume};
 use super::in_flight::InFlight;
 use super::priority::Priority;
-use super::quota::{quota, refuse, CompactCounted};
+use super::quota::{quota, refuse, CompactCounted, Counted};
 #[cfg(feature = "redis")]
 use super::remote;
 use super::wait::Gate;
@@ -515,6 +515,9 @@ impl<S, X: KeyExtractor, M: MakeClassifier, R> SlidingWindow<S, X, M, R> {
             return self.paced(entry, times, limit, max_wait);
         }
         let at = times.at;
+        if let Some(windows) = entry.windows() {
+            return several_windows(entry, windows, times, limit, window);
+        }
         match flow::window(
             &entry.node,
             (at, times.behind),
@@ -531,6 +534,36 @@ impl<S, X: KeyExtractor, M: MakeClassifier, R> SlidingWindow<S, X, M, R> {
             Decision::Block(refusal) => Decision::Block(refusal),
             Decision::Wait(never) => match never {},
         }
+    }
+}
+
+/// The decision of a key with further windows (`limit_per`): every window
+/// or none (see `flow::windows`).
+#[inline(never)]
+fn several_windows(
+    entry: &Entry,
+    windows: &crate::stat::ExtraWindows,
+    times: Times,
+    limit: u64,
+    window: &Window,
+) -> Decision<Pass, Gate> {
+    let at = times.at;
+    match flow::all_windows(
+        &entry.node,
+        windows,
+        (at, times.behind),
+        limit,
+        window.interval_ms,
+        || entry.is_overflow(),
+    ) {
+        Decision::Pass(pass) => {
+            if window.behaviours.warm_up.is_some() {
+                record_warm_up_pass(entry, window, at);
+            }
+            Decision::Pass(pass)
+        }
+        Decision::Block(refusal) => Decision::Block(refusal),
+        Decision::Wait(never) => match never {},
     }
 }
 
@@ -682,13 +715,9 @@ impl<S, X: KeyExtractor, M: MakeClassifier, R> SlidingWindow<S, X, M, R> {
         let reset = pass.reset_ms.unwrap_or_else(|| {
             flow::pass_reset_ms(&entry.node, at, behind, pass.limit, window_pass)
         });
-        Box::new(quota(
-            entry,
-            &self.shared.response,
-            pass.limit,
-            window_pass,
-            reset,
-        ))
+        let mut quota = quota(entry, &self.shared.response, pass.limit, window_pass, reset);
+        entry.further_windows(&mut quota, at, behind);
+        Box::new(quota)
     }
 
     /// The response future of a request that waits at `gate` before it

@@ -14,6 +14,21 @@ pub(crate) struct Quota {
     pub(crate) remaining: u64,
     /// Milliseconds until more quota is available.
     pub(crate) reset_ms: u64,
+    /// Every window of a key with further windows (`limit_per`), the first
+    /// one first, for `RateLimit-Policy`; the fields above then describe
+    /// the tightest of them, named by `policy.window`. `None`: one window,
+    /// the one above.
+    pub(crate) policies: Option<Box<[PolicyItem]>>,
+}
+
+/// One window in `RateLimit-Policy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PolicyItem {
+    /// The window's interval in ms when it is a further window (its name
+    /// then ends in `-<ms>ms`); `None` for the first window.
+    pub(crate) window: Option<u64>,
+    pub(crate) limit: u64,
+    pub(crate) window_ms: u64,
 }
 
 /// The policy name of the overflow entry's keys (see
@@ -30,14 +45,22 @@ pub(crate) struct PolicyName {
     /// entry: named [`OVERFLOW_POLICY_NAME`], whatever the base, so a
     /// client can tell a full table from its own spent quota.
     pub(crate) overflow: bool,
+    /// A further window's interval in ms (`limit_per`): the name ends in
+    /// `-<ms>ms`, so that each window of a key has its own policy name.
+    /// `None` for the first window, named as it always was.
+    pub(crate) window: Option<u64>,
 }
 
 impl fmt::Display for PolicyName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.tag {
-            _ if self.overflow => f.write_str(OVERFLOW_POLICY_NAME),
-            None => f.write_str(&self.base),
-            Some(tag) => write!(f, "{}-{tag:08x}", self.base),
+            _ if self.overflow => f.write_str(OVERFLOW_POLICY_NAME)?,
+            None => f.write_str(&self.base)?,
+            Some(tag) => write!(f, "{}-{tag:08x}", self.base)?,
+        }
+        match self.window {
+            None => Ok(()),
+            Some(ms) => write!(f, "-{ms}ms"),
         }
     }
 }
@@ -85,13 +108,17 @@ impl Quota {
                 headers.insert(name.clone(), value);
             }
         };
-        put(
-            &RATELIMIT_POLICY,
-            header_value(format_args!(
+        let policy = match &self.policies {
+            None => header_value(format_args!(
                 "\"{}\";q={};w={}",
                 self.policy, self.limit, window_secs
             )),
-        );
+            Some(items) => header_value(PolicyList {
+                name: &self.policy,
+                items,
+            }),
+        };
+        put(&RATELIMIT_POLICY, policy);
         put(
             &RATELIMIT,
             header_value(format_args!(
@@ -107,6 +134,33 @@ impl Quota {
     }
 }
 
+/// Every window of a key as the items of one `RateLimit-Policy` list.
+struct PolicyList<'a> {
+    name: &'a PolicyName,
+    items: &'a [PolicyItem],
+}
+
+impl fmt::Display for PolicyList<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, item) in self.items.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            let name = PolicyName {
+                window: item.window,
+                ..self.name.clone()
+            };
+            write!(
+                f,
+                "\"{name}\";q={};w={}",
+                item.limit,
+                ceil_secs(item.window_ms).max(1)
+            )?;
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -117,11 +171,13 @@ pub(crate) mod tests {
                 base: Arc::from("default"),
                 tag,
                 overflow: false,
+                window: None,
             },
             limit: 100,
             window_ms: 1000,
             remaining: 0,
             reset_ms: 1,
+            policies: None,
         }
     }
 
@@ -156,6 +212,38 @@ pub(crate) mod tests {
         overflowed.write(&mut headers, false);
         assert_eq!(headers["ratelimit-policy"], "\"overflow\";q=100;w=1");
         assert_eq!(headers["ratelimit"], "\"overflow\";r=0;t=1");
+    }
+
+    #[test]
+    fn several_windows_are_listed_and_the_tightest_is_reported() {
+        let mut headers = HeaderMap::new();
+        let mut several = quota(Some(0xbeef));
+        several.policy.window = Some(60_000);
+        several.limit = 300;
+        several.window_ms = 60_000;
+        several.reset_ms = 12_500;
+        several.policies = Some(Box::new([
+            PolicyItem {
+                window: None,
+                limit: 100,
+                window_ms: 1_000,
+            },
+            PolicyItem {
+                window: Some(60_000),
+                limit: 300,
+                window_ms: 60_000,
+            },
+        ]));
+        several.write(&mut headers, true);
+        assert_eq!(
+            headers["ratelimit-policy"],
+            "\"default-0000beef\";q=100;w=1, \"default-0000beef-60000ms\";q=300;w=60"
+        );
+        assert_eq!(
+            headers["ratelimit"],
+            "\"default-0000beef-60000ms\";r=0;t=13"
+        );
+        assert_eq!(headers["x-ratelimit-limit"], "300");
     }
 
     #[test]

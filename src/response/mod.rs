@@ -114,7 +114,7 @@
 mod grpc;
 mod headers;
 
-pub(crate) use headers::{validate_policy_name, PolicyName, Quota};
+pub(crate) use headers::{validate_policy_name, PolicyItem, PolicyName, Quota};
 
 pub use crate::flow::Reason;
 

@@ -22,6 +22,10 @@
 //!   [below](self#per-client-limits-per-route)). Routes with a rule now
 //!   that are absent go back to the default.
 //!
+//! Both name the key's first window. A layer with further windows
+//! ([`limit_per`](crate::SlidingWindowLayer::limit_per)) also reads a
+//! `windows` section (see [Further windows](#further-windows)).
+//!
 //! Applying a document sets the whole state, whatever was set before it
 //! (by an earlier document, [`rule`](crate::SlidingWindowLayer::rule) or
 //! [`set_limit`](crate::StatsHandle::set_limit)): applying the same
@@ -54,6 +58,53 @@
 //! limits:
 //!   /login: 5
 //!   /search: 20
+//! ```
+//!
+//! # Further windows
+//!
+//! A layer with further windows
+//! ([`limit_per`](crate::SlidingWindowLayer::limit_per)) reads a third
+//! optional field, `windows`: a map from a window's interval to that
+//! window's `default` and `limits`, as above. The interval is a whole
+//! number with a unit, `ms`, `s`, `m`, `h` or `d` (`"60s"`, `"1m"` and
+//! `"60000ms"` name the same window), and must name a `limit_per` window of
+//! the layer. `default` and `limits` at the top of the document keep naming
+//! the first window. A window absent from `windows` goes back to the limit
+//! its `limit_per` gave it, with no per-key limits, as `default` does.
+//! Errors name the window's rule: `windows["60s"]` (field `interval`),
+//! `windows["60s"].default` (field `limit`), or
+//! `windows["60s"].limits["/login"]` (field `key` or `limit`).
+//!
+//! ```toml
+//! default = 10             # per second: the first window
+//!
+//! [windows."1m"]
+//! default = 300
+//!
+//! [windows."1m".limits]
+//! "/export" = 20
+//! ```
+//!
+//! ```
+//! use std::time::Duration;
+//! use tower_sliding_window::rules::Rules;
+//! use tower_sliding_window::{PathKey, SlidingWindowLayer};
+//!
+//! let minute = Duration::from_secs(60);
+//! let layer = SlidingWindowLayer::qps(10).key(PathKey).limit_per(minute, 600);
+//! let stats = layer.handle();
+//! let rules: Rules = serde_json::from_str(
+//!     r#"{ "default": 10, "windows": { "60s": { "default": 300, "limits": { "/export": 20 } } } }"#,
+//! ).unwrap();
+//! assert_eq!(rules, Rules::new().default_limit(10).window_default(minute, 300).window_limit(minute, "/export", 20));
+//! stats.apply_rules(&rules).unwrap();
+//! assert_eq!(stats.limits_per(&"/export".to_owned())[1], (minute, 20));
+//!
+//! // A window the layer does not have: nothing applied, the rule named.
+//! let err = stats.apply_rules(&Rules::new().window_default(Duration::from_secs(7), 1)).unwrap_err();
+//! assert_eq!(err.rule(), Some(r#"windows["7s"]"#));
+//! assert_eq!(err.field(), Some("interval"));
+//! assert_eq!(stats.limits_per(&"/export".to_owned())[1], (minute, 20));
 //! ```
 //!
 //! # How keys are written
@@ -132,8 +183,7 @@
 //! # Room to grow
 //!
 //! A rule is a number today. Later versions may accept a table in its
-//! place (for more windows per key); a number will keep meaning what it
-//! means now.
+//! place; a number will keep meaning what it means now.
 //!
 //! # Example
 //!
@@ -160,6 +210,7 @@ mod key;
 mod status;
 #[cfg(feature = "rules-file")]
 mod watch;
+mod windows;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -172,6 +223,8 @@ pub(crate) use status::{lock, Status};
 #[cfg(feature = "rules-file")]
 #[cfg_attr(docsrs, doc(cfg(feature = "rules-file")))]
 pub use watch::{RulesParser, RulesWatcher, RulesWatcherBuilder, MAX_RULES_FILE_BYTES};
+pub(crate) use windows::check_windows;
+pub use windows::{interval_text, WindowRules};
 
 /// The largest limit a rule may set: 2^53, the largest integer that every
 /// JSON and YAML reader keeps exactly (and the largest a Redis store's
@@ -226,6 +279,15 @@ pub struct Rules {
         serde(default, skip_serializing_if = "BTreeMap::is_empty")
     )]
     pub routes: BTreeMap<String, u64>,
+    /// The limits of the layer's further windows
+    /// ([`limit_per`](crate::SlidingWindowLayer::limit_per)), by interval
+    /// written as text (`"60s"`, `"1h"`, `"500ms"`; see
+    /// [the module docs](self#further-windows)).
+    #[cfg_attr(
+        feature = "serde",
+        serde(default, skip_serializing_if = "BTreeMap::is_empty")
+    )]
+    pub windows: BTreeMap<String, WindowRules>,
 }
 
 impl Rules {
@@ -260,6 +322,7 @@ impl fmt::Debug for Rules {
             .field("default", &self.default)
             .field("limits", &self.limits)
             .field("routes", &self.routes)
+            .field("windows", &self.windows)
             .finish()
     }
 }

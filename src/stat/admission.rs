@@ -413,7 +413,7 @@ impl MetricArray {
         Self::build(sample_count, interval_ms, occupiable, Some(rollup), strict)
     }
 
-    fn build(
+    pub(super) fn build(
         sample_count: usize,
         interval_ms: u64,
         occupiable: bool,
@@ -794,6 +794,110 @@ impl MetricArray {
             .filter(|&(_, s)| s != start)
             .filter_map(|(idx, s)| self.bucket_at(idx, s))
             .fold(0u64, |sum, b| sum.saturating_add(b.pass()))
+    }
+}
+
+/// Where an admission of [`MetricArray::try_take`] landed: the slot of its
+/// bucket and the round tag of that bucket, so that the passes can be given
+/// back to that very bucket ([`MetricArray::give_back`]) and to no later
+/// round of its slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Placed {
+    idx: usize,
+    tag: u64,
+}
+
+impl Placed {
+    /// A placement that names no bucket: giving it back does nothing.
+    pub(crate) const NONE: Placed = Placed { idx: 0, tag: 0 };
+}
+
+/// # Reservations that can be given back (a key's further windows)
+impl MetricArray {
+    /// [`try_add_pass`](Self::try_add_pass), also telling where the passes
+    /// landed. The same protocol (one compare-and-swap on the newest
+    /// bucket's word decides and records); kept apart so that the first
+    /// window's path is not made to carry the placement.
+    #[inline]
+    pub(crate) fn try_take(
+        &self,
+        now: u64,
+        n: u64,
+        decide: impl Fn(u64) -> bool,
+    ) -> Result<(u64, Placed), u64> {
+        // The fast path of `try_add_newest`.
+        if let Some(idx) = self.main.newest_covering(now) {
+            let current = self.main.value_at(idx);
+            let word = current.pass_word();
+            let tag = pass_word::open_tag(word);
+            // Acquire (both): see `stragglers` and `before`.
+            let generation = self.stragglers.load(Ordering::Acquire);
+            if let Some(cached) = self.before.get(idx) {
+                let cached = cached.load(Ordering::Acquire);
+                if let Some(before) = before_word::unpack(cached, tag, generation) {
+                    if let Some(outcome) = add_if_open(current, word, tag, before, n, &decide) {
+                        return outcome.map(|pass| (pass, Placed { idx, tag }));
+                    }
+                }
+            }
+        }
+        // The general path of `try_add_slow`.
+        let mut round = 0;
+        loop {
+            let t = self
+                .main
+                .newest_start()
+                .map_or(now, |newest| now.max(newest));
+            let (idx, start) = self.open(t);
+            let current = self.main.value_at(idx);
+            let word = current.pass_word();
+            let (before, tag) = self.passes_before(idx, start, word);
+            if let Some(outcome) = add_if(current, word, tag, before, n, &decide) {
+                return outcome.map(|pass| (pass, Placed { idx, tag }));
+            }
+            backoff(&mut round);
+        }
+    }
+
+    /// Takes back `n` passes that [`try_take`](Self::try_take) placed, if
+    /// their bucket still holds the round they were placed in. A bucket
+    /// whose slot was reused since has left every window: its passes count
+    /// nowhere any more, and nothing is taken from the new round.
+    ///
+    /// One compare-and-swap loop on the bucket's word: it succeeds only on
+    /// a word of the same round (the tag is checked on every attempt, so a
+    /// reset racing the give-back is either before it, and nothing is
+    /// taken, or after it, and the new round starts from the lower count).
+    /// When the bucket was sealed (a newer bucket was opened meanwhile),
+    /// the newer bucket's opener may have cached a sum that still holds
+    /// these passes: the straggler generation is bumped after the swap, as
+    /// for a late pass, so the next admission sums the older buckets again.
+    /// Until then, admissions see the passes still there, and can only
+    /// refuse more, never admit more. (On a strict ring, a pass given back
+    /// after its bucket has left the window is still in the figure kept for
+    /// that departed bucket, for at most one bucket length: again, more
+    /// refusals only.)
+    pub(crate) fn give_back(&self, placed: Placed, n: u64) {
+        if placed == Placed::NONE || n == 0 {
+            return;
+        }
+        let bucket = self.main.value_at(placed.idx);
+        let mut word = bucket.pass_word();
+        loop {
+            if pass_word::tag(word) != placed.tag || pass_word::count(word) < n {
+                return;
+            }
+            match bucket.cas_pass_word(word, word - n) {
+                Ok(_) => {
+                    if pass_word::is_sealed(word) {
+                        // Release: see `stragglers`.
+                        self.stragglers.fetch_add(1, Ordering::Release);
+                    }
+                    return;
+                }
+                Err(actual) => word = actual,
+            }
+        }
     }
 }
 

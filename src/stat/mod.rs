@@ -84,6 +84,7 @@ mod minute;
 mod node;
 mod occupy;
 mod view;
+mod windows;
 
 pub use crate::error::ConfigError;
 pub use array_metric::ArrayMetric;
@@ -96,6 +97,7 @@ pub use node::StatisticNode;
 pub use occupy::FutureBucketLeapArray;
 pub use view::MinuteWindow;
 
+pub(crate) use admission::Placed;
 pub(crate) use compact::{CompactShape, CompactWindow, COMPACT_MAX_BUCKETS, COMPACT_MAX_LIMIT};
 pub(crate) use counts::Counts;
 #[cfg(feature = "prometheus")]
@@ -105,6 +107,7 @@ pub(crate) use histogram::RtSlot;
 pub(crate) use histogram::{RtCounts, DEFAULT_RT_BUCKETS};
 #[cfg_attr(not(feature = "prometheus"), allow(unused_imports))]
 pub(crate) use minute::want_lifetime_totals;
+pub(crate) use windows::{ExtraWindow, ExtraWindows, WindowShape};
 // Part of the crate-internal interface (snapshots that merge several nodes
 // divide their own sums); `Counts::avg_rt` is the clamped form.
 #[allow(unused_imports)]

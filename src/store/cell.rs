@@ -9,6 +9,7 @@ use std::sync::{Arc, OnceLock};
 
 use super::compact::CompactKeys;
 use super::routes::RouteOf;
+use super::windows::LimitPer;
 use super::Registry;
 use crate::clock::SharedClock;
 use crate::flow::breaker::Breaker;
@@ -80,6 +81,8 @@ pub(crate) struct Settings<K> {
     /// The route part of a key, for a key type that has one (set with the
     /// first route rule).
     pub(crate) route_of: Option<RouteOf<K>>,
+    /// Every key's further windows (`SlidingWindowLayer::limit_per`).
+    pub(crate) limit_per: LimitPer<K>,
 }
 
 impl<K> Settings<K> {
@@ -97,6 +100,7 @@ impl<K> Settings<K> {
             system: None,
             route_rules: HashMap::new(),
             route_of: None,
+            limit_per: LimitPer::default(),
         }
     }
 
@@ -141,6 +145,7 @@ impl<K> Settings<K> {
             }
             HashMap::new()
         };
+        let limit_per = rekey_limit_per(self.limit_per);
         Settings {
             default_limit: self.default_limit,
             overflow_limit: self.overflow_limit,
@@ -154,7 +159,33 @@ impl<K> Settings<K> {
             system: self.system,
             route_rules,
             route_of,
+            limit_per,
         }
+    }
+}
+
+/// The further windows for another key type: the windows carry over, and
+/// their per-key limits as rules do (see `Settings::rekey`).
+fn rekey_limit_per<K: 'static, L: Eq + Hash + 'static>(limit_per: LimitPer<K>) -> LimitPer<L> {
+    let given = limit_per.rules.len();
+    let rules: HashMap<L, _> = limit_per
+        .rules
+        .into_iter()
+        .filter_map(|(key, limits)| {
+            let key: Box<dyn Any> = Box::new(key);
+            key.downcast::<L>().ok().map(|key| (*key, limits))
+        })
+        .collect();
+    if rules.len() < given {
+        tracing::warn!(
+            dropped = given - rules.len(),
+            "SlidingWindowLayer::key: per-window rules (`rule_per`) given before `key` name keys \
+             of the previous key type and are dropped; give them after `key`"
+        );
+    }
+    LimitPer {
+        windows: limit_per.windows,
+        rules,
     }
 }
 

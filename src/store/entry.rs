@@ -4,7 +4,7 @@ use crate::clock::SharedClock;
 use crate::flow::breaker::{Breaker, Breakers, Completion, ProbeSet};
 use crate::flow::warm_up::WarmUp;
 use crate::flow::{Decision, Pacer, Reason, Refusal};
-use crate::stat::{RtSlot, StatisticNode};
+use crate::stat::{ExtraWindows, RtSlot, StatisticNode};
 use crate::sync::{AtomicU64, Ordering};
 use crate::system::System;
 
@@ -29,12 +29,11 @@ pub(crate) struct Entry {
     /// own limit (never overflowed), or for the single key of a zero-sized
     /// key type. Eviction gives a slot back only for entries that hold one.
     pub(crate) pinned: bool,
-    /// The key's turns, under `throttle` only (boxed: 8 bytes per key when
-    /// unused).
-    pacer: Option<Box<Pacer>>,
-    /// The key's warm-up tokens, under `warm_up` only (boxed: 8 bytes per
-    /// key when unused).
-    warm_up: Option<Box<WarmUp>>,
+    /// The state of the behaviours a key may not have: its turns (under
+    /// `throttle`), its warm-up tokens (under `warm_up`) and its further
+    /// windows (under `limit_per`). One box for all three: 8 bytes per key
+    /// when none is used, one predictable branch per request.
+    optional: Option<Box<Optional>>,
     /// Requests of this key waiting now (for a turn, or for quota borrowed
     /// from a later bucket). Each waiter adds one when it starts waiting and
     /// its guard takes it off when the wait ends or is dropped, so the gauge
@@ -50,6 +49,15 @@ pub(crate) struct Entry {
     /// `SlidingWindowLayer::system`. Every in-flight guard of the key
     /// records into it.
     pub(crate) system: Option<Arc<System>>,
+}
+
+/// The per-key state of the behaviours a layer may not have (see
+/// `Entry::optional`).
+#[derive(Debug)]
+struct Optional {
+    pacer: Option<Pacer>,
+    warm_up: Option<WarmUp>,
+    windows: Option<ExtraWindows>,
 }
 
 const DEFAULT_POLICY: u64 = u64::MAX;
@@ -69,6 +77,7 @@ impl Entry {
         breakers: &[Breaker],
         rt_histogram: &RtSlot,
         system: Option<&Arc<System>>,
+        windows: Option<ExtraWindows>,
     ) -> Self {
         Entry {
             node: StatisticNode::build(
@@ -82,8 +91,17 @@ impl Entry {
             limit: AtomicU64::new(limit),
             policy_tag: AtomicU64::new(policy_tag.map_or(DEFAULT_POLICY, |t| t & 0xFFFF_FFFF)),
             pinned,
-            pacer: window.behaviours.throttle.map(|_| Box::new(Pacer::new())),
-            warm_up: window.behaviours.warm_up.map(|_| Box::new(WarmUp::new())),
+            optional: {
+                let pacer = window.behaviours.throttle.map(|_| Pacer::new());
+                let warm_up = window.behaviours.warm_up.map(|_| WarmUp::new());
+                (pacer.is_some() || warm_up.is_some() || windows.is_some()).then(|| {
+                    Box::new(Optional {
+                        pacer,
+                        warm_up,
+                        windows,
+                    })
+                })
+            },
             waiting: AtomicU64::new(0),
             rt_histogram: Arc::clone(rt_histogram),
             system: system.cloned(),
@@ -104,12 +122,18 @@ impl Entry {
 
     /// The key's pacer; present when the window has a throttle.
     pub(crate) fn pacer(&self) -> Option<&Pacer> {
-        self.pacer.as_deref()
+        self.optional.as_deref()?.pacer.as_ref()
     }
 
     /// The key's warm-up state; present when the window has a warm-up.
     pub(crate) fn warm_up(&self) -> Option<&WarmUp> {
-        self.warm_up.as_deref()
+        self.optional.as_deref()?.warm_up.as_ref()
+    }
+
+    /// The key's further windows; present under `limit_per`.
+    #[inline]
+    pub(crate) fn windows(&self) -> Option<&ExtraWindows> {
+        self.optional.as_deref()?.windows.as_ref()
     }
 
     /// Requests of this key waiting now.

@@ -28,6 +28,7 @@ pub mod redis;
 mod registry;
 mod remote_slot;
 mod routes;
+mod windows;
 
 #[cfg(feature = "redis")]
 pub use self::redis::{
@@ -44,3 +45,4 @@ pub(crate) use registry::{effective_now, Lookup, Registry};
 pub(crate) use remote_slot::RemoteLookup;
 pub(crate) use remote_slot::RemoteSlot;
 pub(crate) use routes::{RouteLimit, RouteOf, Routes};
+pub(crate) use windows::{KeyLimits, WindowLimits};

@@ -45,7 +45,7 @@ use std::sync::{Arc, OnceLock};
 
 use hashbrown::HashTable;
 
-use super::{Entry, RouteLimit, RouteOf, Routes, Settings, TopBlocked, Window};
+use super::{Entry, RouteLimit, RouteOf, Routes, Settings, TopBlocked, Window, WindowLimits};
 use crate::clock::SharedClock;
 use crate::flow::breaker::Breaker;
 use crate::key::KeyVisitor;
@@ -189,6 +189,9 @@ pub(crate) struct Registry<K> {
     /// its own (shared with the compact table of a compact layer). Lock
     /// order: a shard's lock, then `limits`, then the routes' lock.
     routes: Arc<Routes<K>>,
+    /// The further windows' limits (`SlidingWindowLayer::limit_per`);
+    /// empty without them.
+    windows: WindowLimits<K>,
 }
 
 impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
@@ -206,7 +209,9 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
             ref system,
             ref route_rules,
             route_of,
+            ref limit_per,
         } = *settings;
+        let windows = WindowLimits::new(limit_per, window.sample_count, window.strict);
         let system = system
             .as_ref()
             .map(|rule| Arc::new(System::new(rule, clock.clone())));
@@ -223,6 +228,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
                 &breakers,
                 &rt_histogram,
                 system.as_ref(),
+                windows.build(None),
             )
             .into_overflow(),
         );
@@ -249,6 +255,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
             blocked: TopBlocked::new(),
             system,
             routes: Arc::new(Routes::new(route_of, route_rules)),
+            windows,
         }
     }
 
@@ -365,6 +372,11 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
             Some(&limit) => entry.set_limit(limit, Some(self.hasher.hash_one(&**key))),
             None => entry.set_limit(self.default_limit.load(Ordering::Relaxed), None),
         }
+        if let Some(windows) = entry.windows() {
+            // The same for the further windows' limits (see
+            // `set_window_limit`).
+            self.windows.refresh(Some(key), windows);
+        }
         Arc::clone(entry)
     }
 
@@ -391,6 +403,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
             &self.breakers,
             &self.rt_histogram,
             self.system.as_ref(),
+            self.windows.build(Some(&key)),
         );
         (Arc::new(key), Arc::new(entry))
     }
@@ -400,7 +413,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
     where
         K: Borrow<P::Q>,
     {
-        let pinned = read(&self.limits).contains_key(key.key());
+        let pinned = read(&self.limits).contains_key(key.key()) || self.windows.has_own(key.key());
         if !pinned && !self.reserve(now) {
             self.note_overflow(now);
             if self.routes.active() {
@@ -557,8 +570,12 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
                 // over (or whose probe was dropped) waits for a probe that
                 // any new request would make anyway, so it is idle: an open
                 // breaker pins its key for at most `open_for` plus a window.
-                let evict =
-                    !paced_recently && entry.node.is_idle_at(at) && entry.breakers.idle_at(at);
+                // A key with passes left in a further window keeps its
+                // entry: a new one would admit them again.
+                let evict = !paced_recently
+                    && entry.node.is_idle_at(at)
+                    && entry.breakers.idle_at(at)
+                    && entry.windows().is_none_or(|w| w.idle_at(at));
                 if evict {
                     removed += 1;
                     // Nobody holds the entry and it is idle: its totals are
@@ -717,6 +734,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
             &self.breakers,
             &self.rt_histogram,
             self.system.as_ref(),
+            self.windows.build(None),
         )
         .into_overflow()
     }
@@ -771,6 +789,80 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
         routes: HashMap<String, u64>,
     ) {
         self.routes.replace(route_of, routes);
+    }
+
+    /// The first window's limit of `key` now: its own, or the default.
+    pub(crate) fn limit_of<Q>(&self, key: &Q) -> u64
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let limits = read(&self.limits);
+        limits
+            .get(key)
+            .copied()
+            .unwrap_or_else(|| self.default_limit.load(Ordering::Relaxed))
+    }
+
+    /// The further windows' limits.
+    pub(crate) fn windows(&self) -> &WindowLimits<K> {
+        &self.windows
+    }
+
+    /// Sets (`Some`) or removes (`None`) `key`'s own limit in further
+    /// window `i`, now and for every later entry of it (as
+    /// [`set_limit`](Self::set_limit) for the first window).
+    pub(crate) fn set_window_limit(&self, key: K, i: usize, limit: Option<u64>) {
+        self.windows.set(&key, i, limit);
+        let hash = self.hasher.hash_one(&key);
+        if Self::is_single() {
+            // As in `set_limit`: reach an entry a first request is building.
+            let (key, entry) = self.single.get_or_init(|| self.create(key, hash, true));
+            if let Some(windows) = entry.windows() {
+                self.windows.refresh(Some(key), windows);
+            }
+            return;
+        }
+        // The shard's lock orders this against `insert` (see `set_limit`).
+        let table = write(self.shard(hash));
+        if let Some((key, entry)) = table.find(hash, |(k, _)| **k == key) {
+            if let Some(windows) = entry.windows() {
+                self.windows.refresh(Some(key), windows);
+            }
+        }
+    }
+
+    /// Replaces the further windows' defaults and per-key limits (a rules
+    /// document), and brings every live entry to them, as
+    /// [`apply_rules`](Self::apply_rules) does for the first window.
+    pub(crate) fn apply_window_rules(
+        &self,
+        defaults: &[Option<u64>],
+        per_key: HashMap<K, super::KeyLimits>,
+    ) {
+        if !self.windows.any() {
+            return;
+        }
+        self.windows.replace(defaults, per_key);
+        if let Some(windows) = self.overflow.windows() {
+            self.windows.refresh(None, windows);
+        }
+        if Self::is_single() {
+            if let Some((key, entry)) = self.single.get() {
+                if let Some(windows) = entry.windows() {
+                    self.windows.refresh(Some(key), windows);
+                }
+            }
+            return;
+        }
+        for shard in self.shards.iter() {
+            let table = read(shard);
+            for (key, entry) in table.iter() {
+                if let Some(windows) = entry.windows() {
+                    self.windows.refresh(Some(key), windows);
+                }
+            }
+        }
     }
 
     /// The layer's rules state.

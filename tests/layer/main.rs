@@ -23,3 +23,4 @@ mod layer_tower;
 mod snapshot_serde;
 mod top_blocked;
 mod value;
+mod windows;

@@ -13,6 +13,7 @@ mod format;
 mod routes;
 #[cfg(feature = "rules-file")]
 mod watch;
+mod windows;
 
 use axum::routing::get;
 use axum::Router;

@@ -27,6 +27,8 @@
 //!   per-round ratios;
 //! - for `ours_global_breaker`, the median per-round difference to
 //!   `ours_global` (the cost of one closed breaker) with its quartiles;
+//! - for `ours_global_limit_per`, the same difference (the cost of a
+//!   second window per key);
 //! - for the huge header, our header-keyed layer's ns per request relative
 //!   to the bare router's with the same request (ratio of the medians,
 //!   median of the per-round ratios), and the median per-round difference.
@@ -145,6 +147,18 @@ impl Rounds {
         println!(
             "{} - {}: {:.1} ns (median per-round difference) [{:.1}, {:.1}]",
             Contender::OursGlobalBreaker.id(),
+            Contender::OursGlobal.id(),
+            difference.median,
+            difference.lower,
+            difference.upper
+        );
+        // What a second window (`limit_per`) adds, round by round.
+        let with = self.column(index(Contender::OursGlobalLimitPer));
+        let difference = with.iter().zip(&without).map(|(w, o)| w - o).collect();
+        let difference = Quartiles::of(difference);
+        println!(
+            "{} - {}: {:.1} ns (median per-round difference) [{:.1}, {:.1}]",
+            Contender::OursGlobalLimitPer.id(),
             Contender::OursGlobal.id(),
             difference.median,
             difference.lower,

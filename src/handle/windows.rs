@@ -1,0 +1,192 @@
+//! Reading and changing the windows of a key
+//! ([`SlidingWindowLayer::limit_per`](crate::SlidingWindowLayer::limit_per)).
+
+use std::borrow::Borrow;
+use std::hash::Hash;
+use std::time::Duration;
+
+use super::StatsHandle;
+use crate::error::ConfigError;
+use crate::key::IntoKey;
+use crate::store::effective_now;
+
+/// One window of a key: its interval, the key's limit in it and the passes
+/// it holds, as [`StatsHandle::windows`] reads them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[non_exhaustive]
+pub struct WindowCount {
+    /// The window's length: the first window's
+    /// ([`window`](crate::SlidingWindowLayer::window), 1 s by default), or a
+    /// [`limit_per`](crate::SlidingWindowLayer::limit_per) interval.
+    pub interval: Duration,
+    /// The key's limit in this window now (its own, or the window's
+    /// default).
+    pub limit: u64,
+    /// Admitted requests in the window now.
+    pub pass: u64,
+}
+
+/// # Several windows
+impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
+    /// Every window of `key` with its limit and passes now: the first
+    /// window first (the one [`snapshot`](Self::snapshot) reports), then
+    /// each [`limit_per`](crate::SlidingWindowLayer::limit_per) window in
+    /// the order the layer was given them. `None` for a key without
+    /// statistics (never seen, evicted, or counted on the overflow entry),
+    /// as [`snapshot`](Self::snapshot).
+    ///
+    /// Every admitted request is counted in every window, and a refused
+    /// one in none; so while no window has slid, the passes are the same
+    /// in each.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_sliding_window::SlidingWindowLayer;
+    ///
+    /// let layer = SlidingWindowLayer::qps(10).limit_per(Duration::from_secs(3600), 500);
+    /// let stats = layer.handle();
+    /// assert!(stats.windows(&()).is_none()); // no request yet
+    /// ```
+    pub fn windows<Q>(&self, key: &Q) -> Option<Vec<WindowCount>>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        if self.compact().is_some() {
+            // A compact layer has one window (it refuses `limit_per`).
+            let snapshot = self.snapshot(key)?;
+            return Some(vec![WindowCount {
+                interval: Duration::from_millis(self.registry().window().interval_ms),
+                limit: snapshot.limit,
+                pass: snapshot.pass,
+            }]);
+        }
+        let entry = self.registry().get(key)?;
+        let at = effective_now(&entry, self.now());
+        let mut windows = vec![WindowCount {
+            interval: Duration::from_millis(self.registry().window().interval_ms),
+            limit: entry.limit(),
+            pass: entry.node.window_counts(at).pass,
+        }];
+        if let Some(further) = entry.windows() {
+            windows.extend(further.iter().map(|window| WindowCount {
+                interval: Duration::from_millis(window.interval_ms()),
+                limit: window.limit(),
+                pass: window.pass(at),
+            }));
+        }
+        Some(windows)
+    }
+
+    /// The limit `key` has in every window, seen or not: the first window
+    /// first, then each [`limit_per`](crate::SlidingWindowLayer::limit_per)
+    /// window, as `(interval, limit)`. See
+    /// [`rule_per`](crate::SlidingWindowLayer::rule_per) for an example.
+    /// (A [`compact`](crate::SlidingWindowLayer::compact) layer has one
+    /// window; for a key its table does not hold, the limit read is the
+    /// one the layer was built with for it.)
+    pub fn limits_per<Q>(&self, key: &Q) -> Vec<(Duration, u64)>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let registry = self.registry();
+        // A compact layer keeps its keys' limits in its own table: the one
+        // of a key it holds is read there.
+        let held = self
+            .compact()
+            .and_then(|keys| keys.table().get(key, |place| place.limit));
+        let first = (
+            Duration::from_millis(registry.window().interval_ms),
+            held.unwrap_or_else(|| registry.limit_of(key)),
+        );
+        std::iter::once(first)
+            .chain(
+                registry
+                    .windows()
+                    .limits_of(Some(key))
+                    .into_iter()
+                    .map(|(ms, limit)| (Duration::from_millis(ms), limit)),
+            )
+            .collect()
+    }
+
+    /// Sets `key`'s own limit in the window of `interval` (added with
+    /// [`limit_per`](crate::SlidingWindowLayer::limit_per)), from the next
+    /// request, also for a key not seen yet; it survives eviction of the
+    /// key's statistics, as [`set_limit`](Self::set_limit)'s. The passes
+    /// the window holds stay counted (no burst). The first window's limit
+    /// is [`set_limit`](Self::set_limit)'s.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_sliding_window::{PathKey, SlidingWindowLayer};
+    ///
+    /// let hour = Duration::from_secs(3600);
+    /// let layer = SlidingWindowLayer::qps(10).key(PathKey).limit_per(hour, 1_000);
+    /// let stats = layer.handle();
+    /// stats.set_limit_per("/report", hour, 50).unwrap();
+    /// assert_eq!(stats.limits_per(&"/report".to_owned())[1], (hour, 50));
+    /// assert!(stats.remove_limit_per("/report", hour).unwrap());
+    /// assert_eq!(stats.limits_per(&"/report".to_owned())[1], (hour, 1_000));
+    ///
+    /// // No window of that interval: an error naming the setting.
+    /// let err = stats.set_limit_per("/report", Duration::from_secs(7), 5).unwrap_err();
+    /// assert_eq!(err.field(), "interval");
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// When the layer has no `limit_per` window of `interval`.
+    pub fn set_limit_per(
+        &self,
+        key: impl IntoKey<K>,
+        interval: Duration,
+        limit: u64,
+    ) -> Result<(), ConfigError> {
+        let i = self.window_index(interval)?;
+        self.registry()
+            .set_window_limit(key.into_key(), i, Some(limit));
+        Ok(())
+    }
+
+    /// Removes `key`'s own limit in the window of `interval`: the key is
+    /// limited there by the window's default again, from the next request.
+    /// Returns whether it had its own limit there.
+    ///
+    /// # Errors
+    ///
+    /// When the layer has no `limit_per` window of `interval`.
+    pub fn remove_limit_per(
+        &self,
+        key: impl IntoKey<K>,
+        interval: Duration,
+    ) -> Result<bool, ConfigError> {
+        let i = self.window_index(interval)?;
+        let key = key.into_key();
+        let registry = self.registry();
+        let had = registry.windows().own_limit(&key, i).is_some();
+        if had {
+            registry.set_window_limit(key, i, None);
+        }
+        Ok(had)
+    }
+
+    /// The index of the further window of `interval`, or an error naming
+    /// the setting.
+    fn window_index(&self, interval: Duration) -> Result<usize, ConfigError> {
+        let ms = u64::try_from(interval.as_millis()).unwrap_or(u64::MAX);
+        self.registry()
+            .windows()
+            .index_of(ms)
+            .filter(|_| interval.subsec_nanos() % 1_000_000 == 0)
+            .ok_or_else(|| {
+                ConfigError::new(
+                    "interval",
+                    "must be the interval of a `limit_per` window of the layer",
+                    format!("got {interval:?}"),
+                )
+            })
+    }
+}

@@ -1,0 +1,295 @@
+//! Several windows per key: [`SlidingWindowLayer::limit_per`] and the
+//! per-key limits of its windows.
+
+use std::time::Duration;
+
+use super::builder::SlidingWindowLayer;
+use crate::key::{IntoKey, KeyExtractor};
+use crate::store::{Settings, Window};
+
+/// The most further windows a layer may have (see
+/// [`SlidingWindowLayer::limit_per`], "Memory").
+pub(crate) const MAX_FURTHER_WINDOWS: usize = 1024;
+
+/// Why a layer with further windows cannot have each setting.
+#[cfg(feature = "redis")]
+pub(super) const STORE_WHY: &str = "the shared store decides on one window per key in Redis, and \
+     would not count the further windows";
+pub(super) const THROTTLE_WHY: &str =
+    "pacing spaces passes by the first window's limit alone and would not charge the further windows";
+pub(super) const PRIORITIZED_WHY: &str =
+    "a borrowed pass is taken from a later bucket of the first \
+     window alone and would not be charged to the further windows";
+pub(super) const COMPACT_WHY: &str = "a compact key keeps the admission state of one window only";
+
+/// Panics, naming `method`, `setting` and `limit_per`, when a layer with
+/// further windows (`has_windows`) is given `setting`, which cannot count
+/// them (`why`).
+#[cfg_attr(not(any(feature = "tokio", feature = "redis")), allow(dead_code))]
+pub(super) fn refuse_with_windows(has_windows: bool, method: &str, setting: &str, why: &str) {
+    if has_windows {
+        panic!(
+            "SlidingWindowLayer::{method}: invalid `{setting}` with `limit_per`: {why}; drop \
+             `limit_per` or `{setting}`"
+        );
+    }
+}
+
+/// The interval of `method`'s `interval` argument in whole milliseconds,
+/// or a panic naming the setting.
+fn interval_ms(method: &str, interval: Duration) -> u64 {
+    assert!(
+        interval.subsec_nanos() % 1_000_000 == 0,
+        "SlidingWindowLayer::{method}: invalid `interval`: must be a whole number of milliseconds \
+         (got {interval:?})"
+    );
+    let Ok(ms) = u64::try_from(interval.as_millis()) else {
+        panic!("SlidingWindowLayer::{method}: invalid `interval`: too long (got {interval:?})");
+    };
+    if ms == 0 {
+        panic!("SlidingWindowLayer::{method}: invalid `interval`: must be at least 1 ms (got 0)");
+    }
+    ms
+}
+
+/// Checks that the further window of `interval_ms` fits the first window
+/// `window`: its interval is a whole number of the first window's buckets'
+/// count, and the strict span fits. Panics naming `method` otherwise.
+pub(super) fn check_further(method: &str, interval_ms: u64, window: &Window) {
+    let buckets = window.sample_count as u64;
+    if interval_ms % buckets != 0 {
+        panic!(
+            "SlidingWindowLayer::{method}: invalid `interval` of a `limit_per` window: must be a \
+             multiple of the window's `sample_count` ({buckets}) in milliseconds, as each \
+             further window has as many buckets as the first (got {interval_ms} ms)"
+        );
+    }
+    if interval_ms == window.interval_ms {
+        panic!(
+            "SlidingWindowLayer::{method}: invalid `interval` of a `limit_per` window: must \
+             differ from the first window's interval ({interval_ms} ms); change that window's \
+             limit with `qps`, `rule` or `set_limit`"
+        );
+    }
+    if window.strict && interval_ms.checked_add(interval_ms / buckets).is_none() {
+        panic!(
+            "SlidingWindowLayer::{method}: invalid `interval` of a `limit_per` window: under \
+             `strict`, the interval plus one bucket must be at most u64::MAX ms (got \
+             {interval_ms} ms)"
+        );
+    }
+}
+
+/// Checks every further window of `settings` against a first window about
+/// to become `window` (from `SlidingWindowLayer::window`).
+pub(super) fn check_all_further<K>(method: &str, settings: &Settings<K>, window: &Window) {
+    for &(interval_ms, _) in &settings.limit_per.windows {
+        check_further(method, interval_ms, window);
+    }
+}
+
+/// # Several windows
+impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
+    /// Adds a further window to every key: at most `limit` passes per
+    /// `interval`, besides the first window's limit. Call it as often as
+    /// needed, one window per interval:
+    /// `SlidingWindowLayer::qps(10).limit_per(Duration::from_secs(60), 300)`
+    /// admits at most 10 requests of a key per second **and** 300 per
+    /// minute.
+    ///
+    /// A request passes only if every window admits it, and is charged to
+    /// all of them or to none: a request one window refuses is counted in
+    /// no window, and once requests have finished, each window holds
+    /// exactly the passes of the requests that were admitted, under any
+    /// concurrency. (The further windows are asked first, each pass taken
+    /// with one compare-and-swap, then the first window; a refusal gives
+    /// back what was taken. While it does, another request may find those
+    /// passes still there and be refused too: the layer can refuse a
+    /// little more at that instant, never admit more.)
+    ///
+    /// Each further window has as many buckets as the first
+    /// ([`window`](Self::window), 10 by default), so its interval must be a
+    /// multiple of that many milliseconds; its limit is exact in every
+    /// bucket-aligned window, and under [`strict`](Self::strict) in every
+    /// interval, as the first window's. A refusal by any window is a
+    /// [`Reason::Window`](crate::flow::Reason::Window) refusal (or
+    /// `Overflow` on the overflow entry) counted as one block of the key;
+    /// its `Retry-After` is the longest wait among the windows that
+    /// refused. `RateLimit-Policy` lists every window (the further ones
+    /// named `"<policy>-<interval in ms>ms"`), and `RateLimit` reports the
+    /// tightest: the window with the least quota left, the longest wait on
+    /// a tie.
+    ///
+    /// [`rule`](Self::rule), [`StatsHandle::set_limit`](crate::StatsHandle::set_limit)
+    /// and a rules document's `default` and `limits` change the **first**
+    /// window's limit. A key's own limit in a further window is set with
+    /// [`rule_per`](Self::rule_per) or
+    /// [`StatsHandle::set_limit_per`](crate::StatsHandle::set_limit_per), or
+    /// in a rules document's `windows` section (see
+    /// [`rules`](crate::rules)); [`StatsHandle::windows`](crate::StatsHandle::windows)
+    /// reads each window's passes and limit. Warm-up moves the first
+    /// window's limit only.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use std::time::Duration;
+    /// use axum::{body::Body, routing::get, Router};
+    /// use http::{Request, StatusCode};
+    /// use tower::ServiceExt;
+    /// use tower_sliding_window::clock::ManualClock;
+    /// use tower_sliding_window::SlidingWindowLayer;
+    ///
+    /// let clock = ManualClock::new(0);
+    /// // 2 per second, and 3 per minute.
+    /// let layer = SlidingWindowLayer::qps(2)
+    ///     .limit_per(Duration::from_secs(60), 3)
+    ///     .clock(clock.clone());
+    /// let stats = layer.handle();
+    /// let app = Router::new().route("/", get(|| async { "hi" })).layer(layer);
+    /// let send = || async {
+    ///     let request = Request::get("/").body(Body::empty()).unwrap();
+    ///     app.clone().oneshot(request).await.unwrap()
+    /// };
+    ///
+    /// assert_eq!(send().await.status(), StatusCode::OK);
+    /// assert_eq!(send().await.status(), StatusCode::OK);
+    /// // The second's window is full.
+    /// assert_eq!(send().await.status(), StatusCode::TOO_MANY_REQUESTS);
+    /// clock.advance(Duration::from_secs(1));
+    /// assert_eq!(send().await.status(), StatusCode::OK);
+    /// clock.advance(Duration::from_secs(1));
+    /// // The minute's window is full: wait until its first passes leave it.
+    /// let refused = send().await;
+    /// assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    /// assert_eq!(refused.headers()["retry-after"], "58");
+    /// assert_eq!(
+    ///     refused.headers()["ratelimit-policy"],
+    ///     r#""default";q=2;w=1, "default-60000ms";q=3;w=60"#
+    /// );
+    /// assert_eq!(refused.headers()["ratelimit"], r#""default-60000ms";r=0;t=58"#);
+    ///
+    /// // Each window's passes: the refusals were charged to none.
+    /// let windows = stats.windows(&()).unwrap();
+    /// assert_eq!(windows.len(), 2);
+    /// assert_eq!((windows[0].pass, windows[0].limit), (0, 2));
+    /// assert_eq!((windows[1].pass, windows[1].limit), (3, 3));
+    /// # }
+    /// ```
+    ///
+    /// # Memory
+    ///
+    /// Every key with its own entry keeps, per further window, a ring of
+    /// `sample_count` buckets with the sums it caches: measured with the
+    /// default 10 buckets, 981 bytes per window, 1 063 for the first one
+    /// (it also opens the box a key's optional state lives in), 1 144 for
+    /// the first one under `strict` (`cargo test --test memory further --
+    /// --nocapture` prints these figures). A layer without `limit_per`
+    /// keeps nothing for them: its keys stay the size
+    /// [`max_keys`](Self::max_keys) gives.
+    ///
+    /// # Not with
+    ///
+    /// `limit_per` and [`compact`](Self::compact) (a compact key keeps one
+    /// window's admission state), the shared `store` (feature `redis`: the
+    /// store decides on one window in Redis), [`throttle`](Self::throttle)
+    /// (pacing follows the first window's limit) or
+    /// [`prioritized`](Self::prioritized) (a borrowed pass is taken from
+    /// the first window alone) panic when configured, in either order,
+    /// with a message naming both settings.
+    ///
+    /// # Panics
+    ///
+    /// When `interval` is zero, not a whole number of milliseconds, not a
+    /// multiple of the window's `sample_count` milliseconds, equal to the
+    /// first window's interval or to another `limit_per` window's; under
+    /// `strict`, when the interval plus one bucket is more than `u64::MAX`
+    /// ms; when the layer would have more than 1 024 further windows; and
+    /// with the settings above.
+    pub fn limit_per(self, interval: Duration, limit: u64) -> Self {
+        let ms = interval_ms("limit_per", interval);
+        let settings = self.store_settings();
+        check_further("limit_per", ms, &settings.window);
+        if settings.limit_per.index_of(ms).is_some() {
+            panic!(
+                "SlidingWindowLayer::limit_per: invalid `interval`: the layer has a window of \
+                 {ms} ms already; change its limit with another interval or `rule_per`"
+            );
+        }
+        if settings.limit_per.windows.len() >= MAX_FURTHER_WINDOWS {
+            panic!(
+                "SlidingWindowLayer::limit_per: invalid `limit_per`: at most \
+                 {MAX_FURTHER_WINDOWS} further windows per layer"
+            );
+        }
+        let conflicts = [
+            (settings.compact, "compact", COMPACT_WHY),
+            (
+                settings.window.behaviours.throttle.is_some(),
+                "throttle",
+                THROTTLE_WHY,
+            ),
+            (self.priority.is_some(), "prioritized", PRIORITIZED_WHY),
+        ];
+        for (set, setting, why) in conflicts {
+            if set {
+                panic!(
+                    "SlidingWindowLayer::limit_per: invalid `limit_per` with `{setting}`: {why}; \
+                     drop `limit_per` or `{setting}`"
+                );
+            }
+        }
+        #[cfg(feature = "redis")]
+        if self.remote.remote.is_some() {
+            panic!(
+                "SlidingWindowLayer::limit_per: invalid `limit_per` with `store`: {STORE_WHY}; \
+                 drop `limit_per` or `store`"
+            );
+        }
+        self.configure(move |s| s.limit_per.windows.push((ms, limit)))
+    }
+
+    /// Gives `key` its own limit in the further window of `interval` (added
+    /// with [`limit_per`](Self::limit_per)), instead of that window's
+    /// default. The first window's limit of a key is [`rule`](Self::rule)'s.
+    /// Change it later with
+    /// [`StatsHandle::set_limit_per`](crate::StatsHandle::set_limit_per). A
+    /// key with its own limit in any window is never sent to the overflow
+    /// entry, as with `rule`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_sliding_window::{PathKey, SlidingWindowLayer};
+    ///
+    /// let minute = Duration::from_secs(60);
+    /// // 10 per second and 300 per minute for every path; /export: 5 per
+    /// // second and 20 per minute.
+    /// let layer = SlidingWindowLayer::qps(10)
+    ///     .key(PathKey)
+    ///     .limit_per(minute, 300)
+    ///     .rule("/export", 5)
+    ///     .rule_per("/export", minute, 20);
+    /// let stats = layer.handle();
+    /// let windows = stats.limits_per(&"/export".to_owned());
+    /// assert_eq!(windows, vec![(Duration::from_secs(1), 5), (minute, 20)]);
+    /// ```
+    ///
+    /// # Panics
+    ///
+    /// When the layer has no further window of `interval` (call
+    /// [`limit_per`](Self::limit_per) first).
+    pub fn rule_per(self, key: impl IntoKey<X::Key>, interval: Duration, limit: u64) -> Self {
+        let ms = interval_ms("rule_per", interval);
+        let settings = self.store_settings();
+        if settings.limit_per.index_of(ms).is_none() {
+            panic!(
+                "SlidingWindowLayer::rule_per: invalid `interval`: the layer has no `limit_per` \
+                 window of {ms} ms (add it with `limit_per` before `rule_per`)"
+            );
+        }
+        let key = key.into_key();
+        self.configure(move |s| {
+            s.limit_per.rules.entry(key).or_default().insert(ms, limit);
+        })
+    }
+}

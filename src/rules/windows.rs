@@ -1,0 +1,193 @@
+//! The `windows` section of a rules document: the default and per-key
+//! limits of the layer's further windows
+//! ([`limit_per`](crate::SlidingWindowLayer::limit_per)).
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::hash::Hash;
+use std::time::Duration;
+
+use super::error::{rule_name, RulesError};
+use super::{check_limit, RuleKey, Rules};
+
+/// The limits of one further window in a rules document (see
+/// [`Rules::windows`]).
+#[derive(Clone, Default, PartialEq, Eq)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(deny_unknown_fields)
+)]
+#[non_exhaustive]
+pub struct WindowRules {
+    /// The window's limit for every key without its own; `None`: the limit
+    /// the layer's [`limit_per`](crate::SlidingWindowLayer::limit_per) gave
+    /// it.
+    #[cfg_attr(
+        feature = "serde",
+        serde(default, skip_serializing_if = "Option::is_none")
+    )]
+    pub default: Option<u64>,
+    /// Each key's own limit in this window, the key written as text (see
+    /// [`RuleKey`]).
+    #[cfg_attr(
+        feature = "serde",
+        serde(default, skip_serializing_if = "BTreeMap::is_empty")
+    )]
+    pub limits: BTreeMap<String, u64>,
+}
+
+impl fmt::Debug for WindowRules {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WindowRules")
+            .field("default", &self.default)
+            .field("limits", &self.limits)
+            .finish()
+    }
+}
+
+/// How a document writes an interval: whole milliseconds, seconds, minutes,
+/// hours or days.
+///
+/// ```
+/// use std::time::Duration;
+/// use tower_sliding_window::rules::interval_text;
+///
+/// assert_eq!(interval_text(Duration::from_secs(60)), "60s");
+/// assert_eq!(interval_text(Duration::from_millis(1_500)), "1500ms");
+/// ```
+pub fn interval_text(interval: Duration) -> String {
+    let ms = interval.as_millis();
+    if ms % 1_000 == 0 {
+        format!("{}s", ms / 1_000)
+    } else {
+        format!("{ms}ms")
+    }
+}
+
+/// Reads an interval written `<n>ms`, `<n>s`, `<n>m`, `<n>h` or `<n>d` into
+/// milliseconds.
+fn parse_interval(text: &str) -> Result<u64, String> {
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (digits, unit) = text.split_at(split);
+    let scale: u64 = match unit {
+        "ms" => 1,
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        _ => {
+            return Err(
+                "interval must be a whole number with a unit: ms, s, m, h or d (as \"60s\")"
+                    .to_owned(),
+            );
+        }
+    };
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| "interval must start with a whole number (as \"60s\")".to_owned())?;
+    n.checked_mul(scale)
+        .ok_or_else(|| "interval is too long".to_owned())
+}
+
+/// How an error names a window's rule: `windows["60s"]`, its `.default`,
+/// or its `.limits["<key>"]`.
+fn window_name(interval: &str, rest: &str) -> String {
+    let mut end = interval.len().min(32);
+    while !interval.is_char_boundary(end) {
+        end -= 1;
+    }
+    let shown: String = interval[..end].escape_debug().collect();
+    format!("windows[\"{shown}\"]{rest}")
+}
+
+/// A `windows` section checked against a layer's further windows: one
+/// default per window (`None`: the layer's own), and each key's limits.
+pub(crate) struct CheckedWindows<K> {
+    pub(crate) defaults: Vec<Option<u64>>,
+    pub(crate) per_key: HashMap<K, Box<[Option<u64>]>>,
+}
+
+/// Checks the `windows` section of `rules` against the layer's further
+/// windows (`index_of` finds a window by its interval in ms, among `count`):
+/// every interval must name one, each limit be at most `MAX_LIMIT`, each
+/// key read into `K`, no window named twice. The error names the rule and
+/// the field (`interval`, `limit` or `key`).
+pub(crate) fn check_windows<K: RuleKey + Clone + Eq + Hash>(
+    rules: &Rules,
+    count: usize,
+    index_of: impl Fn(u64) -> Option<usize>,
+) -> Result<CheckedWindows<K>, RulesError> {
+    let mut defaults = vec![None; count];
+    let mut per_key: HashMap<K, Box<[Option<u64>]>> = HashMap::new();
+    let mut seen: HashMap<usize, &str> = HashMap::new();
+    for (text, window) in &rules.windows {
+        let name = || window_name(text, "");
+        let ms = parse_interval(text)
+            .map_err(|reason| RulesError::invalid(name(), "interval", reason))?;
+        let Some(i) = index_of(ms) else {
+            return Err(RulesError::invalid(
+                name(),
+                "interval",
+                format!("the layer has no `limit_per` window of {ms} ms"),
+            ));
+        };
+        if let Some(first) = seen.insert(i, text) {
+            return Err(RulesError::invalid(
+                name(),
+                "interval",
+                format!("names the same window as {}", window_name(first, "")),
+            ));
+        }
+        if let Some(limit) = window.default {
+            check_limit(limit).map_err(|reason| {
+                RulesError::invalid(window_name(text, ".default"), "limit", reason)
+            })?;
+            defaults[i] = Some(limit);
+        }
+        for (key_text, &limit) in &window.limits {
+            let rule = || window_name(text, &format!(".{}", rule_name(key_text)));
+            let key = K::from_rule_key(key_text)
+                .map_err(|reason| RulesError::invalid(rule(), "key", reason))?;
+            check_limit(limit).map_err(|reason| RulesError::invalid(rule(), "limit", reason))?;
+            let slots = per_key
+                .entry(key)
+                .or_insert_with(|| vec![None; count].into_boxed_slice());
+            if slots[i].is_some() {
+                return Err(RulesError::invalid(
+                    rule(),
+                    "key",
+                    "key names the same key as another rule of this window",
+                ));
+            }
+            slots[i] = Some(limit);
+        }
+    }
+    Ok(CheckedWindows { defaults, per_key })
+}
+
+/// # Further windows
+impl Rules {
+    /// Sets the default limit of the layer's further window of `interval`
+    /// (added with [`limit_per`](crate::SlidingWindowLayer::limit_per)).
+    pub fn window_default(mut self, interval: Duration, limit: u64) -> Self {
+        self.windows
+            .entry(interval_text(interval))
+            .or_default()
+            .default = Some(limit);
+        self
+    }
+
+    /// Sets `key`'s own limit in the layer's further window of `interval`
+    /// (the key as the document writes it).
+    pub fn window_limit(mut self, interval: Duration, key: impl Into<String>, limit: u64) -> Self {
+        self.windows
+            .entry(interval_text(interval))
+            .or_default()
+            .limits
+            .insert(key.into(), limit);
+        self
+    }
+}
