@@ -53,6 +53,15 @@ pin_project! {
             future: F,
             completion: Option<Completion<C>>,
         },
+        // A pass whose completion records nothing (a compact key): no
+        // classifier, no guard, nothing to do when the response arrives but
+        // the RateLimit fields, if the layer sends them on passes.
+        Forwarded {
+            #[pin]
+            future: F,
+            quota: Option<Box<Quota>>,
+            legacy_headers: bool,
+        },
         Blocked {
             // Boxed: a rejection may allocate, and the future every passed
             // request carries stays small.
@@ -153,6 +162,19 @@ impl<F, C, R> ResponseFuture<F, C, R> {
         }
     }
 
+    /// The future of a pass that records nothing on completion: `quota`
+    /// is written on the response, if any; nothing else happens.
+    pub(crate) fn forwarded(future: F, quota: Option<Box<Quota>>, legacy_headers: bool) -> Self {
+        ResponseFuture {
+            kind: Kind::Forwarded {
+                future,
+                quota,
+                legacy_headers,
+            },
+            body: PhantomData,
+        }
+    }
+
     pub(crate) fn blocked(response: Response<Bytes>) -> Self {
         ResponseFuture {
             kind: Kind::Blocked {
@@ -201,6 +223,19 @@ where
                     .expect("checked above, and only taken here");
                 return Poll::Ready(done.finish::<R, B, E>(result));
             }
+            KindProj::Forwarded {
+                future,
+                quota,
+                legacy_headers,
+            } => {
+                let result = ready!(future.poll(cx));
+                return Poll::Ready(result.map(|mut response| {
+                    if let Some(quota) = quota.take() {
+                        quota.write(response.headers_mut(), *legacy_headers);
+                    }
+                    response.map(|body| R::passed(body, None))
+                }));
+            }
             KindProj::Blocked { response } => {
                 let response = response
                     .take()
@@ -239,7 +274,7 @@ where
 impl<F, C, R> fmt::Debug for ResponseFuture<F, C, R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let state = match &self.kind {
-            Kind::Passed { .. } => "Passed",
+            Kind::Passed { .. } | Kind::Forwarded { .. } => "Passed",
             Kind::Blocked { .. } => "Blocked",
             Kind::Waiting { .. } => "Waiting",
         };

@@ -13,9 +13,9 @@ use crate::store::{Entry, Probe};
 /// Dropping it always releases the place, so a request whose future or body
 /// is dropped (client gone, timeout) or whose handler panics cannot leak it.
 pub(crate) struct InFlight {
-    /// The key whose gauge holds the place; `None` for a compact key, which
-    /// keeps no concurrency gauge and records no completion.
-    entry: Option<Arc<Entry>>,
+    /// The key whose gauge holds the place. (A compact key keeps no gauge
+    /// and records no completion: its passes take no guard at all.)
+    entry: Arc<Entry>,
     /// `Clock::now_micros` at admission.
     started_us: u64,
     /// Set while the inner service's code runs (its `call`, a poll of its
@@ -48,19 +48,6 @@ impl InFlight {
             .map(|()| Self::holding(Arc::clone(entry), started_us))
     }
 
-    /// The guard of a request of a compact key: it holds no place and
-    /// records nothing (a compact key keeps only its window's passes and
-    /// blocks).
-    pub(crate) fn untracked() -> Self {
-        InFlight {
-            entry: None,
-            started_us: 0,
-            in_user_code: false,
-            completed: false,
-            probe: None,
-        }
-    }
-
     /// The guard of a place already taken in `entry`'s gauge. Under a
     /// system rule the request also passes into the layer-wide node here:
     /// every guard is made through this function, whatever path the
@@ -70,7 +57,7 @@ impl InFlight {
             system.enter();
         }
         InFlight {
-            entry: Some(entry),
+            entry,
             started_us,
             in_user_code: false,
             completed: false,
@@ -103,10 +90,7 @@ impl InFlight {
     /// Records a completion: one success with its response time, and an
     /// exception on top when it failed.
     pub(crate) fn complete(&mut self, failed: bool) {
-        let Some(entry) = &self.entry else {
-            self.completed = true;
-            return;
-        };
+        let entry = &self.entry;
         let node = &entry.node;
         // One clock reading serves the response time and the bucket.
         let (now_ms, now_us) = node.clock().now_both();
@@ -131,9 +115,7 @@ impl InFlight {
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        let Some(entry) = &self.entry else {
-            return;
-        };
+        let entry = &self.entry;
         let node = &entry.node;
         if !self.completed && self.in_user_code {
             // The inner service panicked: a failure, not a success, for

@@ -227,8 +227,12 @@ where
             let (parts, body) = request.into_parts();
             return match self.compact_decide(keys, &parts) {
                 CompactOutcome::Pass(quota) => {
+                    // A compact key records nothing on completion: the
+                    // inner future is driven as it is, with no classifier
+                    // and no guard.
                     let request = Request::from_parts(parts, body);
-                    self.forward(request, InFlight::untracked(), quota)
+                    let legacy_headers = self.shared.response.legacy_headers;
+                    ResponseFuture::forwarded(self.inner.call(request), quota, legacy_headers)
                 }
                 CompactOutcome::Refused(response, at) => {
                     // Who was refused, as for a full key (see `refused`):

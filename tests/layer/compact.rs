@@ -637,3 +637,46 @@ fn under_strict_a_flood_never_evicts_a_key_whose_passes_only_strict_counts() {
     clock.set(11_100);
     assert_eq!(call(&mut service, Some("client")).0, StatusCode::OK);
 }
+
+#[test]
+fn a_compact_pass_hands_on_the_inner_body_error_and_rate_limit_fields() {
+    use http_body_util::BodyExt;
+
+    // The inner service answers "hello", or fails for the path `/fail`.
+    let inner = service_fn(|request: Request<Body>| async move {
+        if request.uri().path() == "/fail" {
+            return Err("the inner service failed");
+        }
+        Ok(Response::new(Body::from("hello")))
+    });
+    let layer = keyed(2)
+        .compact()
+        .clock(clock())
+        .headers_on_pass(true)
+        .legacy_headers(true)
+        .track_body();
+    let stats = layer.handle();
+    let mut service = layer.layer(inner);
+    let response = tokio_test::block_on(service.call(request(Some("a")))).unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let names: Vec<&str> = response.headers().keys().map(|n| n.as_str()).collect();
+    for name in ["ratelimit", "ratelimit-policy", "x-ratelimit-remaining"] {
+        assert!(names.contains(&name), "{name} missing: {names:?}");
+    }
+    assert_eq!(
+        response.headers()["x-ratelimit-remaining"]
+            .to_str()
+            .unwrap(),
+        "1"
+    );
+    let body = tokio_test::block_on(response.into_body().collect()).unwrap();
+    assert_eq!(body.to_bytes(), "hello");
+    let failing = req_with("/fail", KEY_HEADER, "a");
+    let error = tokio_test::block_on(service.call(failing)).unwrap_err();
+    assert_eq!(error, "the inner service failed");
+    // Both passed, and a third is refused; nothing else is recorded.
+    let a = stats.snapshot(&key("a")).unwrap();
+    assert_eq!((a.pass, a.success, a.exception), (2, 0, 0));
+    let response = tokio_test::block_on(service.call(request(Some("a")))).unwrap();
+    assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+}

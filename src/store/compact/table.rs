@@ -81,7 +81,9 @@ pub(crate) trait SlotValue: Send + Sync + Sized {
 
 /// Lifetime totals of the keys counted in one place (a group, the side map,
 /// the overflow value). Relaxed: counters, each read on its own; they only
-/// grow.
+/// grow. Only the Prometheus collector reads them: built without the
+/// `prometheus` feature, nothing is counted and a pass pays no atomic add
+/// for them.
 #[derive(Debug)]
 pub(crate) struct Totals {
     pass: AtomicU64,
@@ -98,15 +100,18 @@ impl Totals {
 
     #[inline]
     pub(crate) fn add_pass(&self) {
+        #[cfg(any(test, feature = "prometheus"))]
         self.pass.fetch_add(1, Ordering::Relaxed);
     }
 
     #[inline]
     pub(crate) fn add_block(&self) {
+        #[cfg(any(test, feature = "prometheus"))]
         self.block.fetch_add(1, Ordering::Relaxed);
     }
 
     /// (passes, blocks) so far.
+    #[cfg_attr(not(any(test, feature = "prometheus")), allow(dead_code))]
     pub(crate) fn get(&self) -> (u64, u64) {
         (
             self.pass.load(Ordering::Relaxed),
@@ -492,7 +497,7 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
             }
         }
         let room = self.claim();
-        let Some((which, at)) = self.free_slot(&mut locked, room, &idle) else {
+        let Some((which, at)) = self.free_slot(&mut locked, first, room, &idle) else {
             self.unclaim(room);
             if key_on_overflow {
                 let owned = pending.into_owned();
@@ -546,21 +551,31 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
     }
 
     /// A slot for a new key in the `locked` groups: an empty one of the
-    /// group with more empty slots (if `room`: the table holds fewer than
-    /// `max_keys` keys), else an idle one, as (index in `locked`, slot).
+    /// group with more empty slots, the key's `first` group on a tie (if
+    /// `room`: the table holds fewer than `max_keys` keys), else an idle
+    /// one, as (index in `locked`, slot). A lookup reads the first group
+    /// first: a key found there takes one read lock, in its second group
+    /// two.
     /// Idleness is asked only when no empty slot will do: judging a key
     /// reads its window at the request's clock reading. Examines each slot
     /// of the two groups twice at most (its tag, then its idleness).
     fn free_slot(
         &self,
         locked: &mut [(usize, WriteGuard<'_, K, V>)],
+        first: usize,
         room: bool,
         idle: &impl Fn(&V) -> bool,
     ) -> Option<(usize, usize)> {
         if room {
             // (empty slots, index in `locked`, first empty slot)
             let mut best: Option<(usize, usize, usize)> = None;
-            for (which, (_, slots)) in locked.iter().enumerate() {
+            // The key's first group first: a tie goes to it.
+            let order = match locked {
+                [(low, _), _] if *low != first => [1, 0],
+                _ => [0, 1],
+            };
+            for which in order.into_iter().filter(|&which| which < locked.len()) {
+                let slots = &locked[which].1;
                 let (empties, first) = match slots.as_ref() {
                     // A group no key has used: every slot is empty.
                     None => {
@@ -756,7 +771,7 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
             }
             Some(entry) if !entry.lapsed() => {
                 let room = self.claim();
-                match self.free_slot(&mut locked, room, &idle) {
+                match self.free_slot(&mut locked, first, room, &idle) {
                     Some((which, at)) => {
                         let (owned, entry) =
                             own.remove_entry(key).expect("the entry was found above");
@@ -933,6 +948,37 @@ mod tests {
         assert!(table(1_000, 1).capacity() * 7 >= 1_000 * 8);
     }
 
+    /// Whether `key` sits in a slot of group `index`.
+    fn in_group(table: &Table, index: usize, key: u64) -> bool {
+        read(&table.groups[index].slots)
+            .as_ref()
+            .is_some_and(|slots| slots.iter().any(|slot| slot.key == Some(key)))
+    }
+
+    #[test]
+    fn a_new_key_goes_to_its_first_group_when_both_have_as_much_room() {
+        // Every key of a fresh table meets two groups of 16 empty slots:
+        // each must land in the group a lookup reads first, whichever of its
+        // two groups has the lower index.
+        let mut first_higher = 0;
+        for key in 0..400u64 {
+            let table = table(10_000, 5);
+            let (first, second, _) = place_of(table.hasher.hash_one(key), table.groups.len());
+            if first == second {
+                continue;
+            }
+            first_higher += usize::from(first > second);
+            assert_eq!(request(&table, key, 0), (true, false));
+            assert!(
+                in_group(&table, first, key),
+                "key {key}: groups {first}, {second}"
+            );
+            assert!(!in_group(&table, second, key), "key {key}");
+        }
+        // Both orders of the two groups were met.
+        assert!(first_higher > 100, "{first_higher}");
+    }
+
     #[test]
     fn a_flood_of_distinct_keys_never_grows_past_max_keys_nor_past_the_limits() {
         let limit = 3;
@@ -959,6 +1005,24 @@ mod tests {
         // The known client was never evicted: still refused, in its slot.
         assert_eq!(table.get(&u64::MAX, |p| p.value.passes()), Some(limit));
         assert_eq!(request(&table, u64::MAX, 5), (false, false));
+    }
+
+    #[test]
+    fn every_key_of_a_full_table_is_found_again_without_an_insert() {
+        let keys = 50_000u64;
+        let table = table(keys as usize, 2);
+        let held: Vec<u64> = (0..keys)
+            .filter(|&key| request(&table, key, 5) == (true, false))
+            .collect();
+        assert!(held.len() as u64 * 100 >= keys * 99, "{} held", held.len());
+        let examined = table.examined.load(SeqCst);
+        // Each key held is found in its slot (its second pass), never by
+        // the insert path, which would examine slots.
+        for &key in &held {
+            assert_eq!(request(&table, key, 5), (true, false), "key {key}");
+        }
+        assert_eq!(table.examined.load(SeqCst), examined);
+        assert_eq!(table.len(), held.len());
     }
 
     #[test]
