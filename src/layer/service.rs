@@ -92,7 +92,10 @@ struct Shared<K> {
     /// The compact table, when the layer is compact: `call` then takes the
     /// compact path (see `compact_decide`).
     compact: Option<Arc<CompactKeys<K>>>,
-    /// Which requests may borrow quota (`prioritized`).
+    /// Which requests may borrow quota (`prioritized`). Without the
+    /// `tokio` feature nothing waits, so nothing borrows and it is unread:
+    /// such a request is refused as any other (as the crate docs say).
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
     priority: Option<Priority>,
     /// The shared store, if any (feature `redis`).
     remote: RemoteSlot<K>,
