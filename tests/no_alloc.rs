@@ -22,7 +22,9 @@ use tower_sliding_window::stat::{ArrayMetric, MetricBucket, StatisticNode};
 #[path = "support/counting_alloc.rs"]
 mod counting_alloc;
 
-use counting_alloc::{allocated_by, Allocated, Counting, NOTHING};
+#[cfg(feature = "axum")]
+use counting_alloc::Allocated;
+use counting_alloc::{allocated_by, Counting, NOTHING};
 
 #[global_allocator]
 static GLOBAL: Counting = Counting;

@@ -5,6 +5,8 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+// `MatchedPathKey`, the route part of these keys, is behind `axum`.
+#[cfg(feature = "axum")]
 mod client_routes;
 mod compact;
 mod contract;
