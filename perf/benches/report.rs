@@ -1,8 +1,6 @@
 //! The table the interleaved benches (`layer_paired`, `keyed_admission`)
 //! print after their rounds.
 
-use crate::layer::paired::{load_average, ratios, Quartiles};
-
 /// One contender's figures, round by round: its ns per request, and what
 /// it cost beyond its baseline in the same round.
 pub(crate) struct Row {
@@ -62,4 +60,48 @@ pub(crate) fn print_ratio(ours: &Row, theirs: &Row, baseline: &str) {
          (median per-round ratio)",
         ours.id, theirs.id
     );
+}
+
+/// The ratio of the medians of `a` and `b`, and the median of their
+/// per-round ratios.
+pub(crate) fn ratios(a: &[f64], b: &[f64]) -> (f64, f64) {
+    let per_round = a.iter().zip(b).map(|(a, b)| a / b).collect();
+    (
+        Quartiles::of(a.to_vec()).median / Quartiles::of(b.to_vec()).median,
+        Quartiles::of(per_round).median,
+    )
+}
+
+/// The median and the quartiles of some values.
+pub(crate) struct Quartiles {
+    pub(crate) lower: f64,
+    pub(crate) median: f64,
+    pub(crate) upper: f64,
+}
+
+impl Quartiles {
+    pub(crate) fn of(mut values: Vec<f64>) -> Quartiles {
+        assert!(!values.is_empty(), "quartiles of nothing");
+        values.sort_by(f64::total_cmp);
+        Quartiles {
+            lower: quantile(&values, 0.25),
+            median: quantile(&values, 0.5),
+            upper: quantile(&values, 0.75),
+        }
+    }
+}
+
+/// The `q` quantile of sorted `values`, interpolated between neighbours.
+fn quantile(values: &[f64], q: f64) -> f64 {
+    let rank = q * (values.len() - 1) as f64;
+    let below = rank.floor() as usize;
+    let above = rank.ceil() as usize;
+    values[below] + (values[above] - values[below]) * (rank - below as f64)
+}
+
+/// The first three fields of `/proc/loadavg`, where there is one.
+pub(crate) fn load_average() -> Option<String> {
+    let text = std::fs::read_to_string("/proc/loadavg").ok()?;
+    let fields: Vec<&str> = text.split_whitespace().take(3).collect();
+    (fields.len() == 3).then(|| fields.join(" "))
 }

@@ -18,7 +18,11 @@
 //! between sees it empty or cut short, and an empty document is a valid
 //! one that would drop every per-key limit until the next read. So bytes
 //! that changed are read a second time [`STABLE`] later and applied only
-//! if both reads agree; otherwise the next event or tick reads them again.
+//! if both reads agree and the file's modification time did not move in
+//! between (two saves can both be caught just truncated, empty and equal);
+//! otherwise the next event or tick reads them again.
+//! A writer stalled between truncating and writing for longer than that
+//! can still be read half written: only a rename replaces a file at once.
 //!
 //! Without events (no backend on this system, the watch failed, or
 //! [`force_polling`](RulesWatcherBuilder::force_polling)), the thread reads
@@ -39,7 +43,7 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use notify::Watcher as _;
 
@@ -56,7 +60,7 @@ const SETTLE: Duration = Duration::from_millis(50);
 
 /// The gap between the two reads that must agree before changed bytes
 /// are applied.
-const STABLE: Duration = Duration::from_millis(20);
+const STABLE: Duration = Duration::from_millis(100);
 
 /// The longest a burst of events delays a read.
 const MAX_SETTLE: Duration = Duration::from_secs(1);
@@ -282,6 +286,12 @@ fn system_watcher(directory: &Path, sender: Sender<Message>) -> Option<notify::R
 ///   swapping its `..data` symlink) is seen as well as one written in
 ///   place. Where the system gives no file events, it polls the file (see
 ///   [`poll_interval`](RulesWatcherBuilder::poll_interval)).
+/// - Changed bytes are applied once two reads 100 ms apart agree, so a
+///   file written in place is not read half written (an empty document
+///   would drop every per-key limit). Only a rename replaces a file at
+///   once: a writer that stalls for longer than that between truncating
+///   and writing can still be caught; deploy rules by renaming a file
+///   written beside it.
 /// - A file that is missing, larger than [`MAX_RULES_FILE_BYTES`], not
 ///   UTF-8, not a rules document, or with a rule that does not validate
 ///   changes nothing: the last rules applied stay, the error is the
@@ -434,8 +444,8 @@ where
     }
 
     fn try_reload(&mut self) -> Result<(), RulesError> {
-        let bytes = match self.read() {
-            Ok(bytes) => bytes,
+        let (bytes, stamp) = match self.read() {
+            Ok(read) => read,
             Err(err) => {
                 self.last = None;
                 return Err(err);
@@ -445,10 +455,11 @@ where
             return Ok(());
         }
         // Changed bytes may be a file caught half written: apply them only
-        // if they read the same again (see the module docs).
+        // if nothing wrote the file since and they read the same again (see
+        // the module docs).
         std::thread::sleep(STABLE);
         match self.read() {
-            Ok(again) if again == bytes => {}
+            Ok((again, again_stamp)) if again_stamp == stamp && again == bytes => {}
             // Still changing, or gone: the next event or tick looks again.
             _ => return Ok(()),
         }
@@ -477,8 +488,10 @@ where
         Ok(())
     }
 
-    /// The file's bytes: at most [`MAX_RULES_FILE_BYTES`], or an error.
-    fn read(&self) -> Result<Vec<u8>, RulesError> {
+    /// The file's bytes (at most [`MAX_RULES_FILE_BYTES`]) and its
+    /// modification time as the read began (where the system keeps one),
+    /// or an error.
+    fn read(&self) -> Result<(Vec<u8>, Option<SystemTime>), RulesError> {
         let read_error = |err: std::io::Error| self.error(RulesErrorKind::Read, err.to_string());
         // Only a regular file (through symlinks): opening a FIFO would
         // block the thread, and a drop waiting for it, until a writer came.
@@ -495,7 +508,10 @@ where
                 ),
             )
         };
-        let size = file.metadata().map_err(read_error)?.len();
+        let metadata = file.metadata().map_err(read_error)?;
+        // Taken before the read: a write after it changes the next stamp.
+        let stamp = metadata.modified().ok();
+        let size = metadata.len();
         if size > MAX_RULES_FILE_BYTES {
             return Err(too_large(size.to_string()));
         }
@@ -507,7 +523,7 @@ where
         if bytes.len() as u64 > MAX_RULES_FILE_BYTES {
             return Err(too_large(format!("more than {MAX_RULES_FILE_BYTES}")));
         }
-        Ok(bytes)
+        Ok((bytes, stamp))
     }
 
     fn error(&self, kind: RulesErrorKind, reason: String) -> RulesError {
