@@ -223,7 +223,7 @@ pub(crate) use status::{lock, Status};
 #[cfg(feature = "rules-file")]
 #[cfg_attr(docsrs, doc(cfg(feature = "rules-file")))]
 pub use watch::{RulesParser, RulesWatcher, RulesWatcherBuilder, MAX_RULES_FILE_BYTES};
-pub(crate) use windows::check_windows;
+pub(crate) use windows::{check_windows, window_route_rule_name};
 pub use windows::{interval_text, WindowRules};
 
 /// The largest limit a rule may set: 2^53, the largest integer that every

@@ -5,6 +5,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod client_route_windows;
 mod client_routes;
 mod compact;
 mod contract;
