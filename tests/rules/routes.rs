@@ -366,16 +366,24 @@ default = 100
     // Written back, and read again, it is the same document; a window
     // without routes writes no `routes`.
     let written = serde_json::to_string(&minute_rules()).unwrap();
-    assert_eq!(serde_json::from_str::<Rules>(&written).unwrap(), minute_rules());
+    assert_eq!(
+        serde_json::from_str::<Rules>(&written).unwrap(),
+        minute_rules()
+    );
     assert!(
         !serde_json::to_string(&Rules::new().window_default(MINUTE, 1))
             .unwrap()
             .contains("routes")
     );
     // A misspelt field inside a window is an error, not a silent no-op.
-    let typo = serde_json::from_str::<Rules>(r#"{ "windows": { "60s": { "route": { "a": 1 } } } }"#);
-    assert!(typo.unwrap_err().to_string().contains("unknown field `route`"));
-    let text = serde_json::from_str::<Rules>(r#"{ "windows": { "60s": { "routes": { "a": "5" } } } }"#);
+    let typo =
+        serde_json::from_str::<Rules>(r#"{ "windows": { "60s": { "route": { "a": 1 } } } }"#);
+    assert!(typo
+        .unwrap_err()
+        .to_string()
+        .contains("unknown field `route`"));
+    let text =
+        serde_json::from_str::<Rules>(r#"{ "windows": { "60s": { "routes": { "a": "5" } } } }"#);
     assert!(text.is_err());
 
     // Applied, two names of one window are refused, naming the second.
@@ -393,7 +401,10 @@ async fn a_documents_minute_route_rule_limits_every_client_and_exact_keys_win() 
     let stats = layer.handle();
     let app = app(layer);
     assert_eq!(stats.apply_rules(&minute_rules()), Ok(1));
-    assert_eq!(stats.route_limits_per(MINUTE).unwrap(), [(LOGIN.to_owned(), 5)]);
+    assert_eq!(
+        stats.route_limits_per(MINUTE).unwrap(),
+        [(LOGIN.to_owned(), 5)]
+    );
     // Each client: five logins a minute, across seconds.
     assert_eq!(logins(&app, 1, 3).await, ok_then_429(3, 0));
     clock.advance(std::time::Duration::from_secs(1));
@@ -493,7 +504,10 @@ async fn an_invalid_windows_route_rule_names_its_rule_and_field_and_changes_noth
     stats
         .apply_rules(&Rules::new().window_route_limit(MINUTE, LOGIN, MAX_LIMIT))
         .unwrap();
-    assert_eq!(stats.route_limits_per(MINUTE).unwrap(), [(LOGIN.to_owned(), MAX_LIMIT)]);
+    assert_eq!(
+        stats.route_limits_per(MINUTE).unwrap(),
+        [(LOGIN.to_owned(), MAX_LIMIT)]
+    );
     stats
         .apply_rules(&Rules::new().window_route_limit(MINUTE, LOGIN, 0))
         .unwrap();
