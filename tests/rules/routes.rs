@@ -319,8 +319,12 @@ fn minute_rules() -> Rules {
         .window_limit(MINUTE, "10.0.0.7, POST /login", 8)
 }
 
-/// Each key's limit in each window, and the minute's route rules.
-fn window_state(stats: &StatsHandle<Key>) -> (Vec<(String, u64)>, Vec<(Key, Vec<u64>)>) {
+/// The minute's route rules, and each key's limit in each window.
+type WindowState = (Vec<(String, u64)>, Vec<(Key, Vec<u64>)>);
+
+/// The minute's route rules, and each key's limit in each window, sorted:
+/// what a rejected document must leave as it was.
+fn window_state(stats: &StatsHandle<Key>) -> WindowState {
     let mut keys: Vec<_> = stats
         .snapshots()
         .into_iter()
