@@ -87,6 +87,14 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
     /// (A [`compact`](crate::SlidingWindowLayer::compact) layer has one
     /// window; for a key its table does not hold, the limit read is the
     /// one the layer was built with for it.)
+    ///
+    /// The limits read are the key's own or the window's default: a route
+    /// rule ([`route_rule_per`](crate::SlidingWindowLayer::route_rule_per),
+    /// [`route_rule`](crate::SlidingWindowLayer::route_rule)) is not in
+    /// them. [`windows`](Self::windows) reads the limits a key in the table
+    /// runs on, route rules included, and
+    /// [`route_limits_per`](Self::route_limits_per) lists a window's route
+    /// rules.
     pub fn limits_per<Q>(&self, key: &Q) -> Vec<(Duration, u64)>
     where
         K: Borrow<Q>,

@@ -397,3 +397,63 @@ fn key_limits(windows: &[(u64, u64)], limits: &BTreeMap<u64, u64>) -> KeyLimits 
         .map(|(interval_ms, _)| limits.get(interval_ms).copied())
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINUTE: u64 = 60_000;
+    const HOUR: u64 = 3_600_000;
+
+    fn limits_of(windows: &ExtraWindows) -> Vec<u64> {
+        windows.iter().map(|w| w.limit()).collect()
+    }
+
+    /// A minute (default 100) and an hour (default 1 000); `"own"` has its
+    /// own hour limit, and `POST /login` a rule in both windows.
+    fn table() -> WindowLimits<String> {
+        let mut settings = LimitPer::<String>::default();
+        settings.windows = vec![(MINUTE, 100), (HOUR, 1_000)];
+        settings
+            .rules
+            .insert("own".to_owned(), BTreeMap::from([(HOUR, 7)]));
+        settings.routes.insert(
+            "POST /login".to_owned(),
+            BTreeMap::from([(MINUTE, 5), (HOUR, 20)]),
+        );
+        WindowLimits::new(&settings, 10, false)
+    }
+
+    #[test]
+    fn each_window_takes_the_keys_own_limit_then_its_routes_then_the_default() {
+        let table = table();
+        let own = "own".to_owned();
+        let other = "other".to_owned();
+        let login = Some("POST /login");
+        let built = |key: &String, route| limits_of(&table.build(Some(key), route).unwrap());
+        assert_eq!(built(&own, login), [5, 7]);
+        assert_eq!(built(&other, login), [5, 20]);
+        assert_eq!(built(&other, Some("GET /")), [100, 1_000]);
+        assert_eq!(built(&other, None), [100, 1_000]);
+        assert_eq!(limits_of(&table.build(None, login).unwrap()), [5, 20]);
+    }
+
+    #[test]
+    fn a_route_without_a_rule_in_any_window_is_gone_and_lookups_stop() {
+        let table = table();
+        assert!(table.routes_active());
+        assert!(table.set_route("POST /login", 0, None));
+        assert_eq!(table.route_rules_of(0), []);
+        assert_eq!(table.route_rules_of(1), [("POST /login".to_owned(), 20)]);
+        assert!(table.routes_active());
+        assert!(table.set_route("POST /login", 1, None));
+        assert!(!table.set_route("POST /login", 1, None));
+        assert!(!table.routes_active());
+        let windows = table.build(None, Some("POST /login")).unwrap();
+        assert_eq!(limits_of(&windows), [100, 1_000]);
+        // Set again, then a live entry is brought to it.
+        assert!(!table.set_route("POST /login", 0, Some(u64::MAX)));
+        table.refresh(None, Some("POST /login"), &windows);
+        assert_eq!(limits_of(&windows), [u64::MAX, 1_000]);
+    }
+}

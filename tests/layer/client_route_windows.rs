@@ -415,3 +415,96 @@ async fn a_full_table_sends_a_routes_new_clients_to_an_overflow_with_the_routes_
     // Every pass is in the total, the overflowed ones included.
     assert_eq!(stats.total().pass, 6 + 2);
 }
+
+/// One client's logins from 8 threads at once: the minute's route rule
+/// admits exactly 5, however the requests interleave.
+#[test]
+fn concurrent_logins_of_one_client_pass_exactly_the_routes_minute_limit() {
+    use std::sync::{Arc, Barrier};
+    use tower::ServiceExt;
+    let clock = clock();
+    let layer = canonical(&clock);
+    let stats = layer.handle();
+    let app = app(layer);
+    let threads = 8;
+    let barrier = Arc::new(Barrier::new(threads));
+    let workers: Vec<_> = (0..threads)
+        .map(|_| {
+            let app = app.clone();
+            let barrier = Arc::clone(&barrier);
+            std::thread::spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .build()
+                    .unwrap();
+                barrier.wait();
+                let mut passed = 0;
+                for _ in 0..10 {
+                    let request = request(Method::POST, "/login", 1);
+                    let status = runtime
+                        .block_on(app.clone().oneshot(request))
+                        .unwrap()
+                        .status();
+                    passed += u64::from(status == StatusCode::OK);
+                }
+                passed
+            })
+        })
+        .collect();
+    let passed: u64 = workers.into_iter().map(|w| w.join().unwrap()).sum();
+    assert_eq!(passed, 5);
+    let windows = stats.windows(&key(1, LOGIN)).unwrap();
+    assert_eq!((windows[0].pass, windows[1].pass), (5, 5));
+}
+
+/// New clients of a route arrive on real threads while the route's minute
+/// limit is set, changed and set again (the first rule given at run time):
+/// once the last change has returned, every key of the route, made before,
+/// during or after the changes, is on the last limit.
+#[test]
+fn keys_made_while_a_routes_minute_limit_changes_all_end_on_the_new_limit() {
+    use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+    use std::sync::Arc;
+    use tower::ServiceExt;
+    let clock = clock();
+    let layer = base(&clock).max_keys(100_000);
+    let stats = layer.handle();
+    let app = app(layer);
+    let next = Arc::new(AtomicU32::new(1));
+    let stop = Arc::new(AtomicBool::new(false));
+    let workers: Vec<_> = (0..4)
+        .map(|_| {
+            let (app, next, stop) = (app.clone(), Arc::clone(&next), Arc::clone(&stop));
+            std::thread::spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .build()
+                    .unwrap();
+                while !stop.load(Ordering::Relaxed) {
+                    let n = next.fetch_add(1, Ordering::Relaxed);
+                    let request = request(Method::POST, "/login", n);
+                    runtime.block_on(app.clone().oneshot(request)).unwrap();
+                }
+            })
+        })
+        .collect();
+    let mut mark = 0;
+    for limit in [3, 9, 4, 11, 2] {
+        mark += 200;
+        while next.load(Ordering::Relaxed) < mark {
+            std::thread::yield_now();
+        }
+        stats.set_route_limit_per(LOGIN, MINUTE, limit).unwrap();
+    }
+    stop.store(true, Ordering::Relaxed);
+    for worker in workers {
+        worker.join().unwrap();
+    }
+    let keys = stats.snapshots();
+    assert!(keys.len() > 1_000, "{}", keys.len());
+    for (key, _) in keys {
+        assert_eq!(
+            limits(&stats, &key),
+            [(SECOND, 100), (MINUTE, 2)],
+            "{key:?}"
+        );
+    }
+}
