@@ -412,8 +412,10 @@ mod tests {
     /// A minute (default 100) and an hour (default 1 000); `"own"` has its
     /// own hour limit, and `POST /login` a rule in both windows.
     fn table() -> WindowLimits<String> {
-        let mut settings = LimitPer::<String>::default();
-        settings.windows = vec![(MINUTE, 100), (HOUR, 1_000)];
+        let mut settings = LimitPer::<String> {
+            windows: vec![(MINUTE, 100), (HOUR, 1_000)],
+            ..LimitPer::default()
+        };
         settings
             .rules
             .insert("own".to_owned(), BTreeMap::from([(HOUR, 7)]));
