@@ -224,7 +224,7 @@ impl Rules {
 
     /// Sets `route`'s limit in the layer's further window of `interval`, for
     /// every client of the route separately (a layer keyed by client and
-    /// route; see [Per-client limits per route](self#per-client-limits-per-route)).
+    /// route; see [Per-client limits per route](crate::rules#per-client-limits-per-route)).
     ///
     /// ```
     /// use std::time::Duration;
