@@ -1,5 +1,5 @@
 //! Per-client limits per route in one layer: 5 `POST /login` per client per
-//! minute, 6 000 requests per client per minute elsewhere, each client
+//! minute, 100 requests per client per second elsewhere, each client
 //! counted apart, so one client spending its logins locks no one else out.
 //!
 //! The example serves an axum app on a free loopback port, sends requests
@@ -66,20 +66,20 @@ async fn send(
 
 #[tokio::main]
 async fn main() {
-    // One layer for both limits. The window is a minute, so every limit is
-    // per minute: the default (6 000, on average 100 per second) and the
-    // route rule for POST /login (5), each per client.
-    let limit = SlidingWindowLayer::qps(6_000)
-        .window(Duration::from_secs(60), 6)
+    // One layer for both limits, each per client: 100 per second on every
+    // route (the first window), and a minute's window in which POST /login
+    // has 5 and every other route 6 000 (which 100 per second never
+    // exceeds).
+    let minute = Duration::from_secs(60);
+    let limit = SlidingWindowLayer::qps(100)
         // The client is the address the one proxy in front saw; the route
         // is the matched route template, which a client cannot vary.
         .key(ClientRouteKey::new(
             ForwardedIpKey::trusted_hops(1),
             MatchedPathKey,
         ))
-        .route_rule("POST /login", 5)
-        // A few dozen bytes per client, for up to a million clients.
-        .compact();
+        .limit_per(minute, 6_000)
+        .route_rule_per("POST /login", minute, 5);
     let stats = limit.handle();
 
     let app = Router::new()
@@ -110,22 +110,37 @@ async fn main() {
     }
     println!("\nbob is not locked out by alice:");
     let bob_login = send(&http, addr, bob, Method::POST, "/login").await;
-    println!("\nalice's other requests run on the default limit:");
-    let alice_home = send(&http, addr, alice, Method::GET, "/").await;
+    println!("\nalice's other requests run on 100 per second:");
+    let mut alice_home = Vec::new();
+    for _ in 0..3 {
+        alice_home.push(send(&http, addr, alice, Method::GET, "/").await);
+    }
     println!("\nalice varies the query: still POST /login:");
     let alice_again = send(&http, addr, alice, Method::POST, "/login?next=/admin").await;
 
-    println!("\nper key (client, route):");
+    println!("\nper key (client, route), each window's passes and limit:");
     let mut snapshots = stats.snapshots();
     snapshots.sort_by(|a, b| a.0.cmp(&b.0));
-    for ((client, route), s) in snapshots {
+    for (key, s) in snapshots {
+        let windows = stats.windows(&key).unwrap_or_default();
+        let (client, route) = key;
         let client = client.map_or_else(|| "-".to_owned(), |ip| ip.to_string());
+        let shown: Vec<String> = windows
+            .iter()
+            .map(|w| format!("{:>2}/{:<4} per {:?}", w.pass, w.limit, w.interval))
+            .collect();
         println!(
-            "  {client:<15} {route:<12} pass {:>2}  block {:>2}  limit {:>4}",
-            s.pass, s.block, s.limit
+            "  {client:<15} {route:<12} block {:>2}  {}",
+            s.block,
+            shown.join(", ")
         );
     }
-    println!("route rules: {:?}", stats.route_limits());
+    println!(
+        "route rules per minute: {:?}",
+        stats
+            .route_limits_per(minute)
+            .expect("the layer has a minute's window")
+    );
 
     server.abort();
     let expected = alice_logins[..5].iter().all(|s| *s == StatusCode::OK)
@@ -133,11 +148,14 @@ async fn main() {
             .iter()
             .all(|s| *s == StatusCode::TOO_MANY_REQUESTS)
         && bob_login == StatusCode::OK
-        && alice_home == StatusCode::OK
+        && alice_home.iter().all(|s| *s == StatusCode::OK)
         && alice_again == StatusCode::TOO_MANY_REQUESTS;
     if !expected {
         eprintln!("\nunexpected answers: see above");
         std::process::exit(1);
     }
-    println!("\nas expected: 5 logins per client per minute, each client counted apart");
+    println!(
+        "\nas expected: 5 logins per client per minute, 100 per second elsewhere, each client \
+         counted apart"
+    );
 }

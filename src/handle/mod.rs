@@ -460,6 +460,11 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
                 add(overflow);
             }
         });
+        registry.windows().for_each_route_overflow(|_, overflow| {
+            if !overflow.node.is_idle_at(effective_now(overflow, now)) {
+                add(overflow);
+            }
+        });
         let mut total = Snapshot::from_counts(&counts, concurrency, limit);
         total.waiting = waiting;
         total
@@ -652,7 +657,11 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
             keys.apply_rules(checked.default, limits.clone(), self.now());
         }
         let _replaced = registry.apply_rules(checked.default, limits);
-        registry.apply_window_rules(&checked_windows.defaults, checked_windows.per_key);
+        registry.apply_window_rules(
+            &checked_windows.defaults,
+            checked_windows.per_key,
+            checked_windows.per_route,
+        );
         #[cfg(feature = "redis")]
         {
             for (key, &limit) in &written {

@@ -8,6 +8,7 @@ use std::time::Duration;
 use super::StatsHandle;
 use crate::error::ConfigError;
 use crate::key::IntoKey;
+use crate::rules::{interval_text, RulesError};
 use crate::store::effective_now;
 
 /// One window of a key: its interval, the key's limit in it and the passes
@@ -86,6 +87,14 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
     /// (A [`compact`](crate::SlidingWindowLayer::compact) layer has one
     /// window; for a key its table does not hold, the limit read is the
     /// one the layer was built with for it.)
+    ///
+    /// The limits read are the key's own or the window's default: a route
+    /// rule ([`route_rule_per`](crate::SlidingWindowLayer::route_rule_per),
+    /// [`route_rule`](crate::SlidingWindowLayer::route_rule)) is not in
+    /// them. [`windows`](Self::windows) reads the limits a key in the table
+    /// runs on, route rules included, and
+    /// [`route_limits_per`](Self::route_limits_per) lists a window's route
+    /// rules.
     pub fn limits_per<Q>(&self, key: &Q) -> Vec<(Duration, u64)>
     where
         K: Borrow<Q>,
@@ -188,5 +197,133 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
                     format!("got {interval:?}"),
                 )
             })
+    }
+}
+
+/// # Per-client limits per route, in further windows
+///
+/// For a layer keyed by a pair `(client, route)`, such as
+/// [`ClientRouteKey`](crate::ClientRouteKey), with further windows
+/// ([`limit_per`](crate::SlidingWindowLayer::limit_per)).
+impl<C: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<(C, String)> {
+    /// Sets `route`'s limit in the window of `interval` (added with
+    /// [`limit_per`](crate::SlidingWindowLayer::limit_per)) for every
+    /// client of it separately, as
+    /// [`route_rule_per`](crate::SlidingWindowLayer::route_rule_per) does in
+    /// the builder; [`set_route_limit`](Self::set_route_limit) is the first
+    /// window's. It applies from the next request to every key of the route
+    /// without its own limit in that window
+    /// ([`set_limit_per`](Self::set_limit_per),
+    /// [`rule_per`](crate::SlidingWindowLayer::rule_per)), against each
+    /// key's window as it is (no burst: passes already counted stay
+    /// counted, so a lower limit refuses at once and a higher one admits
+    /// only the difference), also to clients not seen yet, and survives
+    /// eviction. Nothing is stored per client.
+    ///
+    /// Route changes and [`apply_rules`](Self::apply_rules) are applied one
+    /// at a time; a request during the change sees its key's old limit or
+    /// its new one, never another.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_sliding_window::{ClientRouteKey, MatchedPathKey, PeerIpKey, SlidingWindowLayer};
+    ///
+    /// let minute = Duration::from_secs(60);
+    /// let layer = SlidingWindowLayer::qps(100)
+    ///     .key(ClientRouteKey::new(PeerIpKey, MatchedPathKey))
+    ///     .limit_per(minute, 6_000);
+    /// let stats = layer.handle();
+    /// stats.set_route_limit_per("POST /login", minute, 5).unwrap();
+    /// assert_eq!(
+    ///     stats.route_limits_per(minute).unwrap(),
+    ///     [("POST /login".to_owned(), 5)]
+    /// );
+    ///
+    /// // No window of that interval: an error naming the field.
+    /// let err = stats
+    ///     .set_route_limit_per("POST /login", Duration::from_secs(7), 5)
+    ///     .unwrap_err();
+    /// assert_eq!(err.field(), Some("interval"));
+    /// assert!(stats.remove_route_limit_per("POST /login", minute).unwrap());
+    /// assert!(stats.route_limits_per(minute).unwrap().is_empty());
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// When the layer has no `limit_per` window of `interval` (field
+    /// `interval`), or when `route` is longer than
+    /// [`MAX_KEY_BYTES`](crate::key::MAX_KEY_BYTES) (field `route`, as
+    /// [`set_route_limit`](Self::set_route_limit)); nothing changes then.
+    /// The error names the rule as a rules document does:
+    /// `windows["60s"].routes["POST /login"]`.
+    ///
+    /// # Not yet on a compact layer
+    ///
+    /// A [`compact`](crate::SlidingWindowLayer::compact) table does not
+    /// read route rules of further windows yet: its keys keep the window's
+    /// default there.
+    pub fn set_route_limit_per(
+        &self,
+        route: &str,
+        interval: Duration,
+        limit: u64,
+    ) -> Result<(), RulesError> {
+        let i = self.route_window_index(route, interval)?;
+        crate::rules::check_route(route).map_err(|reason| {
+            RulesError::invalid(
+                crate::rules::window_route_rule_name(&interval_text(interval), route),
+                "route",
+                reason,
+            )
+        })?;
+        let registry = self.registry();
+        let _applying = crate::rules::lock(&registry.rules().applying);
+        registry.set_route_window_limit(crate::key::route_part::<C>, route, i, Some(limit));
+        Ok(())
+    }
+
+    /// Removes `route`'s rule in the window of `interval`: its keys without
+    /// their own limit there go back to the window's default from the next
+    /// request (their windows as they are). Returns whether the route had
+    /// a rule there.
+    ///
+    /// # Errors
+    ///
+    /// When the layer has no `limit_per` window of `interval` (field
+    /// `interval`).
+    pub fn remove_route_limit_per(
+        &self,
+        route: &str,
+        interval: Duration,
+    ) -> Result<bool, RulesError> {
+        let i = self.route_window_index(route, interval)?;
+        let registry = self.registry();
+        let _applying = crate::rules::lock(&registry.rules().applying);
+        Ok(registry.set_route_window_limit(crate::key::route_part::<C>, route, i, None))
+    }
+
+    /// Every route rule of the window of `interval`, as (route, limit),
+    /// sorted by route.
+    ///
+    /// # Errors
+    ///
+    /// When the layer has no `limit_per` window of `interval` (field
+    /// `interval`).
+    pub fn route_limits_per(&self, interval: Duration) -> Result<Vec<(String, u64)>, ConfigError> {
+        let i = self.window_index(interval)?;
+        let mut routes = self.registry().windows().route_rules_of(i);
+        routes.sort_unstable();
+        Ok(routes)
+    }
+
+    /// [`window_index`](Self::window_index) as an error of the route rule.
+    fn route_window_index(&self, route: &str, interval: Duration) -> Result<usize, RulesError> {
+        self.window_index(interval).map_err(|_| {
+            RulesError::invalid(
+                crate::rules::window_route_rule_name(&interval_text(interval), route),
+                "interval",
+                format!("the layer has no `limit_per` window of {interval:?}"),
+            )
+        })
     }
 }

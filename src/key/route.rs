@@ -32,7 +32,12 @@ use super::{KeyExtractor, KeyVisitor};
 /// [`Rules`](crate::rules::Rules) document. A rule for one exact key
 /// ([`rule`](crate::SlidingWindowLayer::rule) with the pair) still wins
 /// over its route's rule, and keys of a route without a rule have the
-/// layer's default limit. See the
+/// layer's default limit. In a further window
+/// ([`limit_per`](crate::SlidingWindowLayer::limit_per)) a route's limit is
+/// [`route_rule_per`](crate::SlidingWindowLayer::route_rule_per),
+/// [`StatsHandle::set_route_limit_per`](crate::StatsHandle::set_route_limit_per)
+/// or the window's `routes` in a document: "5 logins per minute, 100 per
+/// second elsewhere" per client is one layer. See the
 /// [crate docs](crate#per-client-limits-per-route) for the whole setup.
 ///
 /// Route rules work with any extractor whose key is a pair `(C, String)`

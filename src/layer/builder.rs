@@ -601,7 +601,10 @@ where
     /// 3. Else the default limit ([`qps`](SlidingWindowLayer::qps)).
     ///
     /// The limit is per window of the layer ([`window`](Self::window)):
-    /// "5 per minute" is a layer whose window is a minute. Keys of a route
+    /// "5 per minute" is a layer whose window is a minute, or a layer with a
+    /// minute's further window ([`limit_per`](Self::limit_per)) and the
+    /// route's limit in it ([`route_rule_per`](Self::route_rule_per)),
+    /// which keeps a per-second limit on every route. Keys of a route
     /// with a rule are ordinary keys otherwise: they count against
     /// [`max_keys`](Self::max_keys) and idle ones are evicted (the route's
     /// rule applies again when the client comes back); when the table is

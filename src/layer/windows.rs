@@ -293,3 +293,94 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
         })
     }
 }
+
+/// # Per-client limits per route, in further windows
+///
+/// For a layer keyed by a pair `(client, route)`, such as
+/// [`ClientRouteKey`](crate::ClientRouteKey): see the
+/// [crate docs](crate#per-client-limits-per-route).
+impl<C, X, M, R> SlidingWindowLayer<X, M, R>
+where
+    X: KeyExtractor<Key = (C, String)>,
+    C: Clone + Eq + std::hash::Hash + Send + Sync + 'static,
+{
+    /// Gives `route` its own limit in the further window of `interval`
+    /// (added with [`limit_per`](Self::limit_per)) for **every client
+    /// separately**, as [`route_rule`](Self::route_rule) does for the first
+    /// window: each key `(client, route)` is limited to `limit` in that
+    /// window, counted apart from the other clients of the route. This
+    /// makes the per-client rule "5 logins per minute, 100 per second
+    /// elsewhere" one layer:
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_sliding_window::{ClientRouteKey, ForwardedIpKey, MatchedPathKey, SlidingWindowLayer};
+    ///
+    /// let minute = Duration::from_secs(60);
+    /// // Per client: 100 per second on every route (and 6 000 per minute,
+    /// // which 100 per second never exceeds), and 5 logins per minute.
+    /// let layer = SlidingWindowLayer::qps(100)
+    ///     .key(ClientRouteKey::new(ForwardedIpKey::trusted_hops(1), MatchedPathKey))
+    ///     .limit_per(minute, 6_000)
+    ///     .route_rule_per("POST /login", minute, 5);
+    /// let stats = layer.handle();
+    /// assert_eq!(stats.route_limits_per(minute).unwrap(), [("POST /login".to_owned(), 5)]);
+    /// ```
+    ///
+    /// # Precedence, in each window
+    ///
+    /// 1. The key's own limit in that window ([`rule_per`](Self::rule_per)
+    ///    with the pair, [`StatsHandle::set_limit_per`](crate::StatsHandle::set_limit_per),
+    ///    a document's `windows."60s".limits`).
+    /// 2. Else the route's rule in that window (this method,
+    ///    [`StatsHandle::set_route_limit_per`](crate::StatsHandle::set_route_limit_per),
+    ///    a document's `windows."60s".routes`).
+    /// 3. Else the window's default ([`limit_per`](Self::limit_per)).
+    ///
+    /// A request passes only if every window admits it, so a login above
+    /// is refused by the minute's window after 5, with the minute window's
+    /// wait in `Retry-After`, and by the second's window after 100 in a
+    /// second. Finding a new key's rules is one hash lookup of its route
+    /// part for all further windows (none while no route has a further
+    /// window's rule); nothing is kept per client. When the table is full,
+    /// a new key of a route that also has a first-window
+    /// [`route_rule`](Self::route_rule) shares the route's overflow entry,
+    /// which has the route's limits in every window; a key of a route with
+    /// further windows' rules only shares the layer's overflow entry, with
+    /// the windows' defaults (give the route a `route_rule` too, at the
+    /// first window's default, to keep its own overflow entry).
+    ///
+    /// Not yet on a [`compact`](Self::compact) layer: a compact table does
+    /// not read route rules of further windows.
+    ///
+    /// # Panics
+    ///
+    /// When the layer has no further window of `interval` (call
+    /// [`limit_per`](Self::limit_per) first), or when `route` is longer
+    /// than [`MAX_KEY_BYTES`](crate::key::MAX_KEY_BYTES) (the built-in
+    /// route extractors key a longer route by its digest form, which a rule
+    /// cannot name).
+    #[track_caller]
+    pub fn route_rule_per(self, route: impl Into<String>, interval: Duration, limit: u64) -> Self {
+        let ms = interval_ms("route_rule_per", interval);
+        let route = route.into();
+        if let Err(reason) = crate::rules::check_route(&route) {
+            panic!("SlidingWindowLayer::route_rule_per: invalid `route`: {reason}");
+        }
+        let settings = self.store_settings();
+        if settings.limit_per.index_of(ms).is_none() {
+            panic!(
+                "SlidingWindowLayer::route_rule_per: invalid `interval`: the layer has no \
+                 `limit_per` window of {ms} ms (add it with `limit_per` before `route_rule_per`)"
+            );
+        }
+        self.configure(move |s| {
+            s.route_of = Some(crate::key::route_part::<C>);
+            s.limit_per
+                .routes
+                .entry(route)
+                .or_default()
+                .insert(ms, limit);
+        })
+    }
+}

@@ -71,9 +71,13 @@
 //! the layer. `default` and `limits` at the top of the document keep naming
 //! the first window. A window absent from `windows` goes back to the limit
 //! its `limit_per` gave it, with no per-key limits, as `default` does.
-//! Errors name the window's rule: `windows["60s"]` (field `interval`),
-//! `windows["60s"].default` (field `limit`), or
-//! `windows["60s"].limits["/login"]` (field `key` or `limit`).
+//! A window's section may also hold `routes`, a route's limit in that
+//! window for every client separately (see
+//! [below](self#per-client-limits-per-route)). Errors name the window's
+//! rule: `windows["60s"]` (field `interval`), `windows["60s"].default`
+//! (field `limit`), `windows["60s"].limits["/login"]` (field `key` or
+//! `limit`), or `windows["60s"].routes["POST /login"]` (field `route` or
+//! `limit`).
 //!
 //! ```toml
 //! default = 10             # per second: the first window
@@ -156,6 +160,23 @@
 //! "10.0.0.7, POST /login" = 50   # this client: 50
 //! ```
 //!
+//! The route rules of a further window
+//! ([`limit_per`](crate::SlidingWindowLayer::limit_per)) are in that
+//! window's section, with the same precedence in each window: the key's
+//! own limit there, else its route's, else the window's default. The
+//! per-client rule "5 logins per minute, 100 per second elsewhere", for a
+//! layer of `qps(100)` and `limit_per(60 s, 6_000)`:
+//!
+//! ```toml
+//! default = 100                 # per second: the first window
+//!
+//! [windows."60s".routes]
+//! "POST /login" = 5             # each client: 5 logins per minute
+//!
+//! [windows."60s".limits]
+//! "10.0.0.7, POST /login" = 50  # this client: 50
+//! ```
+//!
 //! A route is at most [`MAX_KEY_BYTES`](crate::key::MAX_KEY_BYTES) bytes;
 //! a route rule for a layer whose keys have no route part is an error
 //! (field `route`), as is a limit above [`MAX_LIMIT`] (field `limit`); the
@@ -223,7 +244,7 @@ pub(crate) use status::{lock, Status};
 #[cfg(feature = "rules-file")]
 #[cfg_attr(docsrs, doc(cfg(feature = "rules-file")))]
 pub use watch::{RulesParser, RulesWatcher, RulesWatcherBuilder, MAX_RULES_FILE_BYTES};
-pub(crate) use windows::check_windows;
+pub(crate) use windows::{check_windows, window_route_rule_name};
 pub use windows::{interval_text, WindowRules};
 
 /// The largest limit a rule may set: 2^53, the largest integer that every

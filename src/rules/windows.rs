@@ -7,8 +7,8 @@ use std::fmt;
 use std::hash::Hash;
 use std::time::Duration;
 
-use super::error::{rule_name, RulesError};
-use super::{check_limit, RuleKey, Rules};
+use super::error::{route_rule_name, rule_name, RulesError};
+use super::{check_limit, check_route, RuleKey, Rules};
 
 /// The limits of one further window in a rules document (see
 /// [`Rules::windows`]).
@@ -35,6 +35,15 @@ pub struct WindowRules {
         serde(default, skip_serializing_if = "BTreeMap::is_empty")
     )]
     pub limits: BTreeMap<String, u64>,
+    /// Each route's limit in this window for every client of it
+    /// separately, the route written as text, for a layer keyed by a pair
+    /// `(client, route)` (see
+    /// [Per-client limits per route](super#per-client-limits-per-route)).
+    #[cfg_attr(
+        feature = "serde",
+        serde(default, skip_serializing_if = "BTreeMap::is_empty")
+    )]
+    pub routes: BTreeMap<String, u64>,
 }
 
 impl fmt::Debug for WindowRules {
@@ -42,6 +51,7 @@ impl fmt::Debug for WindowRules {
         f.debug_struct("WindowRules")
             .field("default", &self.default)
             .field("limits", &self.limits)
+            .field("routes", &self.routes)
             .finish()
     }
 }
@@ -103,18 +113,27 @@ fn window_name(interval: &str, rest: &str) -> String {
     format!("windows[\"{shown}\"]{rest}")
 }
 
+/// How an error names a route rule of a window:
+/// `windows["60s"].routes["POST /login"]`.
+pub(crate) fn window_route_rule_name(interval: &str, route: &str) -> String {
+    window_name(interval, &format!(".{}", route_rule_name(route)))
+}
+
 /// A `windows` section checked against a layer's further windows: one
-/// default per window (`None`: the layer's own), and each key's limits.
+/// default per window (`None`: the layer's own), each key's limits and
+/// each route's.
 pub(crate) struct CheckedWindows<K> {
     pub(crate) defaults: Vec<Option<u64>>,
     pub(crate) per_key: HashMap<K, Box<[Option<u64>]>>,
+    pub(crate) per_route: HashMap<String, Box<[Option<u64>]>>,
 }
 
 /// Checks the `windows` section of `rules` against the layer's further
 /// windows (`index_of` finds a window by its interval in ms, among `count`):
 /// every interval must name one, each limit be at most `MAX_LIMIT`, each
-/// key read into `K`, no window named twice. The error names the rule and
-/// the field (`interval`, `limit` or `key`).
+/// key read into `K`, each route at most `MAX_KEY_BYTES` of a key type with
+/// a route part, no window named twice. The error names the rule and the
+/// field (`interval`, `limit`, `key` or `route`).
 pub(crate) fn check_windows<K: RuleKey + Clone + Eq + Hash>(
     rules: &Rules,
     count: usize,
@@ -122,6 +141,7 @@ pub(crate) fn check_windows<K: RuleKey + Clone + Eq + Hash>(
 ) -> Result<CheckedWindows<K>, RulesError> {
     let mut defaults = vec![None; count];
     let mut per_key: HashMap<K, Box<[Option<u64>]>> = HashMap::new();
+    let mut per_route: HashMap<String, Box<[Option<u64>]>> = HashMap::new();
     let mut seen: HashMap<usize, &str> = HashMap::new();
     for (text, window) in &rules.windows {
         let name = || window_name(text, "");
@@ -164,8 +184,30 @@ pub(crate) fn check_windows<K: RuleKey + Clone + Eq + Hash>(
             }
             slots[i] = Some(limit);
         }
+        for (route, &limit) in &window.routes {
+            let rule = || window_route_rule_name(text, route);
+            if K::route_of_key().is_none() {
+                return Err(RulesError::invalid(
+                    rule(),
+                    "route",
+                    "the layer's keys have no route part: route rules need a key made of a \
+                     client and a route (`ClientRouteKey`)",
+                ));
+            }
+            check_route(route).map_err(|reason| RulesError::invalid(rule(), "route", reason))?;
+            check_limit(limit).map_err(|reason| RulesError::invalid(rule(), "limit", reason))?;
+            // Routes are text: two routes of one window are two rules (the
+            // map's keys are distinct).
+            per_route
+                .entry(route.clone())
+                .or_insert_with(|| vec![None; count].into_boxed_slice())[i] = Some(limit);
+        }
     }
-    Ok(CheckedWindows { defaults, per_key })
+    Ok(CheckedWindows {
+        defaults,
+        per_key,
+        per_route,
+    })
 }
 
 /// # Further windows
@@ -177,6 +219,31 @@ impl Rules {
             .entry(interval_text(interval))
             .or_default()
             .default = Some(limit);
+        self
+    }
+
+    /// Sets `route`'s limit in the layer's further window of `interval`, for
+    /// every client of the route separately (a layer keyed by client and
+    /// route; see [Per-client limits per route](crate::rules#per-client-limits-per-route)).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_sliding_window::rules::Rules;
+    ///
+    /// let rules = Rules::new().window_route_limit(Duration::from_secs(60), "POST /login", 5);
+    /// assert_eq!(rules.windows["60s"].routes["POST /login"], 5);
+    /// ```
+    pub fn window_route_limit(
+        mut self,
+        interval: Duration,
+        route: impl Into<String>,
+        limit: u64,
+    ) -> Self {
+        self.windows
+            .entry(interval_text(interval))
+            .or_default()
+            .routes
+            .insert(route.into(), limit);
         self
     }
 

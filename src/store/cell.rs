@@ -145,7 +145,16 @@ impl<K> Settings<K> {
             }
             HashMap::new()
         };
-        let limit_per = rekey_limit_per(self.limit_per);
+        let mut limit_per = rekey_limit_per(self.limit_per);
+        if route_of.is_none() && !limit_per.routes.is_empty() {
+            tracing::warn!(
+                dropped = limit_per.routes.len(),
+                "SlidingWindowLayer::key: route rules of further windows (`route_rule_per`) given \
+                 before `key` name routes of the previous key type and are dropped; give them \
+                 after `key`"
+            );
+            limit_per.routes.clear();
+        }
         Settings {
             default_limit: self.default_limit,
             overflow_limit: self.overflow_limit,
@@ -186,6 +195,7 @@ fn rekey_limit_per<K: 'static, L: Eq + Hash + 'static>(limit_per: LimitPer<K>) -
     LimitPer {
         windows: limit_per.windows,
         rules,
+        routes: limit_per.routes,
     }
 }
 

@@ -228,7 +228,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
                 &breakers,
                 &rt_histogram,
                 system.as_ref(),
-                windows.build(None),
+                windows.build(None, None),
             )
             .into_overflow(),
         );
@@ -375,7 +375,8 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
         if let Some(windows) = entry.windows() {
             // The same for the further windows' limits (see
             // `set_window_limit`).
-            self.windows.refresh(Some(key), windows);
+            // A zero-sized key has no route part.
+            self.windows.refresh(Some(key), None, windows);
         }
         Arc::clone(entry)
     }
@@ -403,7 +404,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
             &self.breakers,
             &self.rt_histogram,
             self.system.as_ref(),
-            self.windows.build(Some(&key)),
+            self.windows.build(Some(&key), self.routes.route_of(&key)),
         );
         (Arc::new(key), Arc::new(entry))
     }
@@ -416,15 +417,23 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
         let pinned = read(&self.limits).contains_key(key.key()) || self.windows.has_own(key.key());
         if !pinned && !self.reserve(now) {
             self.note_overflow(now);
-            if self.routes.active() {
+            if self.routes.active() || self.windows.routes_active() {
                 // A key of a route with a rule shares its route's overflow
-                // entry, limited as the route is: filling the table never
-                // moves a client onto the default limit.
+                // entry, limited as the route is in every window: filling
+                // the table never moves a client onto the default limits.
                 let key = key.into_owned();
-                if let Some(entry) = self
-                    .routes
-                    .overflow(&key, |limit| self.overflow_entry(limit))
-                {
+                if let Some(entry) = self.routes.overflow(&key, |limit| {
+                    self.overflow_entry(limit, self.routes.route_of(&key))
+                }) {
+                    return entry;
+                }
+                // A route with rules in further windows only: its own
+                // overflow entry, on the shared one's first-window limit.
+                if let Some(entry) = self.routes.route_of(&key).and_then(|route| {
+                    self.windows.route_overflow(route, |windows| {
+                        self.overflow_entry_with(self.overflow.limit(), Some(windows))
+                    })
+                }) {
                     return entry;
                 }
             }
@@ -723,8 +732,15 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
         had
     }
 
-    /// A new overflow entry limited to `limit` (a route's).
-    fn overflow_entry(&self, limit: u64) -> Entry {
+    /// A new overflow entry limited to `limit` (a route's), with the
+    /// further windows' limits of `route`.
+    fn overflow_entry(&self, limit: u64, route: Option<&str>) -> Entry {
+        self.overflow_entry_with(limit, self.windows.build(None, route))
+    }
+
+    /// A new overflow entry limited to `limit`, with further windows
+    /// `windows`.
+    fn overflow_entry_with(&self, limit: u64, windows: Option<crate::stat::ExtraWindows>) -> Entry {
         Entry::new(
             self.window,
             self.clock.clone(),
@@ -734,7 +750,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
             &self.breakers,
             &self.rt_histogram,
             self.system.as_ref(),
-            self.windows.build(None),
+            windows,
         )
         .into_overflow()
     }
@@ -819,7 +835,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
             // As in `set_limit`: reach an entry a first request is building.
             let (key, entry) = self.single.get_or_init(|| self.create(key, hash, true));
             if let Some(windows) = entry.windows() {
-                self.windows.refresh(Some(key), windows);
+                self.windows.refresh(Some(key), None, windows);
             }
             return;
         }
@@ -827,9 +843,52 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
         let table = write(self.shard(hash));
         if let Some((key, entry)) = table.find(hash, |(k, _)| **k == key) {
             if let Some(windows) = entry.windows() {
-                self.windows.refresh(Some(key), windows);
+                self.windows
+                    .refresh(Some(key), self.routes.route_of(key), windows);
             }
         }
+    }
+
+    /// Sets (`Some`) or removes (`None`) `route`'s rule in further window
+    /// `i`, and brings every live key of the route to it (its window as it
+    /// is: no burst; a key's own limit in that window stays). Returns
+    /// whether the route had a rule there.
+    ///
+    /// The caller holds `rules().applying`. The rule is written first; then
+    /// each shard is read-locked in turn, so that an entry created before
+    /// the write (under its shard's write lock) is visited, and one created
+    /// after it read the new rule itself (see `set_route_limit`).
+    pub(crate) fn set_route_window_limit(
+        &self,
+        route_of: RouteOf<K>,
+        route: &str,
+        i: usize,
+        limit: Option<u64>,
+    ) -> bool {
+        self.routes.set_route_of(route_of);
+        let had = self.windows.set_route(route, i, limit);
+        self.routes.for_each_route_overflow(|name, entry| {
+            if name == route {
+                if let Some(windows) = entry.windows() {
+                    self.windows.refresh(None, Some(name), windows);
+                }
+            }
+        });
+        self.windows.refresh_route_overflows();
+        if Self::is_single() {
+            return had;
+        }
+        for shard in self.shards.iter() {
+            let table = read(shard);
+            for (key, entry) in table.iter() {
+                if let Some(windows) = entry.windows() {
+                    if self.routes.is_route(key, route) {
+                        self.windows.refresh(Some(key), Some(route), windows);
+                    }
+                }
+            }
+        }
+        had
     }
 
     /// Replaces the further windows' defaults and per-key limits (a rules
@@ -839,18 +898,25 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
         &self,
         defaults: &[Option<u64>],
         per_key: HashMap<K, super::KeyLimits>,
+        per_route: HashMap<String, super::KeyLimits>,
     ) {
         if !self.windows.any() {
             return;
         }
-        self.windows.replace(defaults, per_key);
+        self.windows.replace(defaults, per_key, per_route);
         if let Some(windows) = self.overflow.windows() {
-            self.windows.refresh(None, windows);
+            self.windows.refresh(None, None, windows);
         }
+        self.routes.for_each_route_overflow(|route, entry| {
+            if let Some(windows) = entry.windows() {
+                self.windows.refresh(None, Some(route), windows);
+            }
+        });
+        self.windows.refresh_route_overflows();
         if Self::is_single() {
             if let Some((key, entry)) = self.single.get() {
                 if let Some(windows) = entry.windows() {
-                    self.windows.refresh(Some(key), windows);
+                    self.windows.refresh(Some(key), None, windows);
                 }
             }
             return;
@@ -859,7 +925,8 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
             let table = read(shard);
             for (key, entry) in table.iter() {
                 if let Some(windows) = entry.windows() {
-                    self.windows.refresh(Some(key), windows);
+                    self.windows
+                        .refresh(Some(key), self.routes.route_of(key), windows);
                 }
             }
         }
@@ -894,6 +961,10 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Registry<K> {
         };
         if self.overflow_on_default {
             self.overflow.set_limit_only(default);
+            // The overflow entries of routes with further windows' rules
+            // only are on the shared one's first-window limit.
+            self.windows
+                .for_each_route_overflow(|_, entry| entry.set_limit_only(default));
         }
         // Each entry's limit is stored with the limits' read lock held, so
         // that a `set_limit` racing this (which writes the table, then the

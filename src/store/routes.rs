@@ -188,6 +188,23 @@ impl<K> Routes<K> {
         self.count.store(rules.len(), Ordering::Relaxed);
     }
 
+    /// Sets the route part of keys, for a rule that does not go through
+    /// [`set`](Self::set) (a further window's route rule).
+    pub(crate) fn set_route_of(&self, route_of: RouteOf<K>) {
+        let _ = self.route_of.set(route_of);
+    }
+
+    /// Calls `f` with every route's overflow entry made so far and its
+    /// route (under the rules' read lock: `f` must not take a key table's
+    /// lock, nor this one's write lock).
+    pub(crate) fn for_each_route_overflow(&self, mut f: impl FnMut(&str, &Entry)) {
+        for (route, rule) in read(&self.rules).iter() {
+            if let Some(entry) = rule.overflow.get() {
+                f(route, entry);
+            }
+        }
+    }
+
     /// Calls `f` with every route's overflow entry made so far (under the
     /// rules' read lock: `f` must not take a key table's lock).
     pub(crate) fn for_each_overflow(&self, mut f: impl FnMut(&Entry)) {

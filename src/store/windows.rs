@@ -8,9 +8,11 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::hash::Hash;
+use std::sync::{Arc, OnceLock};
 
+use super::Entry;
 use crate::stat::{ExtraWindows, WindowShape};
-use crate::sync::{read, write, AtomicU64, Ordering, RwLock};
+use crate::sync::{read, write, AtomicU64, AtomicUsize, Ordering, RwLock};
 
 /// The further windows as the builder sets them.
 #[derive(Debug, Clone)]
@@ -21,6 +23,9 @@ pub(crate) struct LimitPer<K> {
     pub(crate) windows: Vec<(u64, u64)>,
     /// Per-key limits of further windows: key, then interval, then limit.
     pub(crate) rules: HashMap<K, BTreeMap<u64, u64>>,
+    /// Route rules of further windows (`SlidingWindowLayer::route_rule_per`):
+    /// route, then interval, then the limit every key of the route gets.
+    pub(crate) routes: HashMap<String, BTreeMap<u64, u64>>,
 }
 
 impl<K> Default for LimitPer<K> {
@@ -28,6 +33,7 @@ impl<K> Default for LimitPer<K> {
         LimitPer {
             windows: Vec::new(),
             rules: HashMap::new(),
+            routes: HashMap::new(),
         }
     }
 }
@@ -43,6 +49,25 @@ impl<K> LimitPer<K> {
 /// window's default).
 pub(crate) type KeyLimits = Box<[Option<u64>]>;
 
+/// One route's rules in the further windows.
+struct RouteWindows {
+    limits: KeyLimits,
+    /// The entry keys of the route share when a full table has no room for
+    /// them and the route has no first-window rule (which has its own, see
+    /// `Routes`), made on the first such request: a flood that fills the
+    /// table never lifts a client onto the windows' defaults.
+    overflow: OnceLock<Arc<Entry>>,
+}
+
+impl RouteWindows {
+    fn new(limits: KeyLimits) -> Self {
+        RouteWindows {
+            limits,
+            overflow: OnceLock::new(),
+        }
+    }
+}
+
 /// The further windows' limits in a built table.
 pub(crate) struct WindowLimits<K> {
     /// Every further window's shape; empty without `limit_per`.
@@ -56,6 +81,17 @@ pub(crate) struct WindowLimits<K> {
     built_defaults: Box<[u64]>,
     /// Per-key limits. Apart from the entries, so they survive eviction.
     per_key: RwLock<HashMap<K, KeyLimits>>,
+    /// Route rules: one slot per window (`None`: no rule in that window)
+    /// for every key of the route, found by one hash lookup of a key's
+    /// route part; nothing is kept per client. Lock order: `per_key`, then
+    /// this one; it is written alone or with `per_key`'s write lock held.
+    per_route: RwLock<HashMap<Box<str>, RouteWindows>>,
+    /// Entries of `per_route`, so that a key of a layer without route rules
+    /// in further windows skips its lock. Written under `per_route`'s write
+    /// lock, read Relaxed on its own: a key built while the first rule is
+    /// being added either sees it, or is visited by the walk the caller
+    /// makes after the write (see `Registry::set_route_window_limit`).
+    route_count: AtomicUsize,
     strict: bool,
 }
 
@@ -77,7 +113,19 @@ impl<K: Clone + Eq + Hash> WindowLimits<K> {
             .iter()
             .map(|(key, limits)| (key.clone(), key_limits(&settings.windows, limits)))
             .collect();
+        let per_route: HashMap<Box<str>, RouteWindows> = settings
+            .routes
+            .iter()
+            .map(|(route, limits)| {
+                (
+                    Box::from(route.as_str()),
+                    RouteWindows::new(key_limits(&settings.windows, limits)),
+                )
+            })
+            .collect();
         WindowLimits {
+            route_count: AtomicUsize::new(per_route.len()),
+            per_route: RwLock::new(per_route),
             shapes,
             defaults: settings
                 .windows
@@ -122,41 +170,140 @@ impl<K: Clone + Eq + Hash> WindowLimits<K> {
         self.any() && read(&self.per_key).contains_key(key)
     }
 
-    /// The further windows of a new entry for `key` (`None` for none):
-    /// each with the key's own limit, or the window's default.
-    pub(crate) fn build(&self, key: Option<&K>) -> Option<ExtraWindows> {
+    /// Whether any route rule of a further window exists (a sole Relaxed
+    /// load).
+    #[inline]
+    pub(crate) fn routes_active(&self) -> bool {
+        self.route_count.load(Ordering::Relaxed) != 0
+    }
+
+    /// The limit in window `i` of a key with own limits `own` and route
+    /// rules `by_route`: its own, else its route's, else the default.
+    #[inline]
+    fn pick(&self, own: Option<&KeyLimits>, by_route: Option<&KeyLimits>, i: usize) -> u64 {
+        own.and_then(|limits| limits[i])
+            .or_else(|| by_route.and_then(|limits| limits[i]))
+            .unwrap_or_else(|| self.default_of(i))
+    }
+
+    /// Calls `f` with the route rules of `route` (`None`: no rule, or no
+    /// route part): one hash lookup under the read lock, skipped while
+    /// there is no route rule.
+    fn with_route<T>(&self, route: Option<&str>, f: impl FnOnce(Option<&KeyLimits>) -> T) -> T {
+        match route {
+            Some(route) if self.routes_active() => {
+                f(read(&self.per_route).get(route).map(|rule| &rule.limits))
+            }
+            _ => f(None),
+        }
+    }
+
+    /// The further windows of a new entry for `key` (`None` for none) of
+    /// route `route`: each with the key's own limit, else its route's,
+    /// else the window's default.
+    pub(crate) fn build(&self, key: Option<&K>, route: Option<&str>) -> Option<ExtraWindows> {
         if !self.any() {
             return None;
         }
         let per_key = read(&self.per_key);
         let own = key.and_then(|key| per_key.get(key));
-        let windows = ExtraWindows::new(&self.shapes, self.strict, |i| {
-            own.and_then(|limits| limits[i])
-                .unwrap_or_else(|| self.default_of(i))
-        })
-        .expect("the further windows were validated when the layer was built");
-        Some(windows)
+        let windows = self.with_route(route, |by_route| {
+            ExtraWindows::new(&self.shapes, self.strict, |i| self.pick(own, by_route, i))
+        });
+        Some(windows.expect("the further windows were validated when the layer was built"))
     }
 
-    /// Brings `windows` (the entry of `key`, `None` for the overflow entry)
-    /// to the limits now in force.
-    pub(crate) fn refresh(&self, key: Option<&K>, windows: &ExtraWindows) {
+    /// Brings `windows` (the entry of `key` of route `route`, `None` for
+    /// the overflow entry) to the limits now in force.
+    pub(crate) fn refresh(&self, key: Option<&K>, route: Option<&str>, windows: &ExtraWindows) {
         let per_key = read(&self.per_key);
-        self.refresh_locked(&per_key, key, windows);
+        let own = key.and_then(|key| per_key.get(key));
+        self.with_route(route, |by_route| {
+            for (i, window) in windows.iter().enumerate() {
+                window.set_limit(self.pick(own, by_route, i));
+            }
+        });
     }
 
-    fn refresh_locked(
+    /// Sets `route`'s rule in window `i` (`None`: removes it). Returns
+    /// whether the route had a rule there. The caller then brings the
+    /// route's live entries up to date ([`refresh`](Self::refresh)).
+    pub(crate) fn set_route(&self, route: &str, i: usize, limit: Option<u64>) -> bool {
+        let mut per_route = write(&self.per_route);
+        let had = per_route
+            .get(route)
+            .is_some_and(|rule| rule.limits[i].is_some());
+        match per_route.get_mut(route) {
+            Some(rule) => {
+                rule.limits[i] = limit;
+                if rule.limits.iter().all(Option::is_none) {
+                    per_route.remove(route);
+                }
+            }
+            None => {
+                if limit.is_some() {
+                    let mut slots = vec![None; self.shapes.len()].into_boxed_slice();
+                    slots[i] = limit;
+                    per_route.insert(Box::from(route), RouteWindows::new(slots));
+                }
+            }
+        }
+        self.route_count.store(per_route.len(), Ordering::Relaxed);
+        had
+    }
+
+    /// Every route rule of window `i`, as (route, limit), in no particular
+    /// order.
+    pub(crate) fn route_rules_of(&self, i: usize) -> Vec<(String, u64)> {
+        read(&self.per_route)
+            .iter()
+            .filter_map(|(route, rule)| rule.limits[i].map(|limit| (route.to_string(), limit)))
+            .collect()
+    }
+
+    /// The overflow entry of `route` when it has a rule in a further
+    /// window, made with `make` (given the route's further windows) on the
+    /// route's first overflow; `None` when it has none.
+    pub(crate) fn route_overflow(
         &self,
-        per_key: &HashMap<K, KeyLimits>,
-        key: Option<&K>,
-        windows: &ExtraWindows,
-    ) {
-        let own = key.and_then(|key| per_key.get(key));
-        for (i, window) in windows.iter().enumerate() {
-            let limit = own
-                .and_then(|limits| limits[i])
-                .unwrap_or_else(|| self.default_of(i));
-            window.set_limit(limit);
+        route: &str,
+        make: impl FnOnce(ExtraWindows) -> Entry,
+    ) -> Option<Arc<Entry>> {
+        if !self.routes_active() {
+            return None;
+        }
+        let per_route = read(&self.per_route);
+        let rule = per_route.get(route)?;
+        let entry = rule.overflow.get_or_init(|| {
+            let windows = ExtraWindows::new(&self.shapes, self.strict, |i| {
+                self.pick(None, Some(&rule.limits), i)
+            })
+            .expect("the further windows were validated when the layer was built");
+            Arc::new(make(windows))
+        });
+        Some(Arc::clone(entry))
+    }
+
+    /// Calls `f` with every route overflow entry made so far and its route
+    /// (under the route rules' read lock: `f` must not take this table's
+    /// locks, nor a key table's).
+    pub(crate) fn for_each_route_overflow(&self, mut f: impl FnMut(&str, &Entry)) {
+        for (route, rule) in read(&self.per_route).iter() {
+            if let Some(entry) = rule.overflow.get() {
+                f(route, entry);
+            }
+        }
+    }
+
+    /// Brings every route overflow entry's further windows to the limits
+    /// now in force.
+    pub(crate) fn refresh_route_overflows(&self) {
+        for rule in read(&self.per_route).values() {
+            if let Some(windows) = rule.overflow.get().and_then(|entry| entry.windows()) {
+                for (i, window) in windows.iter().enumerate() {
+                    window.set_limit(self.pick(None, Some(&rule.limits), i));
+                }
+            }
         }
     }
 
@@ -178,10 +325,33 @@ impl<K: Clone + Eq + Hash> WindowLimits<K> {
     }
 
     /// Replaces every default (`None` in `defaults`: the one the layer was
-    /// built with) and every per-key limit; returns nothing, as the caller
-    /// then walks the table with [`refresh`](Self::refresh).
-    pub(crate) fn replace(&self, defaults: &[Option<u64>], per_key: HashMap<K, KeyLimits>) {
+    /// built with), every per-key limit and every route rule; returns
+    /// nothing, as the caller then walks the table with
+    /// [`refresh`](Self::refresh).
+    pub(crate) fn replace(
+        &self,
+        defaults: &[Option<u64>],
+        per_key: HashMap<K, KeyLimits>,
+        per_route: HashMap<String, KeyLimits>,
+    ) {
         let mut table = write(&self.per_key);
+        {
+            // Routes in both keep their overflow entry (brought to the new
+            // limits by the caller); the others' go.
+            let mut routes = write(&self.per_route);
+            let mut old = std::mem::take(&mut *routes);
+            for (route, limits) in per_route {
+                let rule = match old.remove_entry(route.as_str()) {
+                    Some((_, mut rule)) => {
+                        rule.limits = limits;
+                        rule
+                    }
+                    None => RouteWindows::new(limits),
+                };
+                routes.insert(route.into_boxed_str(), rule);
+            }
+            self.route_count.store(routes.len(), Ordering::Relaxed);
+        }
         for (i, default) in self.defaults.iter().enumerate() {
             let value = defaults
                 .get(i)
@@ -226,4 +396,66 @@ fn key_limits(windows: &[(u64, u64)], limits: &BTreeMap<u64, u64>) -> KeyLimits 
         .iter()
         .map(|(interval_ms, _)| limits.get(interval_ms).copied())
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINUTE: u64 = 60_000;
+    const HOUR: u64 = 3_600_000;
+
+    fn limits_of(windows: &ExtraWindows) -> Vec<u64> {
+        windows.iter().map(|w| w.limit()).collect()
+    }
+
+    /// A minute (default 100) and an hour (default 1 000); `"own"` has its
+    /// own hour limit, and `POST /login` a rule in both windows.
+    fn table() -> WindowLimits<String> {
+        let mut settings = LimitPer::<String> {
+            windows: vec![(MINUTE, 100), (HOUR, 1_000)],
+            ..LimitPer::default()
+        };
+        settings
+            .rules
+            .insert("own".to_owned(), BTreeMap::from([(HOUR, 7)]));
+        settings.routes.insert(
+            "POST /login".to_owned(),
+            BTreeMap::from([(MINUTE, 5), (HOUR, 20)]),
+        );
+        WindowLimits::new(&settings, 10, false)
+    }
+
+    #[test]
+    fn each_window_takes_the_keys_own_limit_then_its_routes_then_the_default() {
+        let table = table();
+        let own = "own".to_owned();
+        let other = "other".to_owned();
+        let login = Some("POST /login");
+        let built = |key: &String, route| limits_of(&table.build(Some(key), route).unwrap());
+        assert_eq!(built(&own, login), [5, 7]);
+        assert_eq!(built(&other, login), [5, 20]);
+        assert_eq!(built(&other, Some("GET /")), [100, 1_000]);
+        assert_eq!(built(&other, None), [100, 1_000]);
+        assert_eq!(limits_of(&table.build(None, login).unwrap()), [5, 20]);
+    }
+
+    #[test]
+    fn a_route_without_a_rule_in_any_window_is_gone_and_lookups_stop() {
+        let table = table();
+        assert!(table.routes_active());
+        assert!(table.set_route("POST /login", 0, None));
+        assert_eq!(table.route_rules_of(0), []);
+        assert_eq!(table.route_rules_of(1), [("POST /login".to_owned(), 20)]);
+        assert!(table.routes_active());
+        assert!(table.set_route("POST /login", 1, None));
+        assert!(!table.set_route("POST /login", 1, None));
+        assert!(!table.routes_active());
+        let windows = table.build(None, Some("POST /login")).unwrap();
+        assert_eq!(limits_of(&windows), [100, 1_000]);
+        // Set again, then a live entry is brought to it.
+        assert!(!table.set_route("POST /login", 0, Some(u64::MAX)));
+        table.refresh(None, Some("POST /login"), &windows);
+        assert_eq!(limits_of(&windows), [u64::MAX, 1_000]);
+    }
 }

@@ -7,6 +7,9 @@ mod support;
 
 // `MatchedPathKey`, the route part of these keys, is behind `axum`.
 #[cfg(feature = "axum")]
+mod client_route_windows;
+// `MatchedPathKey`, the route part of these keys, is behind `axum`.
+#[cfg(feature = "axum")]
 mod client_routes;
 mod compact;
 mod contract;

@@ -1,6 +1,7 @@
 //! The `routes` section of a rules document: a route's limit for every
 //! client separately, in TOML, JSON and YAML, applied all or nothing, on
-//! full and compact layers.
+//! full and compact layers; and the `routes` of a further window's section
+//! (`windows."60s".routes`).
 
 use std::net::{IpAddr, SocketAddr};
 
@@ -299,4 +300,244 @@ async fn routes_with_invalid_bytes_or_control_characters_are_refused_or_kept_har
         "{shown}"
     );
     assert_eq!(stats.route_limits(), [(odd.to_owned(), 0)]);
+}
+
+/// 100 per second and 6 000 per minute per client and route: the layer of
+/// the per-client rule, its minute's route rules coming from documents.
+fn minute_layer(clock: &ManualClock) -> Layer {
+    layer(clock, false).limit_per(MINUTE, 6_000)
+}
+
+const MINUTE: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// The per-client rule as a document: 5 logins per client per minute,
+/// and one client with 8.
+fn minute_rules() -> Rules {
+    Rules::new()
+        .default_limit(100)
+        .window_route_limit(MINUTE, LOGIN, 5)
+        .window_limit(MINUTE, "10.0.0.7, POST /login", 8)
+}
+
+/// The minute's route rules, and each key's limit in each window.
+type WindowState = (Vec<(String, u64)>, Vec<(Key, Vec<u64>)>);
+
+/// The minute's route rules, and each key's limit in each window, sorted:
+/// what a rejected document must leave as it was.
+fn window_state(stats: &StatsHandle<Key>) -> WindowState {
+    let mut keys: Vec<_> = stats
+        .snapshots()
+        .into_iter()
+        .map(|(key, _)| {
+            let limits = stats
+                .windows(&key)
+                .unwrap()
+                .iter()
+                .map(|w| w.limit)
+                .collect();
+            (key, limits)
+        })
+        .collect();
+    keys.sort();
+    (stats.route_limits_per(MINUTE).unwrap(), keys)
+}
+
+#[test]
+fn a_windows_routes_section_reads_the_same_in_toml_json_and_yaml() {
+    let toml_text = r#"
+default = 100
+
+[windows."60s".routes]
+"POST /login" = 5
+
+[windows."1m".limits]
+"10.0.0.7, POST /login" = 8
+"#;
+    let json = r#"{ "default": 100, "windows": {
+        "60s": { "routes": { "POST /login": 5 }, "limits": { "10.0.0.7, POST /login": 8 } } } }"#;
+    let yaml = "default: 100\nwindows:\n  60s:\n    routes:\n      POST /login: 5\n    \
+                limits:\n      \"10.0.0.7, POST /login\": 8\n";
+    let from_json: Rules = serde_json::from_str(json).unwrap();
+    let from_yaml: Rules = serde_yaml_ng::from_str(yaml).unwrap();
+    assert_eq!(from_json, minute_rules());
+    assert_eq!(from_yaml, minute_rules());
+    // TOML names the window twice ("60s" and "1m"): the same window, which
+    // applying refuses; as one name it reads as the others.
+    let from_toml: Rules = toml::from_str(toml_text).unwrap();
+    assert_eq!(from_toml.windows["60s"].routes[LOGIN], 5);
+    let one_name: Rules = toml::from_str(&toml_text.replace("\"1m\"", "\"60s\"")).unwrap();
+    assert_eq!(one_name, minute_rules());
+    // Written back, and read again, it is the same document; a window
+    // without routes writes no `routes`.
+    let written = serde_json::to_string(&minute_rules()).unwrap();
+    assert_eq!(
+        serde_json::from_str::<Rules>(&written).unwrap(),
+        minute_rules()
+    );
+    assert!(
+        !serde_json::to_string(&Rules::new().window_default(MINUTE, 1))
+            .unwrap()
+            .contains("routes")
+    );
+    // A misspelt field inside a window is an error, not a silent no-op.
+    let typo =
+        serde_json::from_str::<Rules>(r#"{ "windows": { "60s": { "route": { "a": 1 } } } }"#);
+    assert!(typo
+        .unwrap_err()
+        .to_string()
+        .contains("unknown field `route`"));
+    let text =
+        serde_json::from_str::<Rules>(r#"{ "windows": { "60s": { "routes": { "a": "5" } } } }"#);
+    assert!(text.is_err());
+
+    // Applied, two names of one window are refused, naming the second.
+    let clock = clock();
+    let stats = minute_layer(&clock).handle();
+    let err = stats.apply_rules(&from_toml).unwrap_err();
+    assert_eq!(err.field(), Some("interval"), "{err}");
+    assert_eq!(stats.apply_rules(&one_name), Ok(1));
+}
+
+#[tokio::test]
+async fn a_documents_minute_route_rule_limits_every_client_and_exact_keys_win() {
+    let clock = clock();
+    let layer = minute_layer(&clock);
+    let stats = layer.handle();
+    let app = app(layer);
+    assert_eq!(stats.apply_rules(&minute_rules()), Ok(1));
+    assert_eq!(
+        stats.route_limits_per(MINUTE).unwrap(),
+        [(LOGIN.to_owned(), 5)]
+    );
+    // Each client: five logins a minute, across seconds.
+    assert_eq!(logins(&app, 1, 3).await, ok_then_429(3, 0));
+    clock.advance(std::time::Duration::from_secs(1));
+    assert_eq!(logins(&app, 1, 3).await, ok_then_429(2, 1));
+    assert_eq!(logins(&app, 2, 6).await, ok_then_429(5, 1));
+    // Client 7's own minute limit wins over its route's.
+    assert_eq!(logins(&app, 7, 9).await, ok_then_429(8, 1));
+    // Elsewhere, 100 a second.
+    assert_eq!(
+        requests(&app, Method::GET, "/", 1, 101).await,
+        ok_then_429(100, 1)
+    );
+    assert_eq!(stats.windows(&key(1, "GET /")).unwrap()[1].limit, 6_000);
+
+    // Changed by a later document: the windows are kept (no burst).
+    stats
+        .apply_rules(&Rules::new().window_route_limit(MINUTE, LOGIN, 7))
+        .unwrap();
+    assert_eq!(logins(&app, 1, 3).await, ok_then_429(2, 1));
+    // Client 7's own limit was not in that document: it is on its
+    // route's 7 now, with 8 passed.
+    assert_eq!(logins(&app, 7, 1).await, ok_then_429(0, 1));
+    // A document without the route: back to the window's default.
+    stats.apply_rules(&Rules::new()).unwrap();
+    assert!(stats.route_limits_per(MINUTE).unwrap().is_empty());
+    assert_eq!(logins(&app, 1, 3).await, ok_then_429(3, 0));
+    assert_eq!(stats.windows(&key(1, LOGIN)).unwrap()[1].limit, 6_000);
+}
+
+#[tokio::test]
+async fn a_document_without_a_windows_routes_removes_the_builders_route_rules_per_window() {
+    let clock = clock();
+    let layer = minute_layer(&clock).route_rule_per(LOGIN, MINUTE, 1);
+    let stats = layer.handle();
+    let app = app(layer);
+    assert_eq!(logins(&app, 1, 2).await, ok_then_429(1, 1));
+    stats.apply_rules(&Rules::new()).unwrap();
+    clock.advance(std::time::Duration::from_secs(1));
+    assert_eq!(logins(&app, 1, 2).await, ok_then_429(2, 0));
+    assert_eq!(logins(&app, 2, 2).await, ok_then_429(2, 0));
+}
+
+#[tokio::test]
+async fn an_invalid_windows_route_rule_names_its_rule_and_field_and_changes_nothing() {
+    let clock = clock();
+    let layer = minute_layer(&clock);
+    let stats = layer.handle();
+    let app = app(layer);
+    stats.apply_rules(&minute_rules()).unwrap();
+    logins(&app, 1, 2).await;
+    let before = window_state(&stats);
+
+    let long = "r".repeat(tower_sliding_window::key::MAX_KEY_BYTES + 1);
+    let seven = std::time::Duration::from_secs(7);
+    let cases = [
+        (
+            minute_rules().window_route_limit(seven, LOGIN, 1),
+            r#"windows["7s"]"#.to_owned(),
+            "interval",
+            "no `limit_per` window of 7000 ms",
+        ),
+        (
+            minute_rules().window_route_limit(std::time::Duration::from_secs(1), LOGIN, 1),
+            r#"windows["1s"]"#.to_owned(),
+            "interval",
+            "no `limit_per` window of 1000 ms",
+        ),
+        (
+            minute_rules().window_route_limit(MINUTE, long.as_str(), 1),
+            format!("windows[\"60s\"].routes[\"{}…\"]", "r".repeat(64)),
+            "route",
+            "route must be at most 256 bytes",
+        ),
+        (
+            minute_rules().window_route_limit(MINUTE, "GET /", MAX_LIMIT + 1),
+            r#"windows["60s"].routes["GET /"]"#.to_owned(),
+            "limit",
+            "limit must be at most",
+        ),
+        (
+            minute_rules().window_route_limit(MINUTE, "GET /", u64::MAX),
+            r#"windows["60s"].routes["GET /"]"#.to_owned(),
+            "limit",
+            "(got 18446744073709551615)",
+        ),
+    ];
+    for (rules, rule, field, says) in cases {
+        let err = stats.apply_rules(&rules).unwrap_err();
+        assert_eq!(err.kind(), RulesErrorKind::Invalid);
+        assert_eq!(err.rule(), Some(rule.as_str()), "{err}");
+        assert_eq!(err.field(), Some(field), "{err}");
+        assert!(err.reason().contains(says), "{err}");
+        assert_eq!(window_state(&stats), before, "{err}");
+        assert_eq!(stats.rules_status().version, 1);
+    }
+    // The largest limit and 0 are rules: 0 refuses every login.
+    stats
+        .apply_rules(&Rules::new().window_route_limit(MINUTE, LOGIN, MAX_LIMIT))
+        .unwrap();
+    assert_eq!(
+        stats.route_limits_per(MINUTE).unwrap(),
+        [(LOGIN.to_owned(), MAX_LIMIT)]
+    );
+    stats
+        .apply_rules(&Rules::new().window_route_limit(MINUTE, LOGIN, 0))
+        .unwrap();
+    assert_eq!(logins(&app, 3, 2).await, ok_then_429(0, 2));
+    assert_eq!(
+        requests(&app, Method::GET, "/", 3, 2).await,
+        ok_then_429(2, 0)
+    );
+}
+
+#[test]
+fn a_windows_routes_section_is_refused_for_a_layer_whose_keys_have_no_route_part() {
+    let stats = SlidingWindowLayer::qps(10)
+        .key(PathKey)
+        .limit_per(MINUTE, 100)
+        .handle();
+    let err = stats
+        .apply_rules(
+            &Rules::new()
+                .window_limit(MINUTE, "/a", 1)
+                .window_route_limit(MINUTE, LOGIN, 5),
+        )
+        .unwrap_err();
+    assert_eq!(err.rule(), Some(r#"windows["60s"].routes["POST /login"]"#));
+    assert_eq!(err.field(), Some("route"));
+    assert!(err.reason().contains("no route part"), "{err}");
+    assert_eq!(stats.rules_status().version, 0);
+    assert_eq!(stats.limits_per("/a")[1], (MINUTE, 100));
 }
