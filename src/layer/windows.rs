@@ -12,9 +12,6 @@ use crate::store::{Settings, Window};
 pub(crate) const MAX_FURTHER_WINDOWS: usize = 1024;
 
 /// Why a layer with further windows cannot have each setting.
-#[cfg(feature = "redis")]
-pub(super) const STORE_WHY: &str = "the shared store decides on one window per key in Redis, and \
-     would not count the further windows";
 pub(super) const THROTTLE_WHY: &str =
     "pacing spaces passes by the first window's limit alone and would not charge the further windows";
 pub(super) const PRIORITIZED_WHY: &str =
@@ -238,13 +235,6 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
                      drop `limit_per` or `{setting}`"
                 );
             }
-        }
-        #[cfg(feature = "redis")]
-        if self.remote.remote.is_some() {
-            panic!(
-                "SlidingWindowLayer::limit_per: invalid `limit_per` with `store`: {STORE_WHY}; \
-                 drop `limit_per` or `store`"
-            );
         }
         self.configure(move |s| s.limit_per.windows.push((ms, limit)))
     }

@@ -231,7 +231,7 @@ use redis::Script;
 
 use self::blocked::{Blocked, BlockedKeys};
 use self::connection::{policy_in, Connection};
-use self::identity::redis_names;
+use self::identity::{further_name, redis_names};
 pub(crate) use self::identity::{identity, KeyId};
 use self::lease::{lag_us, max_lease, slack_us, Grant, Leases, Step, LEASE_SHARE, TICK_US};
 use self::status::{Health, Route};
@@ -281,6 +281,14 @@ pub struct Verdict {
     /// Answered without a round trip: refused because the key was known
     /// to be blocked, or passed with a leased pass.
     pub answered_locally: bool,
+}
+
+/// A further window of a layer's admission (`limit_per`): its interval and
+/// the caller's limit for the key in it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct FurtherWindow {
+    pub(crate) interval_ms: u64,
+    pub(crate) limit: u64,
 }
 
 /// The window shape a store decides on.
@@ -916,7 +924,9 @@ impl RedisStore {
             // Reported as failed if the task is dropped first (its runtime
             // shutting down).
             let asked = Registered::asked(&store, id, want);
-            let result = store.decide_in_redis(id, limit, 1, Some(ask), false).await;
+            let result = store
+                .decide_in_redis(id, limit, 1, Some(ask), false, &[])
+                .await;
             asked.disarm();
             store.lease_answer(
                 id,
@@ -991,7 +1001,7 @@ impl RedisStore {
                 return Ok(verdict);
             }
             return self
-                .decide_in_redis(id, limit, n, None, true)
+                .decide_in_redis(id, limit, n, None, true, &[])
                 .await
                 .map(|(verdict, _)| verdict);
         }
@@ -1032,7 +1042,7 @@ impl RedisStore {
                     return Ok(verdict);
                 }
                 return self
-                    .decide_in_redis(id, limit, n, None, true)
+                    .decide_in_redis(id, limit, n, None, true, &[])
                     .await
                     .map(|(verdict, _)| verdict);
             };
@@ -1074,7 +1084,7 @@ impl RedisStore {
                     // before its answer (the passes Redis may grant it stay
                     // counted there, and are never spent).
                     let asked = Registered::asked(self, id, ask.want - 1);
-                    let result = self.decide_in_redis(id, limit, n, lease, true).await;
+                    let result = self.decide_in_redis(id, limit, n, lease, true, &[]).await;
                     asked.disarm();
                     let grant = result.as_ref().ok().and_then(|(_, grant)| *grant);
                     self.lease_answer(id, ask.want - 1, 1, sent_us, grant);
@@ -1084,11 +1094,31 @@ impl RedisStore {
         }
     }
 
+    /// One admission of `id` on every window of a layer with further
+    /// windows (`limit_per`): one pass at `limit` in the first window and
+    /// at each [`FurtherWindow`]'s limit in it, decided and recorded in one
+    /// script call, in every window or in none. Never leased: each call
+    /// decides one request (see [leases](self#leases-for-hot-keys)). The
+    /// verdict's `limit` and `window_pass` are the first window's; a
+    /// refusal's `retry_after` is the longest wait among the windows. The
+    /// caller checks [`known_blocked`](Self::known_blocked) first.
+    pub(crate) async fn admit_windows(
+        &self,
+        id: KeyId,
+        limit: u64,
+        further: &[FurtherWindow],
+    ) -> Result<Verdict, StoreError> {
+        self.decide_in_redis(id, limit, 1, None, true, further)
+            .await
+            .map(|(verdict, _)| verdict)
+    }
+
     /// One script call: decides `n` passes of `id` at `limit` (and, with
-    /// `lease`, asks for more for the key's pool), and records what the
-    /// answer says of the link. A refusal is remembered when `remember`.
-    /// Returns the verdict for the caller's `n` passes and, for a lease,
-    /// what was granted in all.
+    /// `lease`, asks for more for the key's pool; with `further` windows,
+    /// decides on them too, all or none, never with a lease), and records
+    /// what the answer says of the link. A refusal is remembered when
+    /// `remember`. Returns the verdict for the caller's `n` passes and, for
+    /// a lease, what was granted in all.
     async fn decide_in_redis(
         &self,
         id: KeyId,
@@ -1096,6 +1126,7 @@ impl RedisStore {
         n: u64,
         lease: Option<LeaseAsk>,
         remember: bool,
+        further: &[FurtherWindow],
     ) -> Result<(Verdict, Option<Grant>), StoreError> {
         let now = self.local_clock.now_millis();
         let probe_ms = millis(self.probe);
@@ -1110,8 +1141,21 @@ impl RedisStore {
 
         self.link.health.round_trip();
         let started = std::time::Instant::now();
-        let reply = self.call_script(id, limit, n, lease, policy).await;
-        let reply = match reply.and_then(parse_reply) {
+        let reply = self.call_script(id, limit, n, lease, policy, further).await;
+        let reply = match reply.and_then(parse_reply).and_then(|reply| {
+            // A decision names every further window, or none was asked.
+            if reply.outcome == Outcome::Decided && reply.further.len() != further.len() {
+                return Err(StoreError::new(
+                    StoreErrorKind::Reply,
+                    format!(
+                        "admission script answered for {} further windows, {} were asked",
+                        reply.further.len(),
+                        further.len()
+                    ),
+                ));
+            }
+            Ok(reply)
+        }) {
             Ok(reply) => reply,
             Err(err) => {
                 // The next probe is due a probe interval after this failure
@@ -1199,6 +1243,7 @@ impl RedisStore {
         n: u64,
         lease: Option<LeaseAsk>,
         policy: PolicyCheck,
+        further: &[FurtherWindow],
     ) -> Result<Vec<redis::Value>, StoreError> {
         let (window_key, limit_key) = redis_names(&self.prefix, id, &self.window);
         let bucket_ms = self.window.bucket_ms();
@@ -1238,6 +1283,35 @@ impl RedisStore {
                 .arg(LEASE_SHARE)
                 .arg(TICK_US)
                 .arg(lease.batch.min(MAX_SCRIPT_LIMIT));
+        } else if !further.is_empty() {
+            // The lease arguments, asking for no lease (`n` passes wanted),
+            // so that the further windows' come after them.
+            invocation
+                .arg(n.min(MAX_SCRIPT_LIMIT))
+                .arg(0)
+                .arg(0)
+                .arg(LEASE_SHARE)
+                .arg(TICK_US)
+                .arg(0);
+        }
+        debug_assert!(lease.is_none() || further.is_empty());
+        for window in further {
+            // Same sample count and strictness as the first window: the
+            // builder checked that the sample count divides the interval.
+            let bucket_ms = window.interval_ms / self.window.sample_count as u64;
+            let ttl_ms = bucket_ms
+                .saturating_mul(self.window.span())
+                .saturating_mul(2);
+            invocation
+                .key(further_name(
+                    &self.prefix,
+                    id,
+                    &self.window,
+                    window.interval_ms,
+                ))
+                .arg(window.limit.min(MAX_SCRIPT_LIMIT))
+                .arg(bucket_ms)
+                .arg(ttl_ms);
         }
         match tokio::time::timeout(self.timeout, invocation.invoke_async(&mut connection)).await {
             Ok(Ok(reply)) => Ok(reply),
@@ -1429,6 +1503,8 @@ struct Reply {
     policy: Option<String>,
     /// A lease call that passed: what it was granted.
     lease: Option<Leased>,
+    /// A call with further windows: their passes, in order.
+    further: Vec<u64>,
 }
 
 fn parse_reply(reply: Vec<redis::Value>) -> Result<Reply, StoreError> {
@@ -1438,8 +1514,24 @@ fn parse_reply(reply: Vec<redis::Value>) -> Result<Reply, StoreError> {
             format!("admission script answered {reply:?}"),
         )
     };
+    // A call with further windows has their passes as a sixth element.
+    let (reply_head, further) = match &reply[..] {
+        [head @ .., redis::Value::Array(passes)] if head.len() == 5 => {
+            let mut further = Vec::with_capacity(passes.len());
+            for value in passes {
+                match value {
+                    redis::Value::Int(pass) => {
+                        further.push(u64::try_from(*pass).map_err(|_| bad())?)
+                    }
+                    _ => return Err(bad()),
+                }
+            }
+            (head, further)
+        }
+        head => (head, Vec::new()),
+    };
     // A lease call that passed has three more numbers.
-    let (head, lease) = match &reply[..] {
+    let (head, lease) = match reply_head {
         [head @ .., redis::Value::Int(passes), redis::Value::Int(start), redis::Value::Int(ends_us)]
             if head.len() == 5 =>
         {
@@ -1504,6 +1596,7 @@ fn parse_reply(reply: Vec<redis::Value>) -> Result<Reply, StoreError> {
         limit,
         policy,
         lease,
+        further,
     })
 }
 
