@@ -290,3 +290,142 @@ async fn a_pass_redis_grants_after_losing_its_state_must_fit_every_local_window(
     let status = replica.stats.store_status().expect("a store");
     assert_eq!((status.mode, status.failures), (StoreMode::Remote, 0));
 }
+
+/// Sends 30 concurrent requests for `/hot` every ms of `clock` for `ms` ms
+/// through `replica`; returns how many passed.
+async fn hot_load(replica: &Replica, clock: &ManualClock, ms: u64) -> u64 {
+    let mut passed = 0;
+    for _ in 0..ms {
+        let mut tasks = tokio::task::JoinSet::new();
+        for _ in 0..30 {
+            let app = replica.app.clone();
+            tasks.spawn(async move { send(&app, "/hot").await == StatusCode::OK });
+        }
+        while let Some(ok) = tasks.join_next().await {
+            if ok.expect("no panic") {
+                passed += 1;
+            }
+        }
+        clock.advance(Duration::from_millis(1));
+    }
+    passed
+}
+
+/// A replica of `qps(20 000)` (with `limit_per(60 s, 1 000 000)` when
+/// `windows`). The server's clock cuts the buckets (leases need it); the
+/// layer's own windows follow the test's.
+async fn hot_replica(server: &RedisServer, clock: &ManualClock, windows: bool) -> Replica {
+    let store = RedisStore::connect(&server.url())
+        .await
+        .expect("connect")
+        .timeout(Duration::from_secs(10));
+    let layer = SlidingWindowLayer::qps(20_000);
+    let layer = if windows {
+        layer.limit_per(MINUTE, 1_000_000)
+    } else {
+        layer
+    };
+    Replica::new(
+        layer
+            .key(PathKey)
+            .clock(clock.clone())
+            .store(store)
+            .on_store_error(StoreFailure::Deny),
+    )
+}
+
+#[ignore = "needs redis-server"]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hot_key_with_further_windows_never_leases_one_call_per_admission() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(30_000_000);
+    // The same load leases on a layer of one window...
+    let single = hot_replica(&server, &clock, false).await;
+    assert_eq!(hot_load(&single, &clock, 100).await, 3_000);
+    let status = single.stats.store_status().expect("a store");
+    assert!(status.leased > 0, "{status:?}");
+    assert!(status.round_trips < 3_000, "{status:?}");
+
+    // ...and never with further windows: one script call per request.
+    let several = hot_replica(&server, &clock, true).await;
+    assert_eq!(hot_load(&several, &clock, 100).await, 3_000);
+    let status = several.stats.store_status().expect("a store");
+    assert_eq!(
+        (status.leased, status.lease_spent, status.stranded),
+        (0, 0, 0),
+        "{status:?}"
+    );
+    assert_eq!(
+        (status.round_trips, status.admitted, status.answered_locally),
+        (3_000, 3_000, 0),
+        "{status:?}"
+    );
+    let windows = several.stats.windows("/hot").expect("seen");
+    assert_eq!(windows[1].pass, 3_000);
+}
+
+#[cfg(feature = "redis-cluster")]
+#[ignore = "needs redis-server"]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_window_of_a_key_is_in_one_slot_of_a_cluster() {
+    use redis_server::RedisCluster;
+
+    let cluster = RedisCluster::start(3);
+    let t0 = 60_000_000;
+    let clock = ManualClock::new(t0);
+    let mut replicas = Vec::new();
+    for _ in 0..2 {
+        let store = RedisStore::connect_cluster(cluster.urls())
+            .await
+            .expect("connect to the cluster")
+            .clock(clock.clone())
+            .timeout(Duration::from_secs(2))
+            .probe_interval(Duration::from_millis(50));
+        let layer = SlidingWindowLayer::qps(10)
+            .limit_per(MINUTE, 15)
+            .key(PathKey)
+            .clock(clock.clone())
+            .store(store)
+            .on_store_error(StoreFailure::Deny);
+        replicas.push(Replica::new(layer));
+    }
+    // 20 keys, each decided in one call on the primary of its slot (a call
+    // naming keys of two slots would fail, and Deny would refuse).
+    for key in 0..20 {
+        assert_eq!(
+            burst(&replicas, &format!("/k{key}"), 15).await,
+            10,
+            "/k{key}"
+        );
+    }
+    clock.advance(Duration::from_secs(1));
+    for key in 0..20 {
+        assert_eq!(
+            burst(&replicas, &format!("/k{key}"), 15).await,
+            5,
+            "/k{key}"
+        );
+    }
+    // Both windows of each key on one primary, and the keys spread.
+    let urls = cluster.urls();
+    let mut per_node = Vec::new();
+    let mut all = Vec::new();
+    for i in cluster.primaries() {
+        let mut conn = redis_server::raw(&urls[i]).await;
+        let names = names(&mut conn).await;
+        per_node.push(names.len());
+        for name in &names {
+            if let Some(second) = name.strip_suffix("/60000ms") {
+                assert!(names.contains(&second.to_owned()), "{name} on node {i}");
+                assert_eq!(buckets(&mut conn, name).await, BTreeMap::from([(t0, 15)]));
+            }
+        }
+        all.extend(names);
+    }
+    assert_eq!(all.len(), 40, "two windows per key: {all:?}");
+    assert!(per_node.iter().all(|&n| n > 0), "{per_node:?}");
+    for replica in &replicas {
+        let status = replica.stats.store_status().expect("a store");
+        assert_eq!((status.mode, status.failures), (StoreMode::Remote, 0));
+    }
+}

@@ -35,6 +35,26 @@
 //! multiplexed connection: the client writes them back to back without
 //! waiting for each answer (pipelining), and Redis answers them in order.
 //!
+//! # Several windows
+//!
+//! A layer with further windows per key (`SlidingWindowLayer::limit_per`)
+//! has every window of a key decided in the same script call, atomically:
+//! the script reads each window's buckets, checks each window's passes
+//! against its limit, and records the pass in every window or in none. A
+//! request one window refuses is charged to no window in Redis, and a
+//! refusal waits the longest among the windows. Each call sends the
+//! caller's limit for the key in each further window (the window's
+//! default, or the key's own from `rule_per` or `set_limit_per`); a shared
+//! limit in Redis ([`set_limit`](RedisStore::set_limit)) is the first
+//! window's. A pass Redis grants must fit every window of the replica's
+//! own, charged to all or none. A key with further windows never leases
+//! (below), nor has its queued requests decided together: each of its
+//! requests is one script call. (A lease is recorded in the current bucket
+//! of the call and spent until the first window's bucket ends; a further
+//! window's buckets need not end when the first's do, and a pass spent
+//! after one of them ended would be counted in a bucket that leaves that
+//! window too early.)
+//!
 //! # Leases for hot keys
 //!
 //! A key this replica admits often takes several passes of the current
@@ -98,6 +118,13 @@
 //! same key (a per-second and a per-minute limit on one route, say) keep
 //! separate buckets and separate shared limits on one server, under one
 //! prefix, without touching each other's.
+//!
+//! A further window's buckets (see [several windows](#several-windows))
+//! are named after the first window's, with `/<interval ms>ms` at the end:
+//! `tsw:{fbfa88cc…60a2f1e3}:100x10/60000ms` for a minute on top of the
+//! default window. They share the key's hash tag, so every window of a key
+//! is in one Redis Cluster slot, and never take a one-window layer's name
+//! (a layer whose only window is a minute keeps `…:6000x10`).
 //!
 //! Long keys: the built-in string extractors turn a key longer than
 //! [`MAX_KEY_BYTES`](crate::key::MAX_KEY_BYTES) into a digest form under a
@@ -778,7 +805,10 @@ impl RedisStore {
     /// requests, as for a key that is not hot: each call asks for the
     /// requests waiting for it only (the one that makes it, and those
     /// queued behind a call in flight). For comparisons, or where no pass
-    /// may be reserved ahead of its request.
+    /// may be reserved ahead of its request. A key of a layer with further
+    /// windows (`limit_per`) never leases, nor shares a call with queued
+    /// requests, whatever this says: one call per request (see
+    /// [several windows](self#several-windows)).
     pub fn leases(mut self, on: bool) -> Self {
         self.lease = on;
         self
