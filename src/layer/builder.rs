@@ -700,12 +700,6 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
         if self.is_compact() {
             refuse_on_compact(true, "store", STORE_WHY);
         }
-        super::windows::refuse_with_windows(
-            !self.store.settings().limit_per.windows.is_empty(),
-            "store",
-            "store",
-            super::windows::STORE_WHY,
-        );
         self.remote = self.remote.with_store(store);
         self
     }

@@ -15,6 +15,11 @@
 //! pass. The gate records a pass in the key's window; a refusal is recorded
 //! with its answer, as every block is. The store's [`Verdict`] becomes a
 //! [`Decision`] here, at the boundary.
+//!
+//! A key with further windows (`limit_per`) is decided on all of them in
+//! one script call ([`RedisStore::admit_windows`]), never with a lease; a
+//! pass from Redis must then fit every window of this replica's entry,
+//! charged to all or none, as without a store.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,7 +27,7 @@ use std::time::Duration;
 use super::wait::Gate;
 use crate::clock::Clock;
 use crate::flow::{self, Decision, Pass, Reason, Refusal};
-use crate::store::redis::{KeyId, RedisStore, StoreFailure, Verdict};
+use crate::store::redis::{FurtherWindow, KeyId, RedisStore, StoreFailure, Verdict};
 use crate::store::{effective_now, Entry};
 
 /// The store's decision on a request for `entry` (store identity `id`,
@@ -38,6 +43,33 @@ pub(crate) fn decide(
     limit: u64,
     interval_ms: u64,
 ) -> Decision<Pass, Gate> {
+    if let Some(windows) = entry.windows() {
+        // Every window in one script call, never a lease. A refusal that
+        // can never pass is retried after the longest window.
+        let further: Vec<FurtherWindow> = windows
+            .iter()
+            .map(|window| FurtherWindow {
+                interval_ms: window.interval_ms(),
+                limit: window.limit(),
+            })
+            .collect();
+        let longest = further
+            .iter()
+            .map(|window| window.interval_ms)
+            .fold(interval_ms, u64::max);
+        if let Some(verdict) = store.known_blocked(id, 1) {
+            return Decision::Block(refusal(&verdict, longest));
+        }
+        return Decision::Wait(gate(
+            store.clone(),
+            policy,
+            Arc::clone(entry),
+            id,
+            limit,
+            (interval_ms, longest),
+            further,
+        ));
+    }
     // A leased pass of the current bucket: no round trip. It must fit this
     // replica's window too, as any pass from Redis.
     if let Some(verdict) = store.spend_lease(id, limit) {
@@ -62,7 +94,8 @@ pub(crate) fn decide(
         Arc::clone(entry),
         id,
         limit,
-        interval_ms,
+        (interval_ms, interval_ms),
+        Vec::new(),
     ))
 }
 
@@ -83,31 +116,45 @@ fn millis(wait: Duration) -> u64 {
 }
 
 /// What a request waits for: the store's verdict, or the failure policy's.
+/// `interval_ms` is the first window's length and the longest window's
+/// (the retry time of a refusal that can never pass); `further` the key's
+/// further windows (empty without `limit_per`).
 fn gate(
     store: RedisStore,
     policy: StoreFailure,
     entry: Arc<Entry>,
     id: KeyId,
     limit: u64,
-    interval_ms: u64,
+    (interval_ms, longest_ms): (u64, u64),
+    further: Vec<FurtherWindow>,
 ) -> Gate {
     Box::pin(async move {
-        // `decide` found no leased pass (and counted the request).
-        let result = store.admit_after_lease(id, limit, 1).await;
+        let result = if further.is_empty() {
+            // `decide` found no leased pass (and counted the request).
+            store.admit_after_lease(id, limit, 1).await
+        } else {
+            store.admit_windows(id, limit, &further).await
+        };
         let now = effective_now(&entry, entry.node.clock().now_millis());
-        // This replica's own window decides at `limit`: the pass is
-        // recorded only if it fits, in one atomic step.
-        let local =
-            |limit: u64| match flow::window(&entry.node, (now, 0), limit, interval_ms, || {
-                entry.is_overflow()
-            }) {
-                Decision::Pass(_) => Decision::Pass(()),
-                Decision::Block(mut refused) => {
-                    refused.retry_after_ms = refused.retry_after_ms.max(1);
-                    Decision::Block(refused)
-                }
-                Decision::Wait(never) => match never {},
-            };
+        // This replica's own windows decide at `limit` (the first window's;
+        // each further window at its limit on the entry, the one sent to
+        // Redis): the pass is recorded only if it fits every window, in
+        // all or none.
+        let overflow = || entry.is_overflow();
+        let local = |limit: u64| match entry.windows() {
+            Some(windows) => {
+                flow::all_windows(&entry.node, windows, (now, 0), limit, interval_ms, overflow)
+            }
+            None => flow::window(&entry.node, (now, 0), limit, interval_ms, overflow),
+        };
+        let local = |limit: u64| match local(limit) {
+            Decision::Pass(_) => Decision::Pass(()),
+            Decision::Block(mut refused) => {
+                refused.retry_after_ms = refused.retry_after_ms.max(1);
+                Decision::Block(refused)
+            }
+            Decision::Wait(never) => match never {},
+        };
         match result {
             // A pass from Redis must fit this replica's own window too, at
             // the limit Redis applied: if Redis lost the key's passes (a
@@ -117,11 +164,19 @@ fn gate(
             // the limit. A pass refused here stays counted in Redis (it
             // errs toward fewer passes, never more).
             Ok(verdict) if verdict.passed => local(verdict.limit),
-            Ok(verdict) => Decision::Block(refusal(&verdict, interval_ms)),
+            Ok(verdict) => Decision::Block(refusal(&verdict, longest_ms)),
             Err(_) => match policy {
                 StoreFailure::Local => local(limit),
                 StoreFailure::Allow => {
                     let _ = entry.node.try_add_pass_at(now, 1, |_| true);
+                    // Every window counts the pass, as the first does.
+                    for window in entry
+                        .windows()
+                        .into_iter()
+                        .flat_map(|windows| windows.iter())
+                    {
+                        let _ = window.try_take(now, 1, |_| true);
+                    }
                     Decision::Pass(())
                 }
                 StoreFailure::Deny => {

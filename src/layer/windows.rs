@@ -12,9 +12,6 @@ use crate::store::{Settings, Window};
 pub(crate) const MAX_FURTHER_WINDOWS: usize = 1024;
 
 /// Why a layer with further windows cannot have each setting.
-#[cfg(feature = "redis")]
-pub(super) const STORE_WHY: &str = "the shared store decides on one window per key in Redis, and \
-     would not count the further windows";
 pub(super) const THROTTLE_WHY: &str =
     "pacing spaces passes by the first window's limit alone and would not charge the further windows";
 pub(super) const PRIORITIZED_WHY: &str =
@@ -188,11 +185,25 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
     /// keeps nothing for them: its keys stay the size
     /// [`max_keys`](Self::max_keys) gives.
     ///
+    /// # With a shared store
+    ///
+    /// With a Redis `store` (feature `redis`), every window of a key is
+    /// shared across replicas and decided in Redis in the same script
+    /// call, one per admission: each window's count is checked against its
+    /// limit, and the pass is recorded in all of them or in none (a refusal
+    /// waits the longest among the windows). A further window's buckets
+    /// share the key's hash tag, so a key stays in one Redis Cluster slot.
+    /// A key with further windows never leases passes. A key's own limit in
+    /// a further window (`rule_per`, `set_limit_per`, a rules document) is
+    /// this replica's, sent with every call as the window's default is; the
+    /// first window's shared limit is as without further windows (the
+    /// store's `set_limit`). A pass Redis grants must also fit every window
+    /// of this replica's own.
+    ///
     /// # Not with
     ///
     /// `limit_per` and [`compact`](Self::compact) (a compact key keeps one
-    /// window's admission state), the shared `store` (feature `redis`: the
-    /// store decides on one window in Redis), [`throttle`](Self::throttle)
+    /// window's admission state), [`throttle`](Self::throttle)
     /// (pacing follows the first window's limit) or
     /// [`prioritized`](Self::prioritized) (a borrowed pass is taken from
     /// the first window alone) panic when configured, in either order,
@@ -238,13 +249,6 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
                      drop `limit_per` or `{setting}`"
                 );
             }
-        }
-        #[cfg(feature = "redis")]
-        if self.remote.remote.is_some() {
-            panic!(
-                "SlidingWindowLayer::limit_per: invalid `limit_per` with `store`: {STORE_WHY}; \
-                 drop `limit_per` or `store`"
-            );
         }
         self.configure(move |s| s.limit_per.windows.push((ms, limit)))
     }

@@ -454,24 +454,44 @@ fn compact_throttle_and_prioritized_are_refused_with_limit_per_in_either_order()
 }
 
 #[cfg(feature = "redis")]
-#[test]
-fn a_shared_store_is_refused_with_limit_per_in_either_order() {
-    use tower_sliding_window::store::RedisStore;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let _guard = runtime.enter();
-    // Lazy: no server is needed to be refused.
+#[tokio::test]
+async fn a_shared_store_takes_limit_per_in_either_order_and_its_fallback_keeps_every_window() {
+    use tower::ServiceExt;
+    use tower_sliding_window::store::{RedisStore, StoreFailure};
+    // Lazy, on a port nothing listens on: the store stays in fallback, and
+    // the failure policy (this replica's own windows) answers.
     let store = RedisStore::connect_lazy("redis://127.0.0.1:1/").unwrap();
-    for message in [
-        panic_message(|| drop(keyed(1).limit_per(MINUTE, 5).store(store.clone()))),
-        panic_message(|| drop(keyed(1).store(store.clone()).limit_per(MINUTE, 5))),
+    let clock = clock();
+    for layer in [
+        keyed(5).limit_per(MINUTE, 3).store(store.clone()),
+        keyed(5).store(store.clone()).limit_per(MINUTE, 3),
     ] {
-        assert!(
-            message.contains("`store`") && message.contains("`limit_per`"),
-            "{message}"
+        let layer = layer
+            .clock(clock.clone())
+            .on_store_error(StoreFailure::Local);
+        let stats = layer.handle();
+        let service = layer.layer(inner());
+        let mut statuses = Vec::new();
+        for _ in 0..4 {
+            let response = service
+                .clone()
+                .oneshot(req_with("/", KEY_HEADER, "k"))
+                .await
+                .unwrap();
+            statuses.push(response.status());
+        }
+        // The minute's 3 passes, then its refusal; charged to both windows.
+        assert_eq!(
+            statuses,
+            [
+                StatusCode::OK,
+                StatusCode::OK,
+                StatusCode::OK,
+                StatusCode::TOO_MANY_REQUESTS
+            ]
         );
+        assert_eq!(passes(&stats, "k"), [3, 3]);
+        clock.advance(Duration::from_secs(1));
     }
 }
 

@@ -12,3 +12,4 @@ mod ipv6_prefix;
 mod leases;
 mod redis;
 mod redis_layer;
+mod windows;

@@ -25,6 +25,18 @@
 --          cut to the rate nor to the lease cap, only to the room left
 --          (and to n when the bucket ends within ARGV[12] µs)
 --
+-- Further windows (the layer's `limit_per`): KEYS[3], KEYS[4], ... are
+-- their buckets, same form as KEYS[1], each with ARGV[10] to ARGV[15]
+-- present (ARGV[10] = n: no lease) and, for the further window of KEYS[2 + j],
+-- ARGV[13 + 3j] its limit, ARGV[14 + 3j] its bucket length in ms and
+-- ARGV[15 + 3j] the expiry of its buckets in ms (same sample_count and
+-- strictness as the first). All windows are decided at once: the n passes
+-- are recorded in every window if each has room for them, else in none,
+-- and a refusal's wait is the longest among the windows. A further window's
+-- key that is not a hash is an error as the first's (outcome 2, nothing
+-- written). The reply then has a sixth element: the further windows'
+-- passes in their windows, in order (after the pass when it passed).
+--
 -- Returns {outcome, passes in the window, ms until n could pass (0 when
 -- passed, -1 when never), the limit applied, the eviction policy ('' when
 -- not asked for or not readable)}, where outcome is 1 passed, 0 refused,
@@ -92,33 +104,107 @@ if type(shared) == 'string' then
   redis.call('PEXPIRE', KEYS[2], ARGV[8])
 end
 
-local fields = redis.pcall('HGETALL', KEYS[1])
-if fields.err then
+-- Reads the buckets of the window in `key` (bucket length `length` ms):
+-- the passes admission counts, those the window reports, and each live
+-- bucket's {start, passes}; nil when the key holds something that is not
+-- a hash. Buckets out of the window, or not written by this script, are
+-- deleted.
+local function read(key, length)
+  local fields = redis.pcall('HGETALL', key)
+  if fields.err then
+    return nil
+  end
+  local at_start = now - now % length
+  -- The oldest bucket admission counts, and the oldest the window reports.
+  local oldest = at_start - (span - 1) * length
+  local first = at_start - (samples - 1) * length
+  local counted, in_window = 0, 0
+  local live = {}
+  for i = 1, #fields, 2 do
+    local at = whole(fields[i])
+    local passes = whole(fields[i + 1])
+    if at == nil or passes == nil or at < oldest then
+      -- Out of the window, or not written by this script: dropped.
+      redis.call('HDEL', key, fields[i])
+    else
+      counted = counted + passes
+      if at >= first then
+        in_window = in_window + passes
+      end
+      live[#live + 1] = { at, passes }
+    end
+  end
+  return { counted = counted, in_window = in_window, live = live, start = at_start }
+end
+
+-- The wait until `n` passes fit in a window read by `read` at `cap`, with
+-- buckets of `length` ms: 0 when they fit, -1 when they never can.
+local function wait_for(window, cap, length)
+  if window.counted + n <= cap then
+    return 0
+  end
+  if n > cap then
+    return -1
+  end
+  table.sort(window.live, function(a, b) return a[1] < b[1] end)
+  local need = window.counted + n - cap
+  local freed = 0
+  for _, b in ipairs(window.live) do
+    freed = freed + b[2]
+    if freed >= need then
+      return b[1] + span * length - now
+    end
+  end
+  return -1
+end
+
+local main = read(KEYS[1], bucket)
+if main == nil then
   -- Not a hash: this key's error, reported as such; nothing is written.
   return { 2, 0, -1, limit, policy }
 end
+local start = main.start
+local counted, in_window = main.counted, main.in_window
 
-local start = now - now % bucket
--- The oldest bucket admission counts, and the oldest the window reports.
-local oldest = start - (span - 1) * bucket
-local first = start - (samples - 1) * bucket
-
-local counted, in_window = 0, 0
-local live = {}
-for i = 1, #fields, 2 do
-  local at = whole(fields[i])
-  local passes = whole(fields[i + 1])
-  if at == nil or passes == nil or at < oldest then
-    -- Out of the window, or not written by this script: dropped.
-    redis.call('HDEL', KEYS[1], fields[i])
-  else
-    counted = counted + passes
-    if at >= first then
-      in_window = in_window + passes
-    end
-    live[#live + 1] = { at, passes }
+-- The further windows, read in full before anything is recorded.
+local further = {}
+for j = 1, #KEYS - 2 do
+  local base = 13 + 3 * j
+  local window = read(KEYS[2 + j], tonumber(ARGV[base + 1]))
+  if window == nil then
+    return { 2, 0, -1, limit, policy }
   end
+  window.limit = tonumber(ARGV[base])
+  window.length = tonumber(ARGV[base + 1])
+  window.ttl = ARGV[base + 2]
+  further[j] = window
 end
+
+if #further > 0 then
+  local wait = wait_for(main, limit, bucket)
+  for _, window in ipairs(further) do
+    local w = wait_for(window, window.limit, window.length)
+    if wait ~= -1 and (w == -1 or w > wait) then
+      wait = w
+    end
+  end
+  local passes = {}
+  if wait == 0 then
+    redis.call('HINCRBY', KEYS[1], start, n)
+    redis.call('PEXPIRE', KEYS[1], ARGV[7])
+    for j, window in ipairs(further) do
+      redis.call('HINCRBY', KEYS[2 + j], window.start, n)
+      redis.call('PEXPIRE', KEYS[2 + j], window.ttl)
+      passes[j] = window.in_window + n
+    end
+    return { 1, in_window + n, 0, limit, policy, passes }
+  end
+  for j, window in ipairs(further) do
+    passes[j] = window.in_window
+  end
+  return { 0, in_window, wait, limit, policy, passes }
+end
+local live = main.live
 
 if counted + n <= limit then
   if want > n then

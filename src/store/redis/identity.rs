@@ -170,6 +170,28 @@ pub(crate) fn redis_names(prefix: &str, id: KeyId, window: &RemoteWindow) -> (St
     (name, limit)
 }
 
+/// The Redis name of the buckets of a key's further window of
+/// `interval_ms` (the layer's `limit_per`), for a layer whose first window
+/// is `window`: the first window's buckets' name, then `/<interval ms>ms`,
+/// for example `tsw:{<64 hex digits>}:100x10/60000ms`.
+///
+/// It starts with the first window's name, so it has the same hash tag
+/// (one Redis Cluster slot for every window of a key) and differs from
+/// the names of layers whose first window differs; the `/` sets it apart
+/// from every first window's name (a layer of one window per minute keeps
+/// `…:6000x10`, never `…/60000ms`).
+pub(crate) fn further_name(
+    prefix: &str,
+    id: KeyId,
+    window: &RemoteWindow,
+    interval_ms: u64,
+) -> String {
+    let (mut name, _) = redis_names(prefix, id, window);
+    // Writing to a `String` cannot fail.
+    let _ = write!(name, "/{interval_ms}ms");
+    name
+}
+
 impl StoreKey for () {
     fn write_bytes(&self, out: &mut KeyBytes) {
         out.tag(0);
@@ -316,6 +338,31 @@ mod tests {
                 assert_ne!(limit, other_limit);
             }
         }
+    }
+
+    #[test]
+    fn further_windows_share_the_hash_tag_and_never_a_first_window_name() {
+        let id = identity("/login");
+        let second = window(100, 10, false);
+        let minute = window(6000, 10, false);
+        let further = further_name("tsw:", id, &second, 60_000);
+        assert_eq!(further, format!("tsw:{{{}}}:100x10/60000ms", id.hex()));
+        // One slot: the first brace pair is the hash tag of both.
+        let tag = |name: &str| name[name.find('{').unwrap()..=name.find('}').unwrap()].to_owned();
+        let (first, limit) = redis_names("tsw:", id, &second);
+        assert_eq!(tag(&further), tag(&first));
+        // A layer of one window per minute on the same key keeps apart.
+        let (alone, alone_limit) = redis_names("tsw:", id, &minute);
+        for name in [&first, &limit, &alone, &alone_limit] {
+            assert_ne!(&further, name);
+        }
+        // The same further interval under another first window, or another
+        // interval, is another name.
+        assert_ne!(further, further_name("tsw:", id, &second, 120_000));
+        assert_ne!(
+            further,
+            further_name("tsw:", id, &window(100, 10, true), 60_000)
+        );
     }
 
     #[test]

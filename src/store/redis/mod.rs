@@ -35,6 +35,26 @@
 //! multiplexed connection: the client writes them back to back without
 //! waiting for each answer (pipelining), and Redis answers them in order.
 //!
+//! # Several windows
+//!
+//! A layer with further windows per key (`SlidingWindowLayer::limit_per`)
+//! has every window of a key decided in the same script call, atomically:
+//! the script reads each window's buckets, checks each window's passes
+//! against its limit, and records the pass in every window or in none. A
+//! request one window refuses is charged to no window in Redis, and a
+//! refusal waits the longest among the windows. Each call sends the
+//! caller's limit for the key in each further window (the window's
+//! default, or the key's own from `rule_per` or `set_limit_per`); a shared
+//! limit in Redis ([`set_limit`](RedisStore::set_limit)) is the first
+//! window's. A pass Redis grants must fit every window of the replica's
+//! own, charged to all or none. A key with further windows never leases
+//! (below), nor has its queued requests decided together: each of its
+//! requests is one script call. (A lease is recorded in the current bucket
+//! of the call and spent until the first window's bucket ends; a further
+//! window's buckets need not end when the first's do, and a pass spent
+//! after one of them ended would be counted in a bucket that leaves that
+//! window too early.)
+//!
 //! # Leases for hot keys
 //!
 //! A key this replica admits often takes several passes of the current
@@ -98,6 +118,13 @@
 //! same key (a per-second and a per-minute limit on one route, say) keep
 //! separate buckets and separate shared limits on one server, under one
 //! prefix, without touching each other's.
+//!
+//! A further window's buckets (see [several windows](#several-windows))
+//! are named after the first window's, with `/<interval ms>ms` at the end:
+//! `tsw:{fbfa88cc…60a2f1e3}:100x10/60000ms` for a minute on top of the
+//! default window. They share the key's hash tag, so every window of a key
+//! is in one Redis Cluster slot, and never take a one-window layer's name
+//! (a layer whose only window is a minute keeps `…:6000x10`).
 //!
 //! Long keys: the built-in string extractors turn a key longer than
 //! [`MAX_KEY_BYTES`](crate::key::MAX_KEY_BYTES) into a digest form under a
@@ -231,7 +258,7 @@ use redis::Script;
 
 use self::blocked::{Blocked, BlockedKeys};
 use self::connection::{policy_in, Connection};
-use self::identity::redis_names;
+use self::identity::{further_name, redis_names};
 pub(crate) use self::identity::{identity, KeyId};
 use self::lease::{lag_us, max_lease, slack_us, Grant, Leases, Step, LEASE_SHARE, TICK_US};
 use self::status::{Health, Route};
@@ -281,6 +308,14 @@ pub struct Verdict {
     /// Answered without a round trip: refused because the key was known
     /// to be blocked, or passed with a leased pass.
     pub answered_locally: bool,
+}
+
+/// A further window of a layer's admission (`limit_per`): its interval and
+/// the caller's limit for the key in it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct FurtherWindow {
+    pub(crate) interval_ms: u64,
+    pub(crate) limit: u64,
 }
 
 /// The window shape a store decides on.
@@ -770,7 +805,10 @@ impl RedisStore {
     /// requests, as for a key that is not hot: each call asks for the
     /// requests waiting for it only (the one that makes it, and those
     /// queued behind a call in flight). For comparisons, or where no pass
-    /// may be reserved ahead of its request.
+    /// may be reserved ahead of its request. A key of a layer with further
+    /// windows (`limit_per`) never leases, nor shares a call with queued
+    /// requests, whatever this says: one call per request (see
+    /// [several windows](self#several-windows)).
     pub fn leases(mut self, on: bool) -> Self {
         self.lease = on;
         self
@@ -916,7 +954,9 @@ impl RedisStore {
             // Reported as failed if the task is dropped first (its runtime
             // shutting down).
             let asked = Registered::asked(&store, id, want);
-            let result = store.decide_in_redis(id, limit, 1, Some(ask), false).await;
+            let result = store
+                .decide_in_redis(id, limit, 1, Some(ask), false, &[])
+                .await;
             asked.disarm();
             store.lease_answer(
                 id,
@@ -991,7 +1031,7 @@ impl RedisStore {
                 return Ok(verdict);
             }
             return self
-                .decide_in_redis(id, limit, n, None, true)
+                .decide_in_redis(id, limit, n, None, true, &[])
                 .await
                 .map(|(verdict, _)| verdict);
         }
@@ -1032,7 +1072,7 @@ impl RedisStore {
                     return Ok(verdict);
                 }
                 return self
-                    .decide_in_redis(id, limit, n, None, true)
+                    .decide_in_redis(id, limit, n, None, true, &[])
                     .await
                     .map(|(verdict, _)| verdict);
             };
@@ -1074,7 +1114,7 @@ impl RedisStore {
                     // before its answer (the passes Redis may grant it stay
                     // counted there, and are never spent).
                     let asked = Registered::asked(self, id, ask.want - 1);
-                    let result = self.decide_in_redis(id, limit, n, lease, true).await;
+                    let result = self.decide_in_redis(id, limit, n, lease, true, &[]).await;
                     asked.disarm();
                     let grant = result.as_ref().ok().and_then(|(_, grant)| *grant);
                     self.lease_answer(id, ask.want - 1, 1, sent_us, grant);
@@ -1084,11 +1124,31 @@ impl RedisStore {
         }
     }
 
+    /// One admission of `id` on every window of a layer with further
+    /// windows (`limit_per`): one pass at `limit` in the first window and
+    /// at each [`FurtherWindow`]'s limit in it, decided and recorded in one
+    /// script call, in every window or in none. Never leased: each call
+    /// decides one request (see [leases](self#leases-for-hot-keys)). The
+    /// verdict's `limit` and `window_pass` are the first window's; a
+    /// refusal's `retry_after` is the longest wait among the windows. The
+    /// caller checks [`known_blocked`](Self::known_blocked) first.
+    pub(crate) async fn admit_windows(
+        &self,
+        id: KeyId,
+        limit: u64,
+        further: &[FurtherWindow],
+    ) -> Result<Verdict, StoreError> {
+        self.decide_in_redis(id, limit, 1, None, true, further)
+            .await
+            .map(|(verdict, _)| verdict)
+    }
+
     /// One script call: decides `n` passes of `id` at `limit` (and, with
-    /// `lease`, asks for more for the key's pool), and records what the
-    /// answer says of the link. A refusal is remembered when `remember`.
-    /// Returns the verdict for the caller's `n` passes and, for a lease,
-    /// what was granted in all.
+    /// `lease`, asks for more for the key's pool; with `further` windows,
+    /// decides on them too, all or none, never with a lease), and records
+    /// what the answer says of the link. A refusal is remembered when
+    /// `remember`. Returns the verdict for the caller's `n` passes and, for
+    /// a lease, what was granted in all.
     async fn decide_in_redis(
         &self,
         id: KeyId,
@@ -1096,6 +1156,7 @@ impl RedisStore {
         n: u64,
         lease: Option<LeaseAsk>,
         remember: bool,
+        further: &[FurtherWindow],
     ) -> Result<(Verdict, Option<Grant>), StoreError> {
         let now = self.local_clock.now_millis();
         let probe_ms = millis(self.probe);
@@ -1110,8 +1171,21 @@ impl RedisStore {
 
         self.link.health.round_trip();
         let started = std::time::Instant::now();
-        let reply = self.call_script(id, limit, n, lease, policy).await;
-        let reply = match reply.and_then(parse_reply) {
+        let reply = self.call_script(id, limit, n, lease, policy, further).await;
+        let reply = match reply.and_then(parse_reply).and_then(|reply| {
+            // A decision names every further window, or none was asked.
+            if reply.outcome == Outcome::Decided && reply.further.len() != further.len() {
+                return Err(StoreError::new(
+                    StoreErrorKind::Reply,
+                    format!(
+                        "admission script answered for {} further windows, {} were asked",
+                        reply.further.len(),
+                        further.len()
+                    ),
+                ));
+            }
+            Ok(reply)
+        }) {
             Ok(reply) => reply,
             Err(err) => {
                 // The next probe is due a probe interval after this failure
@@ -1199,6 +1273,7 @@ impl RedisStore {
         n: u64,
         lease: Option<LeaseAsk>,
         policy: PolicyCheck,
+        further: &[FurtherWindow],
     ) -> Result<Vec<redis::Value>, StoreError> {
         let (window_key, limit_key) = redis_names(&self.prefix, id, &self.window);
         let bucket_ms = self.window.bucket_ms();
@@ -1238,6 +1313,35 @@ impl RedisStore {
                 .arg(LEASE_SHARE)
                 .arg(TICK_US)
                 .arg(lease.batch.min(MAX_SCRIPT_LIMIT));
+        } else if !further.is_empty() {
+            // The lease arguments, asking for no lease (`n` passes wanted),
+            // so that the further windows' come after them.
+            invocation
+                .arg(n.min(MAX_SCRIPT_LIMIT))
+                .arg(0)
+                .arg(0)
+                .arg(LEASE_SHARE)
+                .arg(TICK_US)
+                .arg(0);
+        }
+        debug_assert!(lease.is_none() || further.is_empty());
+        for window in further {
+            // Same sample count and strictness as the first window: the
+            // builder checked that the sample count divides the interval.
+            let bucket_ms = window.interval_ms / self.window.sample_count as u64;
+            let ttl_ms = bucket_ms
+                .saturating_mul(self.window.span())
+                .saturating_mul(2);
+            invocation
+                .key(further_name(
+                    &self.prefix,
+                    id,
+                    &self.window,
+                    window.interval_ms,
+                ))
+                .arg(window.limit.min(MAX_SCRIPT_LIMIT))
+                .arg(bucket_ms)
+                .arg(ttl_ms);
         }
         match tokio::time::timeout(self.timeout, invocation.invoke_async(&mut connection)).await {
             Ok(Ok(reply)) => Ok(reply),
@@ -1429,6 +1533,8 @@ struct Reply {
     policy: Option<String>,
     /// A lease call that passed: what it was granted.
     lease: Option<Leased>,
+    /// A call with further windows: their passes, in order.
+    further: Vec<u64>,
 }
 
 fn parse_reply(reply: Vec<redis::Value>) -> Result<Reply, StoreError> {
@@ -1438,8 +1544,24 @@ fn parse_reply(reply: Vec<redis::Value>) -> Result<Reply, StoreError> {
             format!("admission script answered {reply:?}"),
         )
     };
+    // A call with further windows has their passes as a sixth element.
+    let (reply_head, further) = match &reply[..] {
+        [head @ .., redis::Value::Array(passes)] if head.len() == 5 => {
+            let mut further = Vec::with_capacity(passes.len());
+            for value in passes {
+                match value {
+                    redis::Value::Int(pass) => {
+                        further.push(u64::try_from(*pass).map_err(|_| bad())?)
+                    }
+                    _ => return Err(bad()),
+                }
+            }
+            (head, further)
+        }
+        head => (head, Vec::new()),
+    };
     // A lease call that passed has three more numbers.
-    let (head, lease) = match &reply[..] {
+    let (head, lease) = match reply_head {
         [head @ .., redis::Value::Int(passes), redis::Value::Int(start), redis::Value::Int(ends_us)]
             if head.len() == 5 =>
         {
@@ -1504,6 +1626,7 @@ fn parse_reply(reply: Vec<redis::Value>) -> Result<Reply, StoreError> {
         limit,
         policy,
         lease,
+        further,
     })
 }
 
