@@ -17,6 +17,7 @@
 //! | `noop_layer`             | a `Router::layer` whose service only forwards            |
 //! | `ours_global`            | `SlidingWindowLayer::qps(u64::MAX / 4)`, the global key (default body: the inner service's) |
 //! | `ours_global_breaker`    | `ours_global`'s layer with one `Breaker::error_ratio(0.5)` (closed throughout) |
+//! | `ours_global_system`     | `ours_global`'s layer with `.system(SystemRule::bbr())` (one request in flight, so the check never reads the CPU) |
 //! | `ours_global_track_body` | the same with `.track_body()` (`ResponseBody`, boxed again by axum) |
 //! | `ours_matched_path`      | the same with the matched route as the key (`"GET /items/{id}"`) |
 //! | `ours_header`            | the same keyed by `HeaderKey::new(x-api-key)`            |
@@ -81,6 +82,7 @@ use tower_governor::key_extractor::{
 };
 use tower_governor::{GovernorError, GovernorLayer};
 use tower_sliding_window::breaker::Breaker;
+use tower_sliding_window::system::SystemRule;
 use tower_sliding_window::{HeaderKey, KeyExtractor, PeerIpKey, SlidingWindowLayer};
 
 /// Our limit: far above anything one thread can send in a window.
@@ -111,6 +113,7 @@ pub(crate) enum Contender {
     Noop,
     OursGlobal,
     OursGlobalBreaker,
+    OursGlobalSystem,
     OursGlobalTrackBody,
     OursMatchedPath,
     OursHeader,
@@ -128,11 +131,12 @@ pub(crate) enum Contender {
 impl Contender {
     /// Every contender, in the order of the reports. The no-op layer must
     /// stay in the list: the paired figures are taken against it.
-    pub(crate) const ALL: [Contender; 16] = [
+    pub(crate) const ALL: [Contender; 17] = [
         Contender::Bare,
         Contender::Noop,
         Contender::OursGlobal,
         Contender::OursGlobalBreaker,
+        Contender::OursGlobalSystem,
         Contender::OursGlobalTrackBody,
         Contender::OursMatchedPath,
         Contender::OursHeader,
@@ -154,6 +158,7 @@ impl Contender {
             Contender::Noop => "noop_layer",
             Contender::OursGlobal => "ours_global",
             Contender::OursGlobalBreaker => "ours_global_breaker",
+            Contender::OursGlobalSystem => "ours_global_system",
             Contender::OursGlobalTrackBody => "ours_global_track_body",
             Contender::OursMatchedPath => "ours_matched_path",
             Contender::OursHeader => "ours_header",
@@ -232,6 +237,12 @@ impl Contender {
             // a healthy route pays for being protected.
             Contender::OursGlobalBreaker => {
                 app.layer(SlidingWindowLayer::qps(NEVER_REJECT).breaker(Breaker::error_ratio(0.5)))
+            }
+            // One request at a time: the check's fast path (in flight at
+            // most one, so neither the CPU nor the estimate is read) and
+            // the layer-wide node every request records into.
+            Contender::OursGlobalSystem => {
+                app.layer(SlidingWindowLayer::qps(NEVER_REJECT).system(SystemRule::bbr()))
             }
             // The body wrapped in `ResponseBody` (completion at its end), which
             // axum then boxes.
