@@ -210,7 +210,8 @@ modes:
              one waiting on a dependency whose latency triples, open loop
              at 1x, 2x and 4x the capacity measured first: no protection,
              tower ConcurrencyLimit + LoadShed, tower-acc (Vegas) +
-             LoadShed, .system(SystemRule::bbr()); each server in a child
+             LoadShed, .system(SystemRule::bbr()) and the same with
+             .max_concurrency(16); each server in a child
              process pinned to CPU 0 (the client on CPU 1); reads
              --server-threads, --open-connections, --overload-secs,
              --overload-warmup-secs, --only cpu|dependency; fails when the

@@ -155,14 +155,6 @@ impl Workload {
         }
     }
 
-    /// The contenders of this workload, in the order they run.
-    pub fn contenders(self) -> Vec<Guard> {
-        let mut all = vec![Guard::None, Guard::Tower, Guard::TowerAcc, Guard::System];
-        if self == Workload::Dependency {
-            all.push(Guard::SystemConcurrency);
-        }
-        all
-    }
 }
 
 /// The protection in front of the handler.
@@ -184,7 +176,8 @@ pub enum Guard {
 }
 
 impl Guard {
-    const ALL: [Guard; 5] = [
+    /// Every contender, in the order they run.
+    pub const ALL: [Guard; 5] = [
         Guard::None,
         Guard::Tower,
         Guard::TowerAcc,
@@ -804,7 +797,7 @@ async fn run_workload(
         (capacity, unloaded)
     };
     let mut runs = Vec::new();
-    for guard in workload.contenders() {
+    for guard in Guard::ALL {
         let server = Server::start(workload, guard, workers, pinning)?;
         let slows = workload == Workload::Dependency;
         // The warm-up: 1x, unmeasured, the dependency at its usual speed.

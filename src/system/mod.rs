@@ -112,6 +112,55 @@
 //! that says so, unless the rule reads another [`CpuSource`]
 //! ([`SystemRule::cpu_source`]), which is also how tests drive the check.
 //!
+//! # Which check for which overload
+//!
+//! Measured in the `perf` crate's load harness (`load overload`; the
+//! README's "Adaptive protection" has the table and the charts):
+//!
+//! - **A CPU-bound service** (its handlers compute): BBR. Past the
+//!   capacity it keeps about one request in flight per busy CPU, so the
+//!   admitted requests are answered at the unloaded speed and the rest are
+//!   refused at once, whatever the capacity is that day.
+//! - **A service waiting on a dependency** (a pool of connections, a
+//!   downstream service): its CPU stays idle when the dependency slows, so
+//!   BBR never runs. Bound what waits with
+//!   [`max_concurrency`](SystemRule::max_concurrency), at the pool's size:
+//!   the requests past it would only queue for a connection.
+//! - [`max_qps`](SystemRule::max_qps) when a load test gave the capacity,
+//!   [`max_avg_rt`](SystemRule::max_avg_rt) to shed before a latency
+//!   target is missed.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! use std::time::Duration;
+//! use axum::{body::Body, http::Request, http::StatusCode, routing::get, Router};
+//! use tower::ServiceExt;
+//! use tower_sliding_window::{system::SystemRule, SlidingWindowLayer};
+//!
+//! // Each request holds one of 16 connections to the database: the CPU
+//! // check for what computes, at most 16 in flight for what waits.
+//! let limit = SlidingWindowLayer::qps(10_000).system(SystemRule::bbr().max_concurrency(16));
+//! let stats = limit.handle();
+//! let app: Router = Router::new()
+//!     .route(
+//!         "/orders",
+//!         get(|| async {
+//!             tokio::time::sleep(Duration::from_millis(1)).await;
+//!             "ok"
+//!         }),
+//!     )
+//!     .layer(limit);
+//!
+//! let request = Request::get("/orders").body(Body::empty()).unwrap();
+//! let response = app.oneshot(request).await.unwrap();
+//! assert_eq!(response.status(), StatusCode::OK);
+//! let system = stats.system().expect("the layer has a system rule");
+//! assert_eq!(system.in_flight, 0);
+//! assert_eq!(system.pass_qps, 1);
+//! # }
+//! ```
+//!
 //! # Example
 //!
 //! ```
