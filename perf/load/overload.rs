@@ -154,7 +154,6 @@ impl Workload {
             ),
         }
     }
-
 }
 
 /// The protection in front of the handler.
@@ -1167,4 +1166,87 @@ pub fn report(config: &Config, results: &[WorkloadResult], pinned: bool) -> Stri
         }
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn level(factor: u64, good: u64, p99_ms: u64) -> Level {
+        let mut admitted = latency_histogram();
+        // 99 answers at 1 ms and one at `p99_ms`: the p99 is 1 ms unless
+        // the slow one is 2 in 100.
+        for _ in 0..98 {
+            admitted.saturating_record(1_000);
+        }
+        admitted.saturating_record(p99_ms * 1000);
+        admitted.saturating_record(p99_ms * 1000);
+        Level {
+            factor,
+            offered: 100.0 * factor as f64,
+            secs: 1.0,
+            good,
+            late: 0,
+            refused: 0,
+            lost: 0,
+            admitted_settled: admitted.clone(),
+            admitted,
+            cpu: None,
+            bbr_active: None,
+            max_in_flight: None,
+        }
+    }
+
+    fn result(workload: Workload, levels: Vec<Level>) -> WorkloadResult {
+        WorkloadResult {
+            workload,
+            capacity: 100.0,
+            unloaded: level(0, 20, 10),
+            runs: vec![
+                Run {
+                    guard: Guard::None,
+                    levels: vec![level(1, 100, 1), level(4, 1, 5_000)],
+                },
+                Run {
+                    guard: Guard::System,
+                    levels,
+                },
+            ],
+        }
+    }
+
+    #[test]
+    fn the_targets_are_judged_on_the_system_rule_of_the_cpu_workload() {
+        let met = result(Workload::Cpu, vec![level(1, 100, 12), level(4, 90, 30)]);
+        assert_eq!(met.misses(), Vec::<String>::new());
+        let missed = result(Workload::Cpu, vec![level(1, 100, 12), level(4, 89, 31)]);
+        let misses = missed.misses();
+        assert_eq!(misses.len(), 2, "{misses:?}");
+        assert!(misses[0].contains("goodput at 4x 89/s"), "{misses:?}");
+        assert!(misses[1].contains("p99 at 4x 31.0 ms"), "{misses:?}");
+        // No target for the dependency workload.
+        let dependency = result(
+            Workload::Dependency,
+            vec![level(1, 100, 12), level(4, 1, 900)],
+        );
+        assert_eq!(dependency.misses(), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_state_line_is_read_back() {
+        let s = Status::parse("overload-status 0.875 1 7 3").expect("a state line");
+        assert_eq!((s.cpu, s.active, s.max_in_flight), (0.875, true, 3));
+        assert!(Status::parse("overload-status 0.8 1").is_none());
+        assert!(Status::parse("something else").is_none());
+    }
+
+    #[test]
+    fn the_names_round_trip() {
+        for guard in Guard::ALL {
+            assert_eq!(Guard::from_slug(guard.slug()), Some(guard));
+        }
+        for workload in Workload::ALL {
+            assert_eq!(Workload::from_slug(workload.slug()), Some(workload));
+        }
+    }
 }
