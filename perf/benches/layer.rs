@@ -18,6 +18,7 @@
 //! | `ours_global`            | `SlidingWindowLayer::qps(u64::MAX / 4)`, the global key (default body: the inner service's) |
 //! | `ours_global_breaker`    | `ours_global`'s layer with one `Breaker::error_ratio(0.5)` (closed throughout) |
 //! | `ours_global_limit_per`  | `ours_global`'s layer with `.limit_per(60 s, u64::MAX / 4)`: a second window per key |
+//! | `ours_global_system`     | `ours_global`'s layer with `.system(SystemRule::bbr())` (one request in flight, so the check never reads the CPU) |
 //! | `ours_global_track_body` | the same with `.track_body()` (`ResponseBody`, boxed again by axum) |
 //! | `ours_matched_path`      | the same with the matched route as the key (`"GET /items/{id}"`) |
 //! | `ours_header`            | the same keyed by `HeaderKey::new(x-api-key)`            |
@@ -82,6 +83,7 @@ use tower_governor::key_extractor::{
 };
 use tower_governor::{GovernorError, GovernorLayer};
 use tower_sliding_window::breaker::Breaker;
+use tower_sliding_window::system::SystemRule;
 use tower_sliding_window::{HeaderKey, KeyExtractor, PeerIpKey, SlidingWindowLayer};
 
 /// Our limit: far above anything one thread can send in a window.
@@ -113,6 +115,7 @@ pub(crate) enum Contender {
     OursGlobal,
     OursGlobalBreaker,
     OursGlobalLimitPer,
+    OursGlobalSystem,
     OursGlobalTrackBody,
     OursMatchedPath,
     OursHeader,
@@ -130,12 +133,13 @@ pub(crate) enum Contender {
 impl Contender {
     /// Every contender, in the order of the reports. The no-op layer must
     /// stay in the list: the paired figures are taken against it.
-    pub(crate) const ALL: [Contender; 17] = [
+    pub(crate) const ALL: [Contender; 18] = [
         Contender::Bare,
         Contender::Noop,
         Contender::OursGlobal,
         Contender::OursGlobalBreaker,
         Contender::OursGlobalLimitPer,
+        Contender::OursGlobalSystem,
         Contender::OursGlobalTrackBody,
         Contender::OursMatchedPath,
         Contender::OursHeader,
@@ -158,6 +162,7 @@ impl Contender {
             Contender::OursGlobal => "ours_global",
             Contender::OursGlobalBreaker => "ours_global_breaker",
             Contender::OursGlobalLimitPer => "ours_global_limit_per",
+            Contender::OursGlobalSystem => "ours_global_system",
             Contender::OursGlobalTrackBody => "ours_global_track_body",
             Contender::OursMatchedPath => "ours_matched_path",
             Contender::OursHeader => "ours_header",
@@ -242,6 +247,12 @@ impl Contender {
                 SlidingWindowLayer::qps(NEVER_REJECT)
                     .limit_per(Duration::from_secs(60), NEVER_REJECT),
             ),
+            // One request at a time: the check's fast path (in flight at
+            // most one, so neither the CPU nor the estimate is read) and
+            // the layer-wide node every request records into.
+            Contender::OursGlobalSystem => {
+                app.layer(SlidingWindowLayer::qps(NEVER_REJECT).system(SystemRule::bbr()))
+            }
             // The body wrapped in `ResponseBody` (completion at its end), which
             // axum then boxes.
             Contender::OursGlobalTrackBody => {

@@ -36,6 +36,10 @@ pub enum Mode {
     /// Admission latency with a full key table turning over, against one
     /// with room.
     Eviction,
+    /// Goodput and latency at 1x, 2x and 4x a service's capacity, with no
+    /// protection, tower's and tower-acc's concurrency limits and our
+    /// system rule.
+    Overload,
 }
 
 impl Mode {
@@ -53,6 +57,7 @@ impl Mode {
             "dashboard" => Mode::Dashboard,
             "memory" => Mode::Memory,
             "eviction" => Mode::Eviction,
+            "overload" => Mode::Overload,
             _ => return None,
         })
     }
@@ -111,6 +116,11 @@ pub struct Config {
     pub eviction_keys: usize,
     /// Keys per round of the full tier in `eviction`.
     pub eviction_full_keys: usize,
+    /// Length of each measured level of `overload`.
+    pub overload_time: Duration,
+    /// The unmeasured warm-up at 1x before each contender's levels in
+    /// `overload`.
+    pub overload_warmup: Duration,
 }
 
 impl Config {
@@ -151,6 +161,8 @@ impl Config {
             memory_full_keys: 100_000,
             eviction_keys: 1_000_000,
             eviction_full_keys: 20_000,
+            overload_time: Duration::from_secs(8),
+            overload_warmup: Duration::from_secs(20),
         }
     }
 }
@@ -195,6 +207,16 @@ modes:
   eviction   admission latency (p50 to max) of a key table that is full
              and evicting idle keys, against one with room; reads
              --eviction-keys and --eviction-full-keys
+  overload   goodput and admitted latency of a CPU-bound handler and of
+             one waiting on a dependency whose latency triples, open loop
+             at 1x, 2x and 4x the capacity measured first: no protection,
+             tower ConcurrencyLimit + LoadShed, tower-acc (Vegas) +
+             LoadShed, .system(SystemRule::bbr()) and the same with
+             .max_concurrency(16); each server in a child
+             process pinned to CPU 0 (the client on CPU 1); reads
+             --server-threads, --open-connections, --overload-secs,
+             --overload-warmup-secs, --only cpu|dependency; fails when the
+             system rule misses its targets on the CPU workload
 
 options (defaults in brackets):
   --out DIR               charts and report [target/load]
@@ -223,6 +245,8 @@ options (defaults in brackets):
   --memory-full-keys N    keys of the full tier in memory [100000]
   --eviction-keys N       keys per round, compact tier, eviction [1000000]
   --eviction-full-keys N  keys per round, full tier, eviction [20000]
+  --overload-secs S       measured seconds per level in overload [8]
+  --overload-warmup-secs S  warm-up at 1x per contender in overload [20]
   --only SLUG,SLUG        run only these contenders (bare, noop, ours-global,
                           ours-path, ours-strict, ours-throttle,
                           governor-usual, governor-burst1,
@@ -323,6 +347,8 @@ fn apply(config: &mut Config, flag: &str, value: &str) -> Result<(), String> {
         "--memory-full-keys" => config.memory_full_keys = count()? as u64,
         "--eviction-keys" => config.eviction_keys = count()?,
         "--eviction-full-keys" => config.eviction_full_keys = count()?,
+        "--overload-secs" => config.overload_time = secs()?.max(Duration::from_secs(4)),
+        "--overload-warmup-secs" => config.overload_warmup = secs()?.max(Duration::from_secs(1)),
         "--only" => config.only = value.split(',').map(|s| s.trim().to_owned()).collect(),
         _ => return Err(format!("unknown option `{flag}`\n\n{USAGE}")),
     }

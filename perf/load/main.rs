@@ -15,6 +15,7 @@
 //! cargo run --release -p perf --bin load -- dashboard
 //! cargo run --release -p perf --bin load -- memory
 //! cargo run --release -p perf --bin load -- eviction
+//! cargo run --release -p perf --bin load -- overload --out docs
 //! ```
 //!
 //! `--help` lists the options. Every mode is bounded in time, binds only
@@ -37,6 +38,7 @@ mod hostile;
 mod memory;
 mod ours;
 mod overhead;
+mod overload;
 mod plots;
 mod progress;
 #[cfg(feature = "redis")]
@@ -60,6 +62,16 @@ fn main() -> ExitCode {
             Ok(()) => ExitCode::SUCCESS,
             Err(message) => {
                 eprintln!("load memory (child): {message}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    // A child of `load overload`: serve one contender until told to stop.
+    if let Some(result) = overload::child_from_env() {
+        return match result {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(message) => {
+                eprintln!("load overload (server): {message}");
                 ExitCode::FAILURE
             }
         };
@@ -104,6 +116,9 @@ fn run(config: &Config) -> Result<bool, String> {
     }
     if mode == Mode::Eviction {
         return run_eviction(config);
+    }
+    if mode == Mode::Overload {
+        return run_overload(config);
     }
     if mode != Mode::Soak {
         report.contenders();
@@ -263,6 +278,29 @@ fn run_eviction(config: &Config) -> Result<bool, String> {
     std::fs::write(&path, &text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     println!("{text}");
     Ok(true)
+}
+
+/// `load overload`: the table goes to `report-overload.md`, the charts to
+/// `overload-<workload>.svg`; fails when the system rule misses a target
+/// on the CPU-bound workload.
+fn run_overload(config: &Config) -> Result<bool, String> {
+    let (results, pinned) = overload::run(config)?;
+    let mut text = overload::report(config, &results, pinned);
+    let mut charts = Vec::new();
+    for result in &results {
+        charts.push(plots::overload(&config.out, result)?);
+    }
+    text.push_str("Charts: ");
+    text.push_str(&charts.join(", "));
+    text.push('\n');
+    let path = config.out.join("report-overload.md");
+    std::fs::write(&path, &text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    println!("{text}");
+    let misses: Vec<String> = results.iter().flat_map(|r| r.misses()).collect();
+    for miss in &misses {
+        eprintln!("load overload: target MISSED: {miss}");
+    }
+    Ok(misses.is_empty())
 }
 
 /// `load redis`: its own runtime and report file (`report-redis.md`).

@@ -6,6 +6,8 @@
 //! - `soak-rss.svg`: resident memory over the soak.
 //! - `soak-hostile-rss.svg`: resident memory and keys held over the hostile
 //!   soak, against the bound it asserts.
+//! - `overload-<workload>.svg`: goodput and admitted p99 per contender at
+//!   1x, 2x and 4x the capacity.
 
 use std::path::Path;
 
@@ -14,6 +16,7 @@ use plotters::prelude::*;
 use crate::accuracy::Run;
 use crate::bench::BenchRow;
 use crate::hostile::{self, HostileResult};
+use crate::overload::{self, WorkloadResult};
 use crate::soak::SoakResult;
 
 /// Turns any plotters error into a message naming the chart.
@@ -354,6 +357,131 @@ pub fn hostile(dir: &Path, result: &HostileResult) -> Result<String, String> {
             .position(SeriesLabelPosition::LowerRight)
             .background_style(WHITE.mix(0.85))
             .border_style(BLACK.mix(0.3))
+            .draw()?;
+        root.present()?;
+        Ok(())
+    };
+    draw().map_err(fail(&path))?;
+    Ok(name)
+}
+
+/// One overload workload: goodput (left) and admitted p99 (right, log
+/// scale) per contender at each load factor; returns the file.
+pub fn overload(dir: &Path, result: &WorkloadResult) -> Result<String, String> {
+    let name = format!("overload-{}.svg", result.workload.slug());
+    let path = dir.join(&name);
+    let factors = overload::FACTORS;
+    let runs = &result.runs;
+    let width = 0.8 / runs.len().max(1) as f64;
+    let x_of = |level: usize, run: usize| level as f64 - 0.4 + width * run as f64;
+    let label = move |x: &f64| {
+        let i = x.round();
+        if (x - i).abs() < 0.01 && i >= 0.0 && (i as usize) < factors.len() {
+            format!("{}x", factors[i as usize])
+        } else {
+            String::new()
+        }
+    };
+    let good_top = runs
+        .iter()
+        .flat_map(|r| r.levels.iter().map(|l| l.goodput()))
+        .fold(result.capacity, f64::max)
+        * 1.2;
+    let unloaded_p99 = result.unloaded.admitted_ms(0.99).max(0.01);
+    let p99_top = runs
+        .iter()
+        .flat_map(|r| r.levels.iter().map(|l| l.admitted_ms(0.99)))
+        .fold(3.0 * unloaded_p99, f64::max)
+        * 2.0;
+    let p99_bottom = (unloaded_p99 / 4.0).max(0.01);
+    let draw = || -> Result<(), Box<dyn std::error::Error>> {
+        let root = SVGBackend::new(&path, (1100, 520)).into_drawing_area();
+        root.fill(&WHITE)?;
+        let root = root.titled(
+            &format!(
+                "{} workload, open loop at 1x/2x/4x its capacity ({:.0} req/s)",
+                result.workload.slug(),
+                result.capacity
+            ),
+            ("sans-serif", 18),
+        )?;
+        let (left, right) = root.split_horizontally(550);
+        let last = factors.len() as f64 - 0.5;
+        let mut good = ChartBuilder::on(&left)
+            .caption("goodput: 2xx within 1 s, per second", ("sans-serif", 15))
+            .margin(8)
+            .x_label_area_size(30)
+            .y_label_area_size(56)
+            .build_cartesian_2d(-0.5f64..last, 0f64..good_top)?;
+        good.configure_mesh()
+            .disable_x_mesh()
+            .x_labels(factors.len() * 4 + 1)
+            .x_label_formatter(&label)
+            .y_desc("requests/s")
+            .y_label_formatter(&|y| format!("{y:.0}"))
+            .draw()?;
+        let mut latency = ChartBuilder::on(&right)
+            .caption("p99 latency of admitted requests (ms)", ("sans-serif", 15))
+            .margin(8)
+            .x_label_area_size(30)
+            .y_label_area_size(56)
+            .build_cartesian_2d(-0.5f64..last, (p99_bottom..p99_top).log_scale())?;
+        latency
+            .configure_mesh()
+            .disable_x_mesh()
+            .x_labels(factors.len() * 4 + 1)
+            .x_label_formatter(&label)
+            .y_desc("ms")
+            .y_label_formatter(&|y| format!("{y}"))
+            .draw()?;
+        for (r, run) in runs.iter().enumerate() {
+            let color = Palette99::pick(r).to_rgba();
+            good.draw_series(run.levels.iter().enumerate().map(|(l, level)| {
+                let x = x_of(l, r);
+                Rectangle::new(
+                    [(x, 0.0), (x + width * 0.9, level.goodput())],
+                    color.filled(),
+                )
+            }))?
+            .label(run.guard.name())
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled()));
+            latency.draw_series(run.levels.iter().enumerate().filter_map(|(l, level)| {
+                let p99 = level.admitted_ms(0.99);
+                (p99 > 0.0).then(|| {
+                    let x = x_of(l, r);
+                    Rectangle::new([(x, p99_bottom), (x + width * 0.9, p99)], color.filled())
+                })
+            }))?;
+        }
+        good.draw_series(DashedLineSeries::new(
+            vec![(-0.5, result.capacity), (last, result.capacity)],
+            6,
+            4,
+            BLACK.stroke_width(1),
+        ))?
+        .label("capacity (closed loop, no protection)")
+        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 12, y)], BLACK));
+        latency
+            .draw_series(DashedLineSeries::new(
+                vec![(-0.5, 3.0 * unloaded_p99), (last, 3.0 * unloaded_p99)],
+                6,
+                4,
+                RED.stroke_width(1),
+            ))?
+            .label("3x the unloaded p99")
+            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 12, y)], RED));
+        latency
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK.mix(0.3))
+            .label_font(("sans-serif", 11))
+            .draw()?;
+        good.configure_series_labels()
+            .position(SeriesLabelPosition::UpperRight)
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK.mix(0.3))
+            .label_font(("sans-serif", 11))
             .draw()?;
         root.present()?;
         Ok(())

@@ -2,6 +2,7 @@
 //! `/proc/self/stat` as the fallback. The parsers take the files' text, so
 //! that they are tested on strings.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 /// Where the kernel mounts the unified (v2) cgroup hierarchy.
@@ -152,14 +153,81 @@ impl CpuReader {
     }
 }
 
+/// The time a thread has spent ready to run but waiting for a CPU, in
+/// microseconds: the second field of `/proc/self/task/<tid>/schedstat`
+/// (nanoseconds on a run queue).
+pub(crate) fn parse_schedstat(text: &str) -> Result<u64, String> {
+    let mut fields = text.split_whitespace();
+    match (
+        fields.next().map(str::parse::<u64>),
+        fields.next().map(str::parse::<u64>),
+    ) {
+        (Some(Ok(_)), Some(Ok(waited_ns))) => Ok(waited_ns / 1000),
+        _ => Err(format!(
+            "schedstat: expected \"<run ns> <wait ns> <slices>\", got {text:?}"
+        )),
+    }
+}
+
+/// The run-queue waits of the process's threads, between readings.
+///
+/// A thread that is runnable but finds every CPU it may use taken (by
+/// other processes, or by more of its own threads than CPUs) uses no CPU
+/// time while it waits, so CPU time alone reads a service starved by its
+/// neighbours as idle, however long its queue. Its wait is demand for the
+/// CPU all the same: the sampler counts it with the CPU time.
+#[derive(Debug, Default)]
+pub(crate) struct Waits {
+    /// Each live thread's wait at the last reading, by thread id.
+    last: HashMap<u64, u64>,
+}
+
+impl Waits {
+    /// The time, in microseconds, the process's threads waited for a CPU
+    /// since the last call: each thread's wait since it was last seen
+    /// (all of it, for a thread not seen before). A thread that ended
+    /// since takes its last stretch with it. 0 when `/proc/self/task`
+    /// cannot be read.
+    pub(crate) fn advance(&mut self) -> u64 {
+        let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+            return 0;
+        };
+        let mut now = HashMap::with_capacity(self.last.len());
+        let mut waited = 0u64;
+        for task in tasks.flatten() {
+            let Some(tid) = task
+                .file_name()
+                .to_str()
+                .and_then(|t| t.parse::<u64>().ok())
+            else {
+                continue;
+            };
+            // A thread may end between the listing and this read.
+            let Some(wait) = std::fs::read_to_string(task.path().join("schedstat"))
+                .ok()
+                .and_then(|text| parse_schedstat(&text).ok())
+            else {
+                continue;
+            };
+            let before = self.last.get(&tid).copied().unwrap_or(0);
+            waited = waited.saturating_add(wait.saturating_sub(before));
+            now.insert(tid, wait);
+        }
+        self.last = now;
+        waited
+    }
+}
+
 /// The directory of cgroup `path` under `root`.
 fn cgroup_dir(root: &Path, path: &str) -> PathBuf {
     root.join(path.trim_start_matches('/'))
 }
 
-/// The use of the CPUs between two readings: CPU time used over the wall
-/// time passed times the CPUs available, capped at 1 (a reading can run a
-/// little ahead of the wall clock). `None` when no time passed.
+/// The use of the CPUs between two readings: CPU time used (with the time
+/// spent waiting for a CPU, see [`Waits`]) over the wall time passed times
+/// the CPUs available, capped at 1 (a reading can run a little ahead of the
+/// wall clock, and waits of several threads at once add up past it).
+/// `None` when no time passed.
 pub(crate) fn usage(used_us: u64, wall_us: u64, cpus: f64) -> Option<f64> {
     if wall_us == 0 || cpus.is_nan() || cpus <= 0.0 {
         return None;
@@ -280,6 +348,59 @@ mod tests {
         let second = reader.used_us().expect("a reading on Linux");
         assert!(second >= first, "{first} then {second}");
         assert!(reader.cpus() > 0.0);
+    }
+
+    #[test]
+    fn schedstat_gives_the_wait_in_microseconds() {
+        assert_eq!(parse_schedstat("123456789 2500000 17\n"), Ok(2500));
+        for text in ["", "12", "a b c", "1 -2 3"] {
+            assert!(parse_schedstat(text).is_err(), "{text:?}");
+        }
+    }
+
+    /// Three spinning threads per CPU: at any instant two of every three
+    /// are ready to run with no CPU free, so the process's threads wait
+    /// about twice the wall time per CPU. CPU time alone can never exceed
+    /// one wall time per CPU, which is all the sampler saw before it
+    /// counted the waits: a service its neighbours starve read as idle.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn threads_waiting_for_a_cpu_are_counted() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::Arc;
+
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let mut waits = Waits::default();
+        let stop = Arc::new(AtomicBool::new(false));
+        let spinners: Vec<_> = (0..3 * cpus)
+            .map(|_| {
+                let stop = Arc::clone(&stop);
+                std::thread::spawn(move || {
+                    let mut x = 0u64;
+                    while !stop.load(Ordering::Relaxed) {
+                        x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(1));
+                    }
+                })
+            })
+            .collect();
+        // Every spinner seen once, so the next reading is its wait since.
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        waits.advance();
+        let start = std::time::Instant::now();
+        std::thread::sleep(std::time::Duration::from_millis(400));
+        // Read while the spinners live: an ended thread's wait is gone.
+        let waited = waits.advance();
+        let wall_us = start.elapsed().as_micros() as f64;
+        stop.store(true, Ordering::Relaxed);
+        for spinner in spinners {
+            spinner.join().expect("a spinner");
+        }
+        assert!(
+            waited as f64 >= 0.5 * cpus as f64 * wall_us,
+            "{waited} µs waited in {wall_us} µs on {cpus} CPUs"
+        );
+        // Nothing seen twice: a reading right after counts only new waits.
+        assert!(waits.advance() < waited);
     }
 
     #[test]

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 /// How often the sampler reads the CPU time (Kratos BBR's 500 ms).
 pub(crate) const SAMPLE_EVERY: Duration = Duration::from_millis(500);
 
-/// The weight of the previous average in each new sample (Kratos BBR's
-/// `decay = 0.95`): `cpu = cpu × 0.95 + sample × 0.05`.
+/// The weight of the previous average in each new sample below it
+/// (Kratos BBR's `decay = 0.95`): `cpu = cpu × 0.95 + sample × 0.05`.
 pub(crate) const DECAY: f64 = 0.95;
 
 /// The name of the sampler thread.
@@ -153,6 +153,8 @@ impl Drop for Sampler {
 /// reading folded into the average, until told to stop.
 fn run(state: &SamplerState) {
     let reader = super::cgroup::CpuReader::detect();
+    let mut waits = super::cgroup::Waits::default();
+    waits.advance();
     let mut last = reader.used_us().map(|used| (used, Instant::now()));
     let mut stop = state.stop.lock().unwrap_or_else(|e| e.into_inner());
     loop {
@@ -172,11 +174,11 @@ fn run(state: &SamplerState) {
             return;
         }
         let now = (reader.used_us(), Instant::now());
+        let waited = waits.advance();
         if let (Some((used_before, at_before)), (Some(used), at)) = (last, now) {
             let wall_us = at.duration_since(at_before).as_micros() as u64;
-            if let Some(sample) =
-                super::cgroup::usage(used.saturating_sub(used_before), wall_us, reader.cpus())
-            {
+            let busy = used.saturating_sub(used_before).saturating_add(waited);
+            if let Some(sample) = super::cgroup::usage(busy, wall_us, reader.cpus()) {
                 state
                     .ewma
                     .store(fold(state.load(), sample).to_bits(), Ordering::Relaxed);
@@ -188,9 +190,26 @@ fn run(state: &SamplerState) {
     }
 }
 
-/// One sample folded into the average, as Kratos BBR does.
+/// One sample folded into the average: a sample above the average
+/// replaces it; one below moves it as Kratos BBR's average does, 5 %
+/// of the way.
+///
+/// Kratos folds every sample in at 5 %, so from idle a fully busy process
+/// reads 0.8 only after 32 samples (16 s), and from 0.5 after 18 (9 s):
+/// through all that time an overloaded service admits everything, its
+/// queue grows, and the shortest response time BBR's estimate is made of
+/// grows with it, so that when the check starts it lets the queue stay.
+/// Taken at once, the first busy sample starts the check while the
+/// estimate still describes the service unloaded. The average still falls
+/// slowly, so a service the check relieves keeps it running (from fully
+/// busy to idle, 2 s above 0.8), and the check only ever refuses requests
+/// beyond the estimate, so a busy CPU without a queue refuses nothing.
 pub(crate) fn fold(average: f64, sample: f64) -> f64 {
-    average * DECAY + sample * (1.0 - DECAY)
+    if sample >= average {
+        sample
+    } else {
+        average * DECAY + sample * (1.0 - DECAY)
+    }
 }
 
 #[cfg(test)]
@@ -198,17 +217,27 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_average_moves_five_percent_towards_each_sample() {
-        assert!((fold(0.0, 1.0) - 0.05).abs() < 1e-12);
-        assert!((fold(0.5, 0.5) - 0.5).abs() < 1e-12);
-        // From idle, a fully busy process is seen at 80 % after 32 samples
-        // (16 s): 1 - 0.95^32 = 0.806.
-        let mut cpu = 0.0;
-        for _ in 0..31 {
-            cpu = fold(cpu, 1.0);
+    fn a_busier_sample_is_taken_at_once() {
+        // From idle, the first fully busy sample opens the BBR gate (0.8):
+        // Kratos's average read it as 0.05, and 0.8 only after 16 s, while
+        // the queue of an overloaded service grew unchecked.
+        assert_eq!(fold(0.0, 1.0), 1.0);
+        assert_eq!(fold(0.3, 0.85), 0.85);
+        assert_eq!(fold(0.5, 0.5), 0.5);
+    }
+
+    #[test]
+    fn a_quieter_sample_moves_the_average_five_percent_towards_it() {
+        assert!((fold(1.0, 0.0) - 0.95).abs() < 1e-12);
+        assert!((fold(0.9, 0.5) - (0.9 * 0.95 + 0.5 * 0.05)).abs() < 1e-12);
+        // From fully busy to idle, the average stays at or above 0.8 for 4
+        // samples (2 s): 0.95^4 = 0.815, 0.95^5 = 0.774.
+        let mut cpu = 1.0;
+        for _ in 0..4 {
+            cpu = fold(cpu, 0.0);
         }
-        assert!(cpu < 0.8, "{cpu}");
-        cpu = fold(cpu, 1.0);
         assert!(cpu >= 0.8, "{cpu}");
+        cpu = fold(cpu, 0.0);
+        assert!(cpu < 0.8, "{cpu}");
     }
 }

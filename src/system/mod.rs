@@ -61,21 +61,44 @@
 //!
 //! # The CPU use
 //!
-//! An exponentially weighted average, as Kratos keeps it: every 500 ms
-//! `cpu = cpu × 0.95 + sample × 0.05`, starting from 0 (from idle, a fully
-//! busy process reads 0.8 after 16 s). On Linux the sample is:
+//! An average sampled every 500 ms, starting from 0. A sample above the
+//! average replaces it at once; a sample below moves it as Kratos's
+//! average does, `cpu = cpu × 0.95 + sample × 0.05` (from fully busy to
+//! idle, 2 s above 0.8). Kratos folds rising samples in at 5 % too, so a
+//! service that goes from idle to overloaded reads 0.8 only after 16 s; its
+//! queue grows all that while, and so does the shortest response time the
+//! estimate is made of, until the estimate keeps the queue it should have
+//! prevented. Measured in the `perf` harness's `overload` mode (see the
+//! README's "Adaptive protection"), this is why the check is let in at the
+//! first busy sample.
+//!
+//! On Linux the sample is the CPU time used between two readings, plus the
+//! time this process's threads spent ready to run but waiting for a CPU
+//! (`/proc/self/task/*/schedstat`), over the wall time times the CPUs the
+//! reading is against (capped at 1). The wait is there because a service
+//! whose CPUs are shared with other processes gets less CPU time the more
+//! they take, and would read as idle however long its queue; its threads'
+//! wait is demand for the CPU all the same. The CPU time is:
 //!
 //! - the process's cgroup (v2): `usage_usec` of its `cpu.stat` against
 //!   its `cpu.max` quota, so a container limited to 2 CPUs is at 1.0 when
 //!   it uses 2, or against the CPUs available
-//!   ([`available_parallelism`](std::thread::available_parallelism))
-//!   without a quota. This counts every process of the cgroup, which is
-//!   what a container's limit is about;
+//!   ([`available_parallelism`](std::thread::available_parallelism), which
+//!   also counts the process's CPU affinity) without a quota. This counts
+//!   every process of the cgroup, which is what a container's limit is
+//!   about;
 //! - without a v2 hierarchy mounted at `/sys/fs/cgroup` (a v1 or hybrid
 //!   host, where the CPU controller lives in v1): the process's own user and
 //!   system time from `/proc/self/stat` against the CPUs available. The
 //!   process, not the machine (`/proc/stat`): what the layer can relieve
 //!   is its own process's load.
+//!
+//! The CPUs available are those the process may run on, not those its
+//! runtime uses: a Tokio runtime with one worker on a machine of 2 CPUs is
+//! fully busy at 0.5 and never reaches the default threshold. Pin the
+//! process to as many CPUs as it has workers (`taskset`, a container's
+//! `cpuset`), or lower the threshold to the share of the CPUs it can use
+//! (0.4 for one worker of 2 CPUs).
 //!
 //! One thread samples for every layer of the process (named
 //! `tsw-cpu-sampler`): it starts when the first layer with a system rule
@@ -88,6 +111,55 @@
 //! [`system`](crate::SlidingWindowLayer::system) panics with a message
 //! that says so, unless the rule reads another [`CpuSource`]
 //! ([`SystemRule::cpu_source`]), which is also how tests drive the check.
+//!
+//! # Which check for which overload
+//!
+//! Measured in the `perf` crate's load harness (`load overload`; the
+//! README's "Adaptive protection" has the table and the charts):
+//!
+//! - **A CPU-bound service** (its handlers compute): BBR. Past the
+//!   capacity it keeps about one request in flight per busy CPU, so the
+//!   admitted requests are answered at the unloaded speed and the rest are
+//!   refused at once, whatever the capacity is that day.
+//! - **A service waiting on a dependency** (a pool of connections, a
+//!   downstream service): its CPU stays idle when the dependency slows, so
+//!   BBR never runs. Bound what waits with
+//!   [`max_concurrency`](SystemRule::max_concurrency), at the pool's size:
+//!   the requests past it would only queue for a connection.
+//! - [`max_qps`](SystemRule::max_qps) when a load test gave the capacity,
+//!   [`max_avg_rt`](SystemRule::max_avg_rt) to shed before a latency
+//!   target is missed.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! use std::time::Duration;
+//! use axum::{body::Body, http::Request, http::StatusCode, routing::get, Router};
+//! use tower::ServiceExt;
+//! use tower_sliding_window::{system::SystemRule, SlidingWindowLayer};
+//!
+//! // Each request holds one of 16 connections to the database: the CPU
+//! // check for what computes, at most 16 in flight for what waits.
+//! let limit = SlidingWindowLayer::qps(10_000).system(SystemRule::bbr().max_concurrency(16));
+//! let stats = limit.handle();
+//! let app: Router = Router::new()
+//!     .route(
+//!         "/orders",
+//!         get(|| async {
+//!             tokio::time::sleep(Duration::from_millis(1)).await;
+//!             "ok"
+//!         }),
+//!     )
+//!     .layer(limit);
+//!
+//! let request = Request::get("/orders").body(Body::empty()).unwrap();
+//! let response = app.oneshot(request).await.unwrap();
+//! assert_eq!(response.status(), StatusCode::OK);
+//! let system = stats.system().expect("the layer has a system rule");
+//! assert_eq!(system.in_flight, 0);
+//! assert_eq!(system.pass_qps, 1);
+//! # }
+//! ```
 //!
 //! # Example
 //!

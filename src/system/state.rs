@@ -198,8 +198,10 @@ impl System {
                 return Err(Refused(SystemCheck::Concurrency));
             }
         }
-        if let (Some(max), Some(avg)) = (self.max_avg_rt, node.avg_rt()) {
-            if avg > max {
+        // The average reads the clock and folds the window: only for a
+        // rule that has the limit.
+        if let Some(max) = self.max_avg_rt {
+            if node.avg_rt().is_some_and(|avg| avg > max) {
                 return Err(Refused(SystemCheck::AvgRt));
             }
         }
@@ -312,5 +314,52 @@ impl fmt::Debug for System {
             .field("cpu_threshold", &self.cpu_threshold)
             .field("in_flight", &self.node.cur_concurrency())
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::Clock;
+
+    /// A clock that counts how often it is read.
+    struct Counting(Arc<AtomicU64>);
+
+    impl Clock for Counting {
+        fn now_millis(&self) -> u64 {
+            self.0.fetch_add(1, Ordering::Relaxed);
+            5_000
+        }
+    }
+
+    #[test]
+    fn with_one_request_in_flight_and_no_rt_limit_the_check_reads_no_clock() {
+        let reads = Arc::new(AtomicU64::new(0));
+        // The CPU fully busy: only the in-flight count keeps BBR away.
+        let rule = SystemRule::bbr().cpu_source(|| 1.0);
+        let system = System::new(&rule, SharedClock::new(Counting(Arc::clone(&reads))));
+        for in_flight in 0..2 {
+            let before = reads.load(Ordering::Relaxed);
+            assert_eq!(system.check(), Ok(()), "{in_flight} in flight");
+            // No clock reading and no window folded: the average response
+            // time is read only for a rule with `max_avg_rt`.
+            assert_eq!(
+                reads.load(Ordering::Relaxed),
+                before,
+                "{in_flight} in flight"
+            );
+            system.enter();
+        }
+        // With an RT limit the window is read, and an average above it
+        // refuses.
+        let limited = SystemRule::bbr()
+            .cpu_source(|| 0.0)
+            .max_avg_rt(Duration::from_millis(10));
+        let system = System::new(&limited, SharedClock::new(Counting(Arc::clone(&reads))));
+        assert_eq!(system.check(), Ok(()));
+        system.enter();
+        system.complete(5_000, Duration::from_millis(50), false);
+        system.leave();
+        assert_eq!(system.check(), Err(Refused(SystemCheck::AvgRt)));
     }
 }

@@ -25,10 +25,10 @@
 //!   `ours_header` and `ours_compact_header`, the peer's address for
 //!   `ours_peer_ip` and `ours_compact_peer_ip`): the ratio of the two medians, and the median of the
 //!   per-round ratios;
-//! - for `ours_global_breaker`, the median per-round difference to
-//!   `ours_global` (the cost of one closed breaker) with its quartiles;
-//! - for `ours_global_limit_per`, the same difference (the cost of a
-//!   second window per key);
+//! - for `ours_global_breaker`, `ours_global_system` and
+//!   `ours_global_limit_per`, the median per-round difference to
+//!   `ours_global` (the cost of one closed breaker, of a system rule, of a
+//!   second window per key) with its quartiles;
 //! - for the huge header, our header-keyed layer's ns per request relative
 //!   to the bare router's with the same request (ratio of the medians,
 //!   median of the per-round ratios), and the median per-round difference.
@@ -139,31 +139,26 @@ impl Rounds {
         ] {
             print_ratio(&rows[index(ours)], &rows[index(governor)], "no-op");
         }
-        // What one closed breaker adds to the same layer, round by round.
-        let with = self.column(index(Contender::OursGlobalBreaker));
-        let without = self.column(index(Contender::OursGlobal));
-        let difference = with.iter().zip(&without).map(|(w, o)| w - o).collect();
-        let difference = Quartiles::of(difference);
-        println!(
-            "{} - {}: {:.1} ns (median per-round difference) [{:.1}, {:.1}]",
-            Contender::OursGlobalBreaker.id(),
-            Contender::OursGlobal.id(),
-            difference.median,
-            difference.lower,
-            difference.upper
-        );
-        // What a second window (`limit_per`) adds, round by round.
-        let with = self.column(index(Contender::OursGlobalLimitPer));
-        let difference = with.iter().zip(&without).map(|(w, o)| w - o).collect();
-        let difference = Quartiles::of(difference);
-        println!(
-            "{} - {}: {:.1} ns (median per-round difference) [{:.1}, {:.1}]",
-            Contender::OursGlobalLimitPer.id(),
-            Contender::OursGlobal.id(),
-            difference.median,
-            difference.lower,
-            difference.upper
-        );
+        // What one closed breaker, a system rule and a second window
+        // (`limit_per`) add to the same layer, round by round.
+        for added in [
+            Contender::OursGlobalBreaker,
+            Contender::OursGlobalSystem,
+            Contender::OursGlobalLimitPer,
+        ] {
+            let with = self.column(index(added));
+            let without = self.column(index(Contender::OursGlobal));
+            let difference = with.iter().zip(&without).map(|(w, o)| w - o).collect();
+            let difference = Quartiles::of(difference);
+            println!(
+                "{} - {}: {:.1} ns (median per-round difference) [{:.1}, {:.1}]",
+                added.id(),
+                Contender::OursGlobal.id(),
+                difference.median,
+                difference.lower,
+                difference.upper
+            );
+        }
         let bare = self.column(index(Contender::BareHugeHeader));
         let ours = self.column(index(Contender::OursHeaderHugeHeader));
         let (of_medians, per_round) = ratios(&ours, &bare);
