@@ -6,6 +6,10 @@
 //! `cargo test` leaves them out, and `.ci/run` runs them with
 //! `--include-ignored`. When no server can be started, the test fails with
 //! the reason: it never passes without having run.
+//!
+//! `REDIS_SERVER_BIN` and `REDIS_CLI_BIN` name other binaries to run in
+//! place of `redis-server` and `redis-cli`: `.ci/run` runs the suites on
+//! Valkey that way where its Debian package exists.
 
 #![allow(dead_code)]
 
@@ -13,6 +17,16 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+/// The server binary: `REDIS_SERVER_BIN`, else `redis-server`.
+fn server_bin() -> String {
+    std::env::var("REDIS_SERVER_BIN").unwrap_or_else(|_| "redis-server".to_owned())
+}
+
+/// The command-line client: `REDIS_CLI_BIN`, else `redis-cli`.
+fn cli_bin() -> String {
+    std::env::var("REDIS_CLI_BIN").unwrap_or_else(|_| "redis-cli".to_owned())
+}
 
 /// A running `redis-server`.
 pub struct RedisServer {
@@ -53,8 +67,8 @@ impl RedisServer {
     ///
     /// When `redis-server` cannot be run here.
     pub fn not_started(settings: &[&str]) -> RedisServer {
-        if let Err(err) = Command::new("redis-server").arg("--version").output() {
-            unavailable(&format!("cannot run redis-server: {err}"));
+        if let Err(err) = Command::new(server_bin()).arg("--version").output() {
+            unavailable(&format!("cannot run {}: {err}", server_bin()));
         }
         let dir =
             std::env::temp_dir().join(format!("tsw-redis-{}-{}", std::process::id(), unique()));
@@ -141,7 +155,7 @@ impl RedisServer {
     }
 
     fn launch(&mut self) -> Result<(), String> {
-        let mut child = Command::new("redis-server")
+        let mut child = Command::new(server_bin())
             .args(["--port", &self.port.to_string()])
             .args(["--bind", "127.0.0.1"])
             .args(["--save", ""])
@@ -203,8 +217,8 @@ fn unique() -> u64 {
 /// by `redis-cli --cluster create`. Stopped with its servers on drop.
 ///
 /// It runs Redis's `redis-server` and `redis-cli` (Debian packages
-/// `redis-server` and `redis-tools`); Valkey is not used, Debian 12 has no
-/// `valkey-server` package.
+/// `redis-server` and `redis-tools`), or the binaries `REDIS_SERVER_BIN`
+/// and `REDIS_CLI_BIN` name (Valkey's, where `.ci/run` finds its package).
 pub struct RedisCluster {
     nodes: Vec<RedisServer>,
 }
@@ -231,8 +245,8 @@ impl RedisCluster {
     ///
     /// When no cluster can be made here.
     pub fn start_with(primaries: usize, replicas: usize, node_timeout_ms: u64) -> RedisCluster {
-        if let Err(err) = Command::new("redis-cli").arg("--version").output() {
-            unavailable(&format!("cannot run redis-cli: {err}"));
+        if let Err(err) = Command::new(cli_bin()).arg("--version").output() {
+            unavailable(&format!("cannot run {}: {err}", cli_bin()));
         }
         let node_timeout = node_timeout_ms.to_string();
         let settings = [
@@ -246,7 +260,7 @@ impl RedisCluster {
         let nodes: Vec<RedisServer> = (0..primaries * (1 + replicas))
             .map(|_| RedisServer::start_with(&settings))
             .collect();
-        let mut create = Command::new("redis-cli");
+        let mut create = Command::new(cli_bin());
         create.arg("--cluster").arg("create");
         for node in &nodes {
             create.arg(format!("127.0.0.1:{}", node.port()));
@@ -255,7 +269,7 @@ impl RedisCluster {
             .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
             .stdin(Stdio::null())
             .output()
-            .unwrap_or_else(|err| unavailable(&format!("cannot run redis-cli: {err}")));
+            .unwrap_or_else(|err| unavailable(&format!("cannot run {}: {err}", cli_bin())));
         if !created.status.success() {
             unavailable(&format!(
                 "redis-cli --cluster create failed: {}{}",
@@ -277,7 +291,7 @@ impl RedisCluster {
     /// `redis-cli -p <node i's port> args...`: its output, or `None` when
     /// it fails (a dead node). Not for a paused node: it would wait.
     pub fn cli(&self, i: usize, args: &[&str]) -> Option<String> {
-        let out = Command::new("redis-cli")
+        let out = Command::new(cli_bin())
             .args(["-h", "127.0.0.1", "-p", &self.nodes[i].port().to_string()])
             .args(args)
             .stdin(Stdio::null())
@@ -391,7 +405,7 @@ impl RedisCluster {
     ///
     /// When the move fails.
     pub fn move_all_slots(&self, from: usize, to: usize) {
-        let out = Command::new("redis-cli")
+        let out = Command::new(cli_bin())
             .arg("--cluster")
             .arg("reshard")
             .arg(format!("127.0.0.1:{}", self.nodes[from].port()))
