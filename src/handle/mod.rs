@@ -633,7 +633,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
         };
         // The further windows' section is checked before anything applies.
         let further = registry.windows();
-        let checked_windows =
+        let mut checked_windows =
             match crate::rules::check_windows::<K>(rules, further.len(), |ms| further.index_of(ms))
             {
                 Ok(checked) => checked,
@@ -650,6 +650,17 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
         registry.replace_routes(K::route_of_key(), self.route_limits_for_tier(routes));
         if let Some(keys) = self.compact() {
             keys.apply_rules(checked.default, limits.clone(), self.now());
+            // A compact key's further windows count at most 65 535 passes
+            // each, as its first: larger limits are taken as that maximum.
+            let clamp = |limit: &mut Option<u64>| {
+                if let Some(limit) = limit {
+                    *limit = CompactKeys::<K>::clamp_limit(*limit);
+                }
+            };
+            checked_windows.defaults.iter_mut().for_each(clamp);
+            for limits in checked_windows.per_key.values_mut() {
+                limits.iter_mut().for_each(clamp);
+            }
         }
         let _replaced = registry.apply_rules(checked.default, limits);
         registry.apply_window_rules(&checked_windows.defaults, checked_windows.per_key);

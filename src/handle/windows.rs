@@ -8,6 +8,7 @@ use std::time::Duration;
 use super::StatsHandle;
 use crate::error::ConfigError;
 use crate::key::IntoKey;
+use crate::stat::COMPACT_MAX_LIMIT;
 use crate::store::effective_now;
 
 /// One window of a key: its interval, the key's limit in it and the passes
@@ -53,14 +54,37 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        if self.compact().is_some() {
-            // A compact layer has one window (it refuses `limit_per`).
+        if let Some(keys) = self.compact() {
+            // The first window as the snapshot reads it; the further ones
+            // from the key's place, with the limits the registry keeps for
+            // them.
             let snapshot = self.snapshot(key)?;
-            return Some(vec![WindowCount {
+            let first = WindowCount {
                 interval: Duration::from_millis(self.registry().window().interval_ms),
                 limit: snapshot.limit,
                 pass: snapshot.pass,
-            }]);
+            };
+            if keys.further_shapes().is_empty() {
+                return Some(vec![first]);
+            }
+            let now = self.now();
+            let limits = self.registry().windows().limits_of(Some(key));
+            return keys.table().get(key, |place| {
+                std::iter::once(first)
+                    .chain(
+                        place
+                            .further
+                            .iter()
+                            .zip(keys.further_shapes())
+                            .zip(&limits)
+                            .map(|((window, shape), &(ms, limit))| WindowCount {
+                                interval: Duration::from_millis(ms),
+                                limit,
+                                pass: window.window_counts(shape, now).0,
+                            }),
+                    )
+                    .collect()
+            });
         }
         let entry = self.registry().get(key)?;
         let at = effective_now(&entry, self.now());
@@ -83,8 +107,8 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
     /// first, then each [`limit_per`](crate::SlidingWindowLayer::limit_per)
     /// window, as `(interval, limit)`. See
     /// [`rule_per`](crate::SlidingWindowLayer::rule_per) for an example.
-    /// (A [`compact`](crate::SlidingWindowLayer::compact) layer has one
-    /// window; for a key its table does not hold, the limit read is the
+    /// (On a [`compact`](crate::SlidingWindowLayer::compact) layer, for a
+    /// key its table does not hold, the first window's limit read is the
     /// one the layer was built with for it.)
     pub fn limits_per<Q>(&self, key: &Q) -> Vec<(Duration, u64)>
     where
@@ -146,6 +170,17 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
         limit: u64,
     ) -> Result<(), ConfigError> {
         let i = self.window_index(interval)?;
+        let limit = if self.compact().is_some() && limit > COMPACT_MAX_LIMIT {
+            tracing::warn!(
+                limit,
+                max = COMPACT_MAX_LIMIT,
+                "StatsHandle::set_limit_per: a compact layer counts at most {COMPACT_MAX_LIMIT} \
+                 passes per window; the key's limit is set to that maximum"
+            );
+            COMPACT_MAX_LIMIT
+        } else {
+            limit
+        };
         self.registry()
             .set_window_limit(key.into_key(), i, Some(limit));
         Ok(())

@@ -703,6 +703,100 @@ impl CompactWindow {
         }
     }
 
+    /// Takes back one pass admitted at `at` (the time its decision was
+    /// taken at), for a request another window of its key refused (all or
+    /// none, see `flow::compact_windows`). The pass is found where it
+    /// landed: in the newest bucket, with a compare-and-swap of the head; in
+    /// an older bucket of the ring (a rotation sealed it meanwhile), under
+    /// the rotation lock; nowhere once its bucket has left the ring. Every
+    /// later admission sums the ring afresh, so a pass given back into a
+    /// sealed bucket is seen by the next decision.
+    ///
+    /// A decision that read the ring before the give-back and is validated
+    /// after it (the lock is released with the head it was taken from, as
+    /// the ring's entry changes and the bucket does not) counted the pass
+    /// still there: it can only have refused more, never admitted more.
+    pub(crate) fn give_back(&self, shape: &CompactShape, at: u64) {
+        let grid = Grid::of(shape);
+        let at = at.min(MAX_TIME);
+        let mut round = 0;
+        loop {
+            // Acquire: as in `decide`, the ring and stamp of this head's
+            // rotation are visible below.
+            let head = self.head.load(Ordering::Acquire);
+            if head & LOCKED != 0 {
+                backoff(&mut round);
+                continue;
+            }
+            let stamp = self.stamp.load(Ordering::Acquire);
+            let Some(newest) = grid.decode(stamp_of(head, stamp), at) else {
+                return;
+            };
+            // Buckets from the newest back to the one holding `at`; a
+            // reading at or past the newest is in it (a re-anchoring after a
+            // clock step back moves the newest bucket's start behind the
+            // passes it holds).
+            let back = if at >= newest {
+                0
+            } else {
+                (newest - at).div_ceil(grid.len)
+            };
+            if back == 0 {
+                if head & COUNT_MASK == 0 {
+                    return;
+                }
+                // AcqRel: as an admission's swap; a rotation begun since
+                // changed the head, and the bucket is looked for again.
+                if self
+                    .head
+                    .compare_exchange(head, head - 1, Ordering::AcqRel, Ordering::Relaxed)
+                    .is_ok()
+                {
+                    return;
+                }
+                continue;
+            }
+            let Ok(entry) = usize::try_from(back - 1) else {
+                return;
+            };
+            if entry >= grid.sample_count {
+                // Its bucket has left the ring: nothing counts it any more.
+                return;
+            }
+            let Some(locked) = self.lock(head) else {
+                backoff(&mut round);
+                continue;
+            };
+            let word = &self.ring[entry / 2];
+            let shift = 16 * (entry % 2) as u32;
+            // Relaxed: the lock's Acquire made the last holder's stores
+            // visible, and only a holder stores the ring.
+            let value = word.load(Ordering::Relaxed);
+            if (value >> shift) & COUNT_MASK != 0 {
+                // Release: as the ring's stores in `publish`.
+                word.store(value - (1 << shift), Ordering::Release);
+            }
+            self.unlock(locked);
+            return;
+        }
+    }
+
+    /// Milliseconds from `at` (moved forward by `behind` from the clock)
+    /// until `n` more passes fit under `limit`, 0 if they fit now, plus
+    /// `behind` unless 0; `None` if they never can (as
+    /// `flow::retry_on_clock` for a full node).
+    pub(crate) fn retry_ms(
+        &self,
+        shape: &CompactShape,
+        at: u64,
+        behind: u64,
+        n: u64,
+        limit: u64,
+    ) -> Option<u64> {
+        let grid = Grid::of(shape);
+        self.view(&grid, at).retry(&grid, at, behind, n, limit)
+    }
+
     /// As `flow::pass_reset_ms`: the `reset` of a pass at `at` (moved
     /// forward by `behind`) that left `window_pass` passes in the window,
     /// until the window could take everything left of `limit` and one more.
@@ -774,6 +868,21 @@ impl CompactWindow {
         }
         self.stamp.store(0, Ordering::Relaxed);
         self.head.store(0, Ordering::Relaxed);
+    }
+
+    /// Makes this window hold what `from` holds, for a key's window moved
+    /// between two places of the compact table. The caller must keep every
+    /// other user away from both windows meanwhile (the table holds the
+    /// key's group write locks and the side map's write lock).
+    pub(crate) fn copy_from(&self, from: &CompactWindow) {
+        // Relaxed: the caller's locks order these with every later user.
+        for (to, word) in self.ring.iter().zip(&from.ring) {
+            to.store(word.load(Ordering::Relaxed), Ordering::Relaxed);
+        }
+        self.stamp
+            .store(from.stamp.load(Ordering::Relaxed), Ordering::Relaxed);
+        self.head
+            .store(from.head.load(Ordering::Relaxed), Ordering::Relaxed);
     }
 
     // --- internals -----------------------------------------------------------
