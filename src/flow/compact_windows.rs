@@ -6,7 +6,8 @@
 //!
 //! As for a full key: the further windows are asked first, in order, each
 //! pass taken with the window's own compare-and-swap and remembered by the
-//! time it was decided at; the first window is asked last, and its
+//! bucket it landed in (the newest of the moment: a rotation racing the
+//! decision may have moved it past the request's time); the first window is asked last, and its
 //! compare-and-swap commits the request. If any window refuses, every pass
 //! taken before is given back ([`CompactWindow::give_back`]: a
 //! compare-and-swap of the head while its bucket is the newest, else the
@@ -30,7 +31,8 @@ pub(crate) struct CompactFurther<'a> {
     pub(crate) limit: u64,
 }
 
-/// The times further passes were decided at, to give them back.
+/// Where further passes landed (their buckets' starts), to give them
+/// back.
 struct Taken {
     inline: [u64; INLINE],
     more: Vec<u64>,
@@ -96,14 +98,16 @@ pub(crate) fn all_compact_windows<'a>(
         let w_behind = behind + window.window.lag(window.shape, at, w_at);
         match window
             .window
-            .decide(window.shape, (w_at, w_behind), window.limit, overflow)
+            .decide_placed(window.shape, (w_at, w_behind), window.limit, overflow)
         {
-            Decision::Pass(_) => taken.push(w_at),
-            Decision::Block(_) => {
+            // A pass always says where it landed; the time it was decided
+            // at stands in otherwise.
+            (Decision::Pass(_), landed) => taken.push(landed.unwrap_or(w_at)),
+            (Decision::Block(_), _) => {
                 refused = true;
                 break;
             }
-            Decision::Wait(never) => match never {},
+            (Decision::Wait(never), _) => match never {},
         }
     }
     if !refused {
@@ -253,7 +257,8 @@ mod tests {
         // The bucket at 30 sealed by a block recorded at 60.
         window.record_block(&MINUTE, 60);
         assert!(!pass(61));
-        window.give_back(&MINUTE, 31);
+        // The pass at 31 landed in the bucket at 30.
+        window.give_back(&MINUTE, 30);
         assert_eq!(window.window_counts(&MINUTE, 61).0, 1);
         assert!(pass(61));
         // A bucket that has left the ring: nothing to give back.
@@ -369,6 +374,35 @@ mod loom_models {
             assert_eq!(u64::from(mine) + u64::from(theirs), 1);
             assert_eq!(further_passes(&key, 0), 1);
             assert_eq!(first_passes(&key, 0), 1);
+        });
+    }
+
+    /// A pass moved forward by a rotation is given back where it landed:
+    /// the first window (one bucket of 1 ms) holds its limit at 0, so a
+    /// request at 0 is refused there after taking a pass in the further
+    /// window (limit 2), while a request at 1 opens the next bucket of both
+    /// windows and passes. The request at 0 may take its further pass in
+    /// the bucket at 0 (then sealed by the rotation) or, decided after the
+    /// rotation, in the bucket at 1: either way its give-back leaves the
+    /// further window with exactly the passes made.
+    #[test]
+    fn a_pass_moved_forward_by_a_rotation_is_given_back_where_it_landed() {
+        loom::model(|| {
+            let key = key(1, 2);
+            assert!(matches!(
+                key.first.decide(&FIRST, (0, 0), 1, false),
+                Decision::Pass(_)
+            ));
+            key.further.record_block(&SHAPE, 0);
+            let other = {
+                let key = Arc::clone(&key);
+                thread::spawn(move || request(&key, 0))
+            };
+            let late = request(&key, 1);
+            let early = other.join().unwrap();
+            let passed = u64::from(early) + u64::from(late);
+            assert_eq!(further_passes(&key, 1), passed);
+            assert_eq!(first_passes(&key, 1), passed);
         });
     }
 

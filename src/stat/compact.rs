@@ -507,6 +507,21 @@ impl CompactWindow {
         limit: u64,
         overflow: bool,
     ) -> Decision<Pass> {
+        self.decide_placed(shape, (at, behind), limit, overflow).0
+    }
+
+    /// [`decide`](Self::decide), with the start of the bucket a pass landed
+    /// in (`None` for a refusal): the newest bucket of the moment, which is
+    /// the bucket of `at` unless a rotation moved the window past it in the
+    /// meantime (the pass then lands in the newest bucket, as a late
+    /// caller's does). [`give_back`](Self::give_back) takes it.
+    pub(crate) fn decide_placed(
+        &self,
+        shape: &CompactShape,
+        (at, behind): (u64, u64),
+        limit: u64,
+        overflow: bool,
+    ) -> (Decision<Pass>, Option<u64>) {
         let grid = Grid::of(shape);
         // Clamped as the full node clamps its buckets; the rotation places
         // `at` clamped too, so the two always agree.
@@ -548,8 +563,8 @@ impl CompactWindow {
                 // rotate, deciding under the lock.
                 match self.lock(head) {
                     Some(locked) => match self.rotate(&grid, locked, at, limit) {
-                        Some((_, before, true)) => return passed(before + 1),
-                        Some((view, before, false)) => return refuse(&view, before),
+                        Some((view, before, true)) => return (passed(before + 1), view.newest),
+                        Some((view, before, false)) => return (refuse(&view, before), None),
                         None => continue 'fresh,
                     },
                     None => {
@@ -559,8 +574,8 @@ impl CompactWindow {
                 }
             };
             match self.in_newest(&grid, head, newest, limit) {
-                InNewest::Passed(window_pass) => return passed(window_pass),
-                InNewest::Refused(view, window_pass) => return refuse(&view, window_pass),
+                InNewest::Passed(window_pass) => return (passed(window_pass), Some(newest)),
+                InNewest::Refused(view, window_pass) => return (refuse(&view, window_pass), None),
                 InNewest::Changed => continue 'fresh,
             }
         }
@@ -703,12 +718,13 @@ impl CompactWindow {
         }
     }
 
-    /// Takes back one pass admitted at `at` (the time its decision was
-    /// taken at), for a request another window of its key refused (all or
-    /// none, see `flow::compact_windows`). The pass is found where it
-    /// landed: in the newest bucket, with a compare-and-swap of the head; in
-    /// an older bucket of the ring (a rotation sealed it meanwhile), under
-    /// the rotation lock; nowhere once its bucket has left the ring. Every
+    /// Takes back one pass that landed in the bucket starting at `at` (as
+    /// [`decide_placed`](Self::decide_placed) says), for a request another
+    /// window of its key refused (all or none, see `flow::compact_windows`).
+    /// The pass is found where it landed: in the newest bucket, with a
+    /// compare-and-swap of the head; in an older bucket of the ring (a
+    /// rotation sealed it meanwhile), under the rotation lock; nowhere once
+    /// its bucket has left the ring. Every
     /// later admission sums the ring afresh, so a pass given back into a
     /// sealed bucket is seen by the next decision.
     ///
