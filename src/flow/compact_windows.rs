@@ -88,7 +88,7 @@ pub(crate) fn all_compact_windows<'a>(
     now: u64,
     overflow: bool,
 ) -> (u64, u64, Decision<Pass>) {
-    let at = first.effective_now(shape, now);
+    let at = anchor(first, shape, count, &further, now);
     let behind = first.lag(shape, now, at);
     let mut taken = Taken::new();
     let mut refused = false;
@@ -131,6 +131,42 @@ pub(crate) fn all_compact_windows<'a>(
             overflow,
         )),
     )
+}
+
+/// The time a compact key's windows decide at for a clock reading `now`:
+/// the first window's [`effective_now`](CompactWindow::effective_now). When
+/// that re-anchors the first window (the clock stepped back by more than a
+/// window), every further window is moved back as far, so that the key's
+/// windows keep their places relative to each other, as a full key's
+/// further windows keep running with its first window under its skew.
+pub(crate) fn anchor<'a>(
+    first: &CompactWindow,
+    shape: &CompactShape,
+    count: usize,
+    further: &impl Fn(usize) -> CompactFurther<'a>,
+    now: u64,
+) -> u64 {
+    let (at, moved) = first.effective_now_moved(shape, now);
+    if moved > 0 {
+        shift_further(count, further, moved, now);
+    }
+    at
+}
+
+#[cold]
+#[inline(never)]
+fn shift_further<'a>(
+    count: usize,
+    further: &impl Fn(usize) -> CompactFurther<'a>,
+    moved: u64,
+    now: u64,
+) {
+    for i in 0..count {
+        let window = further(i);
+        window
+            .window
+            .shift_back(window.shape, moved, now.saturating_add(moved));
+    }
 }
 
 /// The refusal of a request no window was charged for (as

@@ -129,7 +129,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
         keys.table().for_each(
             |key, place| {
                 let place = keys.routed(key, place);
-                let snapshot = Snapshot::compact(keys.counts(place.value, now), place.limit);
+                let snapshot = Snapshot::compact(keys.counts(&place, now), place.limit);
                 (key.clone(), snapshot)
             },
             |(key, snapshot)| f(&key, snapshot),
@@ -147,7 +147,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
             let now = self.now();
             return keys.table().get_keyed(key, |key, place| {
                 let place = keys.routed(key, place);
-                Snapshot::compact(keys.counts(place.value, now), place.limit)
+                Snapshot::compact(keys.counts(&place, now), place.limit)
             });
         }
         let entry = self.registry().get(key)?;
@@ -386,7 +386,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
     pub fn overflow(&self) -> Snapshot {
         if let Some(keys) = self.compact() {
             let place = keys.table().overflow_place();
-            return Snapshot::compact(keys.counts(place.value, self.now()), place.limit);
+            return Snapshot::compact(keys.counts(&place, self.now()), place.limit);
         }
         Snapshot::of(self.registry().overflow(), self.now())
     }
@@ -427,16 +427,13 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
             keys.table().for_each(
                 |key, place| {
                     let place = keys.routed(key, place);
-                    Snapshot::compact(keys.counts(place.value, now), place.limit)
+                    Snapshot::compact(keys.counts(&place, now), place.limit)
                 },
                 &mut add,
             );
             if !keys.overflow_idle(now) {
                 let place = keys.table().overflow_place();
-                add(Snapshot::compact(
-                    keys.counts(place.value, now),
-                    place.limit,
-                ));
+                add(Snapshot::compact(keys.counts(&place, now), place.limit));
             }
             return Snapshot::compact((pass, block), limit);
         }

@@ -70,6 +70,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
             let now = self.now();
             let limits = self.registry().windows().limits_of(Some(key));
             return keys.table().get(key, |place| {
+                let at = keys.anchor(place.value, place.further, now);
                 std::iter::once(first)
                     .chain(
                         place
@@ -80,7 +81,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
                             .map(|((window, shape), &(ms, limit))| WindowCount {
                                 interval: Duration::from_millis(ms),
                                 limit,
-                                pass: window.window_counts(shape, now).0,
+                                pass: window.window_counts(shape, at).0,
                             }),
                     )
                     .collect()

@@ -240,12 +240,13 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
     /// key is evicted only when it is idle in every window, and a key that
     /// takes a slot starts with every window empty. A key's own limit in a
     /// further window does not keep it out of the overflow window (its
-    /// first window's own limit, [`rule`](Self::rule), does). One
-    /// difference: after the clock steps back by more than the first
-    /// window, a full key's further windows run ahead of the clock with its
-    /// first window (the node's skew), where a compact key's further
-    /// windows follow the clock on their own; until the clock has caught up
-    /// with the step, their buckets may turn at different times.
+    /// first window's own limit, [`rule`](Self::rule), does). When the
+    /// clock steps back by more than the first window, a compact key's
+    /// further windows move back with it, as a full key's keep running with
+    /// its first window under its skew; one difference remains, within one
+    /// further window of the clock's time 0 only: a compact window cannot
+    /// start before that time, so there its buckets may turn at other
+    /// times than a full key's.
     ///
     /// # Not with
     ///

@@ -463,6 +463,15 @@ impl CompactWindow {
     /// newest bucket at the reading (module docs, "Clocks"), as a full node
     /// raises its skew, and is returned as it is.
     pub(crate) fn effective_now(&self, shape: &CompactShape, now: u64) -> u64 {
+        self.effective_now_moved(shape, now).0
+    }
+
+    /// [`effective_now`](Self::effective_now), and how far back this call
+    /// re-anchored the newest bucket (0 if it did not): a key's further
+    /// windows are moved back as far ([`shift_back`](Self::shift_back)), as
+    /// a full key's further windows keep running with its first window's
+    /// skew.
+    pub(crate) fn effective_now_moved(&self, shape: &CompactShape, now: u64) -> (u64, u64) {
         let grid = Grid::of(shape);
         let mut round = 0;
         loop {
@@ -471,18 +480,63 @@ impl CompactWindow {
                 continue;
             };
             let Some(newest) = grid.decode(stamp_of(head, stamp), now) else {
-                return now;
+                return (now, 0);
             };
             if newest <= now {
-                return now;
+                return (now, 0);
             }
             if newest - now <= grid.interval {
-                return newest;
+                return (newest, 0);
             }
             if self.reanchor(&grid, head, now) {
-                return now;
+                return (now, newest - now);
             }
             backoff(&mut round);
+        }
+    }
+
+    /// Moves the newest bucket's start `by` milliseconds back on the clock,
+    /// keeping every count (as a re-anchoring does), for a further window
+    /// of a key whose first window was just re-anchored that far
+    /// ([`effective_now_moved`](Self::effective_now_moved)): the key's
+    /// windows keep their places relative to each other, as a full key's
+    /// do under its skew. `near` is a reading near the newest bucket (the
+    /// first window's newest start before the move). A start that would
+    /// fall before time 0 on the clock is kept at its phase in the first
+    /// bucket length of the clock instead.
+    pub(crate) fn shift_back(&self, shape: &CompactShape, by: u64, near: u64) {
+        let grid = Grid::of(shape);
+        let mut round = 0;
+        loop {
+            // Acquire: as in `decide`.
+            let head = self.head.load(Ordering::Acquire);
+            if head & LOCKED != 0 {
+                backoff(&mut round);
+                continue;
+            }
+            let Some(head) = self.lock(head) else {
+                backoff(&mut round);
+                continue;
+            };
+            // Relaxed: see `rotated`.
+            let stamp = self.stamp.load(Ordering::Relaxed);
+            let Some(newest) = grid.decode(stamp_of(head, stamp), near) else {
+                self.unlock(head);
+                return;
+            };
+            let moved = newest.checked_sub(by).unwrap_or(newest % grid.len);
+            let anchored = grid.encode(moved);
+            // The bucket and its counts stay; only its start moves. A block
+            // added meanwhile (by compare-and-swap, outside the lock) makes
+            // this swap fail and take the new count. Release: as the ring's
+            // stores in `publish`.
+            let _ = self
+                .stamp
+                .fetch_update(Ordering::Release, Ordering::Relaxed, |current| {
+                    Some(stamp_word(anchored, current & COUNT_MASK))
+                });
+            self.unlock(head_word(anchored, head & COUNT_MASK));
+            return;
         }
     }
 

@@ -151,12 +151,40 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> CompactKeys<K> {
     /// it is idle.
     fn idle(&self, now: u64) -> impl Fn(&CompactWindow, &[CompactWindow]) -> bool + '_ {
         move |window, further| {
-            window.is_idle(&self.shape, now)
+            if further.is_empty() {
+                return window.is_idle(&self.shape, now);
+            }
+            let at = self.anchor(window, further, now);
+            window.is_idle(&self.shape, at)
                 && further
                     .iter()
                     .zip(self.further_shapes.iter())
-                    .all(|(window, shape)| window.is_idle(shape, now))
+                    .all(|(window, shape)| window.is_idle(shape, at))
         }
+    }
+
+    /// The time the windows of a key (its first `window` and `further`)
+    /// are read at for a clock reading `now` (see `flow::anchor`): the
+    /// first window's effective time, its further windows moved with it
+    /// when a clock step back re-anchors it.
+    pub(crate) fn anchor(
+        &self,
+        window: &CompactWindow,
+        further: &[CompactWindow],
+        now: u64,
+    ) -> u64 {
+        let shapes = &self.further_shapes;
+        crate::flow::anchor(
+            window,
+            &self.shape,
+            further.len().min(shapes.len()),
+            &|i| crate::flow::CompactFurther {
+                window: &further[i],
+                shape: &shapes[i],
+                limit: 0,
+            },
+            now,
+        )
     }
 
     /// Calls `f` with the place of `key` at `now` (inserting the key if it
@@ -247,9 +275,11 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> CompactKeys<K> {
     }
 
     /// (pass, block) in `place`'s window at `now` (or at its newest bucket,
-    /// if later).
-    pub(crate) fn counts(&self, window: &CompactWindow, now: u64) -> (u64, u64) {
-        window.window_counts(&self.shape, now)
+    /// if later; its further windows moved with it, see
+    /// [`anchor`](Self::anchor)).
+    pub(crate) fn counts(&self, place: &Place<'_, CompactWindow>, now: u64) -> (u64, u64) {
+        let at = self.anchor(place.value, place.further, now);
+        place.value.window_counts(&self.shape, at)
     }
 }
 
