@@ -14,6 +14,12 @@
 //! bits of the key's hash with the high bit set, compared before the key)
 //! and the value `V` (one key's admission state).
 //!
+//! A table for keys with further windows (`limit_per`) also keeps, made
+//! with it, an array of `further_count` compact windows per slot (the
+//! slot's key's further windows, under its group's lock as its value), and
+//! as many beside each key of the side map and beside the overflow value;
+//! a table without further windows keeps nothing for them.
+//!
 //! # Placement
 //!
 //! A key may live in either of two groups, chosen by the two 32-bit halves
