@@ -234,3 +234,52 @@ fn a_further_window_costs_what_limit_per_documents() {
         strict_two - strict_one
     );
 }
+
+/// Net bytes a compact layer keeps once built, with `max_keys` and
+/// `further` windows (`limit_per`, of 1, 2, ... minutes), before any key.
+fn compact_layer_bytes(max_keys: usize, further: u64) -> i64 {
+    let before = live();
+    let mut layer = SlidingWindowLayer::qps(1_000)
+        .key(HeaderKey::new(HeaderName::from_static("x-key")))
+        .clock(ManualClock::new(1_000_000))
+        .max_keys(max_keys)
+        .compact();
+    for i in 1..=further {
+        layer = layer.limit_per(std::time::Duration::from_secs(60 * i), 1_000);
+    }
+    let f: fn(Request<()>) -> _ = ok;
+    let mut svc: Svc = layer.layer(service_fn(f));
+    // The first request builds the table.
+    send(&mut svc, HeaderValue::from_static("warm-up"));
+    let bytes = live() - before;
+    drop(svc);
+    bytes
+}
+
+/// What a further window (`limit_per`) adds to a compact layer: one compact
+/// window (28 bytes) per slot, made with the table, 8/7 slots per key at
+/// most: 32 bytes per key and further window, against the figure
+/// `SlidingWindowLayer::limit_per` documents ("Memory"). A layer without
+/// further windows keeps nothing for them.
+#[test]
+fn a_further_window_of_a_compact_layer_costs_one_compact_window_per_slot() {
+    let max_keys = 65_536;
+    let none = compact_layer_bytes(max_keys, 0);
+    let one = compact_layer_bytes(max_keys, 1);
+    let two = compact_layer_bytes(max_keys, 2);
+    let first = (one - none) as f64 / max_keys as f64;
+    let second = (two - one) as f64 / max_keys as f64;
+    println!(
+        "a compact layer of {max_keys} keys: {none} bytes built, a further window {first:.1} \
+         bytes per key, the next {second:.1}"
+    );
+    for per_key in [first, second] {
+        assert!((28.0..=32.5).contains(&per_key), "{per_key}");
+    }
+    // Without further windows, the built table is the slots' headers: no
+    // byte per key for windows it does not have.
+    assert!(
+        (none as f64 / max_keys as f64) < 4.0,
+        "{none} bytes for {max_keys} keys"
+    );
+}

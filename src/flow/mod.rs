@@ -38,6 +38,7 @@
 mod admission;
 mod behaviours;
 pub mod breaker;
+mod compact_windows;
 pub(crate) mod concurrency;
 mod decision;
 #[cfg(feature = "tokio")]
@@ -53,6 +54,7 @@ pub use admission::Admission;
 pub(crate) use admission::{occupy, occupy_wait_ms};
 pub(crate) use admission::{pass_reset_ms, window};
 pub(crate) use behaviours::{Behaviours, WarmUpSettings};
+pub(crate) use compact_windows::{all_compact_windows, anchor, compact_retry_ms, CompactFurther};
 pub use decision::Reason;
 pub(crate) use decision::{Decision, Pass, Refusal};
 #[cfg(feature = "tokio")]

@@ -130,7 +130,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
             let mut rows = Vec::new();
             keys.table().for_each(
                 |k, place| {
-                    let (pass, block) = keys.counts(place.value, now);
+                    let (pass, block) = keys.counts(&place, now);
                     let counts = Counts {
                         pass,
                         block,
@@ -165,7 +165,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
                 return None;
             }
             let place = keys.table().overflow_place();
-            let (pass, block) = keys.counts(place.value, now);
+            let (pass, block) = keys.counts(&place, now);
             return Some(KeyRow {
                 key: None,
                 snapshot: Snapshot::compact((pass, block), place.limit),

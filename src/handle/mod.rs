@@ -129,7 +129,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
         keys.table().for_each(
             |key, place| {
                 let place = keys.routed(key, place);
-                let snapshot = Snapshot::compact(keys.counts(place.value, now), place.limit);
+                let snapshot = Snapshot::compact(keys.counts(&place, now), place.limit);
                 (key.clone(), snapshot)
             },
             |(key, snapshot)| f(&key, snapshot),
@@ -147,7 +147,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
             let now = self.now();
             return keys.table().get_keyed(key, |key, place| {
                 let place = keys.routed(key, place);
-                Snapshot::compact(keys.counts(place.value, now), place.limit)
+                Snapshot::compact(keys.counts(&place, now), place.limit)
             });
         }
         let entry = self.registry().get(key)?;
@@ -386,7 +386,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
     pub fn overflow(&self) -> Snapshot {
         if let Some(keys) = self.compact() {
             let place = keys.table().overflow_place();
-            return Snapshot::compact(keys.counts(place.value, self.now()), place.limit);
+            return Snapshot::compact(keys.counts(&place, self.now()), place.limit);
         }
         Snapshot::of(self.registry().overflow(), self.now())
     }
@@ -427,16 +427,13 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
             keys.table().for_each(
                 |key, place| {
                     let place = keys.routed(key, place);
-                    Snapshot::compact(keys.counts(place.value, now), place.limit)
+                    Snapshot::compact(keys.counts(&place, now), place.limit)
                 },
                 &mut add,
             );
             if !keys.overflow_idle(now) {
                 let place = keys.table().overflow_place();
-                add(Snapshot::compact(
-                    keys.counts(place.value, now),
-                    place.limit,
-                ));
+                add(Snapshot::compact(keys.counts(&place, now), place.limit));
             }
             return Snapshot::compact((pass, block), limit);
         }
@@ -638,7 +635,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
         };
         // The further windows' section is checked before anything applies.
         let further = registry.windows();
-        let checked_windows =
+        let mut checked_windows =
             match crate::rules::check_windows::<K>(rules, further.len(), |ms| further.index_of(ms))
             {
                 Ok(checked) => checked,
@@ -655,6 +652,17 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
         registry.replace_routes(K::route_of_key(), self.route_limits_for_tier(routes));
         if let Some(keys) = self.compact() {
             keys.apply_rules(checked.default, limits.clone(), self.now());
+            // A compact key's further windows count at most 65 535 passes
+            // each, as its first: larger limits are taken as that maximum.
+            let clamp = |limit: &mut Option<u64>| {
+                if let Some(limit) = limit {
+                    *limit = CompactKeys::<K>::clamp_limit(*limit);
+                }
+            };
+            checked_windows.defaults.iter_mut().for_each(clamp);
+            for limits in checked_windows.per_key.values_mut() {
+                limits.iter_mut().for_each(clamp);
+            }
         }
         let _replaced = registry.apply_rules(checked.default, limits);
         registry.apply_window_rules(

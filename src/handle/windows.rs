@@ -9,6 +9,7 @@ use super::StatsHandle;
 use crate::error::ConfigError;
 use crate::key::IntoKey;
 use crate::rules::{interval_text, RulesError};
+use crate::stat::COMPACT_MAX_LIMIT;
 use crate::store::effective_now;
 
 /// One window of a key: its interval, the key's limit in it and the passes
@@ -54,14 +55,45 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        if self.compact().is_some() {
-            // A compact layer has one window (it refuses `limit_per`).
+        if let Some(keys) = self.compact() {
+            // The first window as the snapshot reads it; the further ones
+            // from the key's place, with the limits the registry keeps for
+            // them.
             let snapshot = self.snapshot(key)?;
-            return Some(vec![WindowCount {
+            let first = WindowCount {
                 interval: Duration::from_millis(self.registry().window().interval_ms),
                 limit: snapshot.limit,
                 pass: snapshot.pass,
-            }]);
+            };
+            if keys.further_shapes().is_empty() {
+                return Some(vec![first]);
+            }
+            let now = self.now();
+            let registry = self.registry();
+            return keys.table().get_keyed(key, |held, place| {
+                // The limits the key is decided under: its own, its
+                // route's, or the default, in each further window.
+                let route = registry.routes().route_of(held);
+                let mut limits = vec![0; keys.further_shapes().len()];
+                registry
+                    .windows()
+                    .fill_limits(Some(held), route, &mut limits);
+                let at = keys.anchor(place.value, place.further, now);
+                std::iter::once(first)
+                    .chain(
+                        place
+                            .further
+                            .iter()
+                            .zip(keys.further_shapes())
+                            .zip(&limits)
+                            .map(|((window, shape), &limit)| WindowCount {
+                                interval: Duration::from_millis(shape.interval_ms),
+                                limit,
+                                pass: window.window_counts(shape, at).0,
+                            }),
+                    )
+                    .collect()
+            });
         }
         let entry = self.registry().get(key)?;
         let at = effective_now(&entry, self.now());
@@ -84,8 +116,8 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
     /// first, then each [`limit_per`](crate::SlidingWindowLayer::limit_per)
     /// window, as `(interval, limit)`. See
     /// [`rule_per`](crate::SlidingWindowLayer::rule_per) for an example.
-    /// (A [`compact`](crate::SlidingWindowLayer::compact) layer has one
-    /// window; for a key its table does not hold, the limit read is the
+    /// (On a [`compact`](crate::SlidingWindowLayer::compact) layer, for a
+    /// key its table does not hold, the first window's limit read is the
     /// one the layer was built with for it.)
     ///
     /// The limits read are the key's own or the window's default: a route
@@ -155,6 +187,17 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<K> {
         limit: u64,
     ) -> Result<(), ConfigError> {
         let i = self.window_index(interval)?;
+        let limit = if self.compact().is_some() && limit > COMPACT_MAX_LIMIT {
+            tracing::warn!(
+                limit,
+                max = COMPACT_MAX_LIMIT,
+                "StatsHandle::set_limit_per: a compact layer counts at most {COMPACT_MAX_LIMIT} \
+                 passes per window; the key's limit is set to that maximum"
+            );
+            COMPACT_MAX_LIMIT
+        } else {
+            limit
+        };
         self.registry()
             .set_window_limit(key.into_key(), i, Some(limit));
         Ok(())
@@ -257,11 +300,13 @@ impl<C: Clone + Eq + Hash + Send + Sync + 'static> StatsHandle<(C, String)> {
     /// The error names the rule as a rules document does:
     /// `windows["60s"].routes["POST /login"]`.
     ///
-    /// # Not yet on a compact layer
+    /// # On a compact layer
     ///
-    /// A [`compact`](crate::SlidingWindowLayer::compact) table does not
-    /// read route rules of further windows yet: its keys keep the window's
-    /// default there.
+    /// A [`compact`](crate::SlidingWindowLayer::compact) key reads its
+    /// limits on every request, so a change applies at its next request.
+    /// The keys its table has no room for share one overflow window, whose
+    /// limit in each further window is the smaller of the window's default
+    /// and the key's own or route limit.
     pub fn set_route_limit_per(
         &self,
         route: &str,

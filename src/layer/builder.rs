@@ -220,14 +220,13 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
         );
         if self.is_compact() {
             check_compact_buckets("window", sample_count);
-            check_compact_shape(
-                "window",
-                &Window {
-                    sample_count,
-                    interval_ms,
-                    ..self.current_window()
-                },
-            );
+            let window = Window {
+                sample_count,
+                interval_ms,
+                ..self.current_window()
+            };
+            check_compact_shape("window", &window);
+            super::windows::check_compact_further("window", &self.store.settings(), &window);
         }
         self.configure(|s| {
             s.window = Window {
@@ -346,7 +345,8 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
     /// - **Compact**: for many keys you only limit (client addresses, API
     ///   keys): admission is exactly a full key's (same window and buckets,
     ///   [`strict`](Self::strict), [`rule`](Self::rule),
-    ///   [`StatsHandle::set_limit`], the same `Retry-After` and RateLimit
+    ///   [`StatsHandle::set_limit`], further windows with
+    ///   [`limit_per`](Self::limit_per), the same `Retry-After` and RateLimit
     ///   fields for the same requests at the same times, exact under
     ///   concurrency), and the key records its window's passes and blocks.
     ///
@@ -373,7 +373,8 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
     /// seen, up to the table's size, and never beyond it. A key may live in
     /// one of two groups (chosen by a randomly seeded hash); a new key
     /// takes an empty slot there, or evicts an idle key there (one with no
-    /// pass left in its window, the bucket `strict` counts included: an
+    /// pass left in any of its windows, the bucket `strict` counts
+    /// included: an
     /// evicted client never comes back with a fresh allowance), looking at
     /// those 32 slots only (twice at most), never at the rest of the
     /// table. With neither, it shares the overflow entry, as in a full
@@ -402,16 +403,21 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
     /// when the layer is built, and at most 61.7 MB (58.9 bytes per key)
     /// with address keys once every group is in use, 71.3 MB with string
     /// keys plus their text (`cargo test --lib the_documented_sizes --
-    /// --nocapture` prints these figures).
+    /// --nocapture` prints these figures). Each further window
+    /// ([`limit_per`](Self::limit_per)) adds one 28-byte compact window per
+    /// slot, made with the table: 32.0 bytes per key of `max_keys`.
     ///
     /// # Limits
     ///
     /// A compact key counts at most 65 535 passes per bucket and per
     /// window, and keeps at most 10 buckets: the default limit, rules and
     /// the overflow limit must be at most 65 535 and the window at most 10
-    /// buckets. A limit above 65 535 given at run time with
-    /// [`StatsHandle::set_limit`] is taken as 65 535 (a `warn` event says
-    /// so); it never panics.
+    /// buckets, as must the further windows' limits
+    /// ([`limit_per`](Self::limit_per), [`rule_per`](Self::rule_per)). A
+    /// limit above 65 535 given at run time with
+    /// [`StatsHandle::set_limit`] or
+    /// [`StatsHandle::set_limit_per`] is taken as 65 535 (a `warn` event
+    /// says so); it never panics.
     ///
     /// # Not with compact
     ///
@@ -463,8 +469,9 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
     ///
     /// When the layer has a breaker, `max_concurrency`, `warm_up`,
     /// `prioritized`, `throttle`, a `system` rule or a `store`; when the window has more than
-    /// 10 buckets; when the default limit, a rule or the overflow limit is
-    /// above 65 535.
+    /// 10 buckets; when the default limit, a rule, the overflow limit or a
+    /// further window's limit (`limit_per`, `rule_per`) is above 65 535, or
+    /// a further window's bucket longer than 2^29 ms.
     pub fn compact(self) -> Self {
         use {
             BREAKER_WHY, CONCURRENCY_WHY, PRIORITIZED_WHY, SYSTEM_WHY, THROTTLE_WHY, WARM_UP_WHY,
@@ -489,11 +496,6 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
             ),
             (self.priority.is_some(), "prioritized", PRIORITIZED_WHY),
             (settings.system.is_some(), "system", SYSTEM_WHY),
-            (
-                !settings.limit_per.windows.is_empty(),
-                "limit_per",
-                super::windows::COMPACT_WHY,
-            ),
         ];
         for (set, setting, why) in conflicts {
             if set {
@@ -523,6 +525,7 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
         if let Some(limit) = settings.route_rules.values().copied().max() {
             check_compact_limit("compact", "route_rule", limit);
         }
+        super::windows::check_compact_further("compact", &settings, &settings.window);
         self.configure(|s| {
             s.compact = true;
             if !s.max_keys_given {

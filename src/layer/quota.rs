@@ -69,7 +69,27 @@ impl Counted for Entry {
 fn several_windows(entry: &Entry, windows: &ExtraWindows, quota: &mut Quota, at: u64, behind: u64) {
     let first_pass = quota.limit.saturating_sub(quota.remaining);
     let first_reset = crate::flow::pass_reset_ms(&entry.node, at, behind, quota.limit, first_pass);
-    let mut items = Vec::with_capacity(windows.len() + 1);
+    let further = windows.iter().map(|window| {
+        let limit = window.limit();
+        let interval_ms = window.interval_ms();
+        let remaining = limit.saturating_sub(window.pass(at));
+        let reset = crate::flow::window_retry_ms(window, at, behind, remaining.saturating_add(1));
+        (interval_ms, limit, remaining, reset)
+    });
+    tightest(quota, first_reset, windows.len(), further);
+}
+
+/// Lists every window in `quota` (made for the first window, whose reset
+/// is `first_reset`) and the further ones, `(interval_ms, limit,
+/// remaining, reset)` each, in `RateLimit-Policy`, and puts the tightest in
+/// `RateLimit`: the least quota left, the longest until more on a tie.
+fn tightest(
+    quota: &mut Quota,
+    first_reset: u64,
+    count: usize,
+    windows: impl Iterator<Item = (u64, u64, u64, u64)>,
+) {
+    let mut items = Vec::with_capacity(count + 1);
     items.push(PolicyItem {
         window: None,
         limit: quota.limit,
@@ -83,11 +103,7 @@ fn several_windows(entry: &Entry, windows: &ExtraWindows, quota: &mut Quota, at:
         quota.limit,
         quota.window_ms,
     );
-    for window in windows.iter() {
-        let limit = window.limit();
-        let interval_ms = window.interval_ms();
-        let remaining = limit.saturating_sub(window.pass(at));
-        let reset = crate::flow::window_retry_ms(window, at, behind, remaining.saturating_add(1));
+    for (interval_ms, limit, remaining, reset) in windows {
         items.push(PolicyItem {
             window: Some(interval_ms),
             limit,
@@ -112,6 +128,16 @@ pub(crate) struct CompactCounted<'a> {
     pub(crate) shape: &'a CompactShape,
     pub(crate) tag: Option<u32>,
     pub(crate) overflow: bool,
+    /// The key's further windows, when the layer has them.
+    pub(crate) further: Option<CompactSeveral<'a>>,
+}
+
+/// A compact key's further windows (`limit_per`) with their shapes and the
+/// key's limits in them.
+pub(crate) struct CompactSeveral<'a> {
+    pub(crate) windows: &'a [CompactWindow],
+    pub(crate) shapes: &'a [CompactShape],
+    pub(crate) limits: &'a [u64],
 }
 
 impl Counted for CompactCounted<'_> {
@@ -133,6 +159,42 @@ impl Counted for CompactCounted<'_> {
     fn window_ms(&self) -> u64 {
         self.shape.interval_ms
     }
+
+    fn further_windows(&self, quota: &mut Quota, at: u64, behind: u64) {
+        if let Some(further) = &self.further {
+            several_compact_windows(self, further, quota, at, behind);
+        }
+    }
+}
+
+/// [`several_windows`] for a compact key: the same fields from its compact
+/// windows.
+#[cold]
+#[inline(never)]
+fn several_compact_windows(
+    key: &CompactCounted<'_>,
+    further: &CompactSeveral<'_>,
+    quota: &mut Quota,
+    at: u64,
+    behind: u64,
+) {
+    let first_pass = quota.limit.saturating_sub(quota.remaining);
+    let first_reset = key
+        .window
+        .pass_reset_ms(key.shape, at, behind, quota.limit, first_pass);
+    let windows = (0..further.windows.len()).map(|i| {
+        let window = crate::flow::CompactFurther {
+            window: &further.windows[i],
+            shape: &further.shapes[i],
+            limit: further.limits[i],
+        };
+        let remaining = window
+            .limit
+            .saturating_sub(window.window.window_counts(window.shape, at).0);
+        let reset = crate::flow::compact_retry_ms(window, at, behind, remaining.saturating_add(1));
+        (window.shape.interval_ms, window.limit, remaining, reset)
+    });
+    tightest(quota, first_reset, further.windows.len(), windows);
 }
 
 /// The RateLimit fields for `key` after a decision that left `window_pass`

@@ -38,7 +38,7 @@ use super::future::{Completion, ResponseFuture};
 use super::future::{Deferred, Resume};
 use super::in_flight::InFlight;
 use super::priority::Priority;
-use super::quota::{quota, refuse, CompactCounted, Counted};
+use super::quota::{quota, refuse, CompactCounted, CompactSeveral, Counted};
 #[cfg(feature = "redis")]
 use super::remote;
 use super::wait::Gate;
@@ -347,49 +347,149 @@ impl<S, X: KeyExtractor, M: MakeClassifier, R> SlidingWindow<S, X, M, R> {
     fn compact_decide(&self, keys: &CompactKeys<X::Key>, parts: &Parts) -> CompactOutcome {
         let registry = &*self.shared.registry;
         let now = registry.clock().now_millis();
-        let decide = |place: Place<'_, CompactWindow>, shape: &CompactShape| {
-            if place.overflow {
-                registry.note_overflow(now);
-            }
-            let window = place.value;
-            // As for a full key (see `call`): a reading behind the key's
-            // newest bucket is moved forward to it (`at`, `behind` later
-            // than the clock).
-            let (at, behind, decision) = window.admit(shape, now, place.limit, place.overflow);
-            let counted = CompactCounted {
-                window,
-                shape,
-                tag: place.tag,
-                overflow: place.overflow,
+        let decide =
+            |place: Place<'_, CompactWindow>, shape: &CompactShape, key: Option<&X::Key>| {
+                if place.overflow {
+                    registry.note_overflow(now);
+                }
+                if !place.further.is_empty() {
+                    return self.compact_several(keys, place, shape, key, now);
+                }
+                let window = place.value;
+                // As for a full key (see `call`): a reading behind the key's
+                // newest bucket is moved forward to it (`at`, `behind` later
+                // than the clock).
+                let (at, behind, decision) = window.admit(shape, now, place.limit, place.overflow);
+                let counted = CompactCounted {
+                    window,
+                    shape,
+                    tag: place.tag,
+                    overflow: place.overflow,
+                    further: None,
+                };
+                match decision {
+                    Decision::Pass(pass) => {
+                        place.totals.add_pass();
+                        CompactOutcome::Pass(self.shared.response.headers_on_pass.then(|| {
+                            let window_pass = pass
+                                .window_pass
+                                .unwrap_or_else(|| window.window_counts(shape, at).0);
+                            let reset = pass.reset_ms.unwrap_or_else(|| {
+                                window.pass_reset_ms(shape, at, behind, pass.limit, window_pass)
+                            });
+                            Box::new(quota(
+                                &counted,
+                                &self.shared.response,
+                                pass.limit,
+                                window_pass,
+                                reset,
+                            ))
+                        }))
+                    }
+                    Decision::Block(refusal) => {
+                        place.totals.add_block();
+                        CompactOutcome::Refused(self.refused_compact(&counted, at, refusal), at)
+                    }
+                    Decision::Wait(never) => match never {},
+                }
             };
-            match decision {
-                Decision::Pass(pass) => {
-                    place.totals.add_pass();
-                    CompactOutcome::Pass(self.shared.response.headers_on_pass.then(|| {
-                        let window_pass = pass
-                            .window_pass
-                            .unwrap_or_else(|| window.window_counts(shape, at).0);
-                        let reset = pass.reset_ms.unwrap_or_else(|| {
-                            window.pass_reset_ms(shape, at, behind, pass.limit, window_pass)
-                        });
-                        Box::new(quota(
-                            &counted,
-                            &self.shared.response,
-                            pass.limit,
-                            window_pass,
-                            reset,
-                        ))
-                    }))
-                }
-                Decision::Block(refusal) => {
-                    place.totals.add_block();
-                    CompactOutcome::Refused(self.refused_compact(&counted, at, refusal), at)
-                }
-                Decision::Wait(never) => match never {},
-            }
-        };
         self.extractor
             .visit(parts, CompactLookup { keys, now, decide })
+    }
+
+    /// The decision on a request of a compact key with further windows
+    /// (`limit_per`): every window or none (see `flow::compact_windows`),
+    /// each further window under the key's own limit in it or the window's
+    /// default (the registry's, as for a full key), then answered as
+    /// [`compact_decide`](Self::compact_decide) answers.
+    #[inline(never)]
+    fn compact_several(
+        &self,
+        keys: &CompactKeys<X::Key>,
+        place: Place<'_, CompactWindow>,
+        shape: &CompactShape,
+        key: Option<&X::Key>,
+        now: u64,
+    ) -> CompactOutcome {
+        let registry = &*self.shared.registry;
+        let limits = registry.windows();
+        let shapes = keys.further_shapes();
+        // The key's route, for the route rules of further windows
+        // (`route_rule_per`): one load while there are none.
+        let route = key
+            .filter(|_| limits.routes_active())
+            .and_then(|key| registry.routes().route_of(key));
+        let mut inline = [0u64; 8];
+        let mut heap: Vec<u64>;
+        let further_limits: &mut [u64] = if shapes.len() <= inline.len() {
+            &mut inline[..shapes.len()]
+        } else {
+            heap = vec![0; shapes.len()];
+            &mut heap
+        };
+        limits.fill_limits(key, route, further_limits);
+        if place.overflow {
+            // The overflow window is shared by every key the table had no
+            // room for: no key's own or route limit lifts it past the
+            // window's default.
+            for (i, limit) in further_limits.iter_mut().enumerate() {
+                *limit = (*limit).min(limits.default_of(i));
+            }
+        }
+        let further_limits: &[u64] = further_limits;
+        let further = |i: usize| flow::CompactFurther {
+            window: &place.further[i],
+            shape: &shapes[i],
+            limit: further_limits[i],
+        };
+        let window = place.value;
+        let (at, behind, decision) = flow::all_compact_windows(
+            window,
+            shape,
+            place.limit,
+            shapes.len(),
+            further,
+            now,
+            place.overflow,
+        );
+        let counted = CompactCounted {
+            window,
+            shape,
+            tag: place.tag,
+            overflow: place.overflow,
+            further: Some(CompactSeveral {
+                windows: place.further,
+                shapes,
+                limits: further_limits,
+            }),
+        };
+        match decision {
+            Decision::Pass(pass) => {
+                place.totals.add_pass();
+                CompactOutcome::Pass(self.shared.response.headers_on_pass.then(|| {
+                    let window_pass = pass
+                        .window_pass
+                        .unwrap_or_else(|| window.window_counts(shape, at).0);
+                    let reset = pass.reset_ms.unwrap_or_else(|| {
+                        window.pass_reset_ms(shape, at, behind, pass.limit, window_pass)
+                    });
+                    let mut quota = quota(
+                        &counted,
+                        &self.shared.response,
+                        pass.limit,
+                        window_pass,
+                        reset,
+                    );
+                    counted.further_windows(&mut quota, at, behind);
+                    Box::new(quota)
+                }))
+            }
+            Decision::Block(refusal) => {
+                place.totals.add_block();
+                CompactOutcome::Refused(self.refused_compact(&counted, at, refusal), at)
+            }
+            Decision::Wait(never) => match never {},
+        }
     }
 
     /// Answers a refused request of a compact key (see `quota::refuse`,

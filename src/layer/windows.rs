@@ -3,9 +3,10 @@
 
 use std::time::Duration;
 
+use super::builder::check_compact_limit;
 use super::builder::SlidingWindowLayer;
 use crate::key::{IntoKey, KeyExtractor};
-use crate::store::{Settings, Window};
+use crate::store::{shape_of, Settings, Window};
 
 /// The most further windows a layer may have (see
 /// [`SlidingWindowLayer::limit_per`], "Memory").
@@ -17,7 +18,6 @@ pub(super) const THROTTLE_WHY: &str =
 pub(super) const PRIORITIZED_WHY: &str =
     "a borrowed pass is taken from a later bucket of the first \
      window alone and would not be charged to the further windows";
-pub(super) const COMPACT_WHY: &str = "a compact key keeps the admission state of one window only";
 
 /// Panics, naming `method`, `setting` and `limit_per`, when a layer with
 /// further windows (`has_windows`) is given `setting`, which cannot count
@@ -74,6 +74,36 @@ pub(super) fn check_further(method: &str, interval_ms: u64, window: &Window) {
              `strict`, the interval plus one bucket must be at most u64::MAX ms (got \
              {interval_ms} ms)"
         );
+    }
+}
+
+/// On a `compact` layer: panics, naming `method` and the setting, when a
+/// further window of `limit_per` is not one a compact key keeps beside a
+/// first window `window` (at most 2^29 ms per bucket), or a limit of it (a
+/// default, or a key's own from `rule_per`) is above what a compact window
+/// counts (65 535).
+pub(super) fn check_compact_further<K>(method: &str, settings: &Settings<K>, window: &Window) {
+    check_compact_windows(method, &settings.limit_per.windows, window);
+    for limits in settings.limit_per.rules.values() {
+        if let Some(&limit) = limits.values().max() {
+            check_compact_limit(method, "rule_per", limit);
+        }
+    }
+}
+
+/// [`check_compact_further`] for the further windows `windows` alone.
+fn check_compact_windows(method: &str, windows: &[(u64, u64)], window: &Window) {
+    for &(interval_ms, limit) in windows {
+        check_compact_limit(method, "limit_per", limit);
+        let further = Window {
+            interval_ms,
+            ..*window
+        };
+        if let Err(err) = shape_of(&further).validate() {
+            panic!(
+                "SlidingWindowLayer::{method}: invalid `limit_per` window of {interval_ms} ms on                  a `compact` layer: {err}"
+            );
+        }
     }
 }
 
@@ -185,6 +215,36 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
     /// keeps nothing for them: its keys stay the size
     /// [`max_keys`](Self::max_keys) gives.
     ///
+    /// On a [`compact`](Self::compact) layer, each further window of a key
+    /// is one more 28-byte compact window, kept beside every slot of the
+    /// table (made with the table) and beside each key with its own limit:
+    /// measured, 32.0 bytes per key of `max_keys` and further window (8/7
+    /// slots per key; `cargo test --test memory compact -- --nocapture`
+    /// prints the figure). A compact layer without `limit_per` keeps
+    /// nothing for them.
+    ///
+    /// # On a compact layer
+    ///
+    /// A [`compact`](Self::compact) key has further windows too, charged
+    /// all or none as a full key's, with the same answers (`Retry-After`,
+    /// `RateLimit-Policy`, `RateLimit`) for the same requests at the same
+    /// times. Its further windows obey the compact limits: each window's
+    /// default and every key's own limit in it (`rule_per`) at most 65 535,
+    /// each bucket at most 2^29 ms, or the layer panics when configured,
+    /// naming the setting; a larger limit given at run time
+    /// ([`StatsHandle::set_limit_per`](crate::StatsHandle::set_limit_per),
+    /// a rules document) is taken as 65 535, with a `warn` event. A compact
+    /// key is evicted only when it is idle in every window, and a key that
+    /// takes a slot starts with every window empty. A key's own limit in a
+    /// further window does not keep it out of the overflow window (its
+    /// first window's own limit, [`rule`](Self::rule), does). When the
+    /// clock steps back by more than the first window, a compact key's
+    /// further windows move back with it, as a full key's keep running with
+    /// its first window under its skew; one difference remains, within one
+    /// further window of the clock's time 0 only: a compact window cannot
+    /// start before that time, so there its buckets may turn at other
+    /// times than a full key's.
+    ///
     /// # With a shared store
     ///
     /// With a Redis `store` (feature `redis`), every window of a key is
@@ -202,8 +262,7 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
     ///
     /// # Not with
     ///
-    /// `limit_per` and [`compact`](Self::compact) (a compact key keeps one
-    /// window's admission state), [`throttle`](Self::throttle)
+    /// `limit_per` and [`throttle`](Self::throttle)
     /// (pacing follows the first window's limit) or
     /// [`prioritized`](Self::prioritized) (a borrowed pass is taken from
     /// the first window alone) panic when configured, in either order,
@@ -215,8 +274,9 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
     /// multiple of the window's `sample_count` milliseconds, equal to the
     /// first window's interval or to another `limit_per` window's; under
     /// `strict`, when the interval plus one bucket is more than `u64::MAX`
-    /// ms; when the layer would have more than 1 024 further windows; and
-    /// with the settings above.
+    /// ms; when the layer would have more than 1 024 further windows; on a
+    /// compact layer, when `limit` is above 65 535 or a bucket of the
+    /// window longer than 2^29 ms; and with the settings above.
     pub fn limit_per(self, interval: Duration, limit: u64) -> Self {
         let ms = interval_ms("limit_per", interval);
         let settings = self.store_settings();
@@ -233,8 +293,10 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
                  {MAX_FURTHER_WINDOWS} further windows per layer"
             );
         }
+        if settings.compact {
+            check_compact_windows("limit_per", &[(ms, limit)], &settings.window);
+        }
         let conflicts = [
-            (settings.compact, "compact", COMPACT_WHY),
             (
                 settings.window.behaviours.throttle.is_some(),
                 "throttle",
@@ -281,7 +343,8 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
     /// # Panics
     ///
     /// When the layer has no further window of `interval` (call
-    /// [`limit_per`](Self::limit_per) first).
+    /// [`limit_per`](Self::limit_per) first); on a
+    /// [`compact`](Self::compact) layer, when `limit` is above 65 535.
     pub fn rule_per(self, key: impl IntoKey<X::Key>, interval: Duration, limit: u64) -> Self {
         let ms = interval_ms("rule_per", interval);
         let settings = self.store_settings();
@@ -290,6 +353,9 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
                 "SlidingWindowLayer::rule_per: invalid `interval`: the layer has no `limit_per` \
                  window of {ms} ms (add it with `limit_per` before `rule_per`)"
             );
+        }
+        if settings.compact {
+            check_compact_limit("rule_per", "limit", limit);
         }
         let key = key.into_key();
         self.configure(move |s| {
@@ -354,8 +420,10 @@ where
     /// the windows' defaults (give the route a `route_rule` too, at the
     /// first window's default, to keep its own overflow entry).
     ///
-    /// Not yet on a [`compact`](Self::compact) layer: a compact table does
-    /// not read route rules of further windows.
+    /// On a [`compact`](Self::compact) layer too: a compact key reads its
+    /// route's limits on every request; the clients its table has no room
+    /// for share its one overflow window, limited in each further window
+    /// by the smaller of the window's default and the client's route limit.
     ///
     /// # Panics
     ///

@@ -463,6 +463,15 @@ impl CompactWindow {
     /// newest bucket at the reading (module docs, "Clocks"), as a full node
     /// raises its skew, and is returned as it is.
     pub(crate) fn effective_now(&self, shape: &CompactShape, now: u64) -> u64 {
+        self.effective_now_moved(shape, now).0
+    }
+
+    /// [`effective_now`](Self::effective_now), and how far back this call
+    /// re-anchored the newest bucket (0 if it did not): a key's further
+    /// windows are moved back as far ([`shift_back`](Self::shift_back)), as
+    /// a full key's further windows keep running with its first window's
+    /// skew.
+    pub(crate) fn effective_now_moved(&self, shape: &CompactShape, now: u64) -> (u64, u64) {
         let grid = Grid::of(shape);
         let mut round = 0;
         loop {
@@ -471,18 +480,63 @@ impl CompactWindow {
                 continue;
             };
             let Some(newest) = grid.decode(stamp_of(head, stamp), now) else {
-                return now;
+                return (now, 0);
             };
             if newest <= now {
-                return now;
+                return (now, 0);
             }
             if newest - now <= grid.interval {
-                return newest;
+                return (newest, 0);
             }
             if self.reanchor(&grid, head, now) {
-                return now;
+                return (now, newest - now);
             }
             backoff(&mut round);
+        }
+    }
+
+    /// Moves the newest bucket's start `by` milliseconds back on the clock,
+    /// keeping every count (as a re-anchoring does), for a further window
+    /// of a key whose first window was just re-anchored that far
+    /// ([`effective_now_moved`](Self::effective_now_moved)): the key's
+    /// windows keep their places relative to each other, as a full key's
+    /// do under its skew. `near` is a reading near the newest bucket (the
+    /// first window's newest start before the move). A start that would
+    /// fall before time 0 on the clock is kept at its phase in the first
+    /// bucket length of the clock instead.
+    pub(crate) fn shift_back(&self, shape: &CompactShape, by: u64, near: u64) {
+        let grid = Grid::of(shape);
+        let mut round = 0;
+        loop {
+            // Acquire: as in `decide`.
+            let head = self.head.load(Ordering::Acquire);
+            if head & LOCKED != 0 {
+                backoff(&mut round);
+                continue;
+            }
+            let Some(head) = self.lock(head) else {
+                backoff(&mut round);
+                continue;
+            };
+            // Relaxed: see `rotated`.
+            let stamp = self.stamp.load(Ordering::Relaxed);
+            let Some(newest) = grid.decode(stamp_of(head, stamp), near) else {
+                self.unlock(head);
+                return;
+            };
+            let moved = newest.checked_sub(by).unwrap_or(newest % grid.len);
+            let anchored = grid.encode(moved);
+            // The bucket and its counts stay; only its start moves. A block
+            // added meanwhile (by compare-and-swap, outside the lock) makes
+            // this swap fail and take the new count. Release: as the ring's
+            // stores in `publish`.
+            let _ = self
+                .stamp
+                .fetch_update(Ordering::Release, Ordering::Relaxed, |current| {
+                    Some(stamp_word(anchored, current & COUNT_MASK))
+                });
+            self.unlock(head_word(anchored, head & COUNT_MASK));
+            return;
         }
     }
 
@@ -507,6 +561,21 @@ impl CompactWindow {
         limit: u64,
         overflow: bool,
     ) -> Decision<Pass> {
+        self.decide_placed(shape, (at, behind), limit, overflow).0
+    }
+
+    /// [`decide`](Self::decide), with the start of the bucket a pass landed
+    /// in (`None` for a refusal): the newest bucket of the moment, which is
+    /// the bucket of `at` unless a rotation moved the window past it in the
+    /// meantime (the pass then lands in the newest bucket, as a late
+    /// caller's does). [`give_back`](Self::give_back) takes it.
+    pub(crate) fn decide_placed(
+        &self,
+        shape: &CompactShape,
+        (at, behind): (u64, u64),
+        limit: u64,
+        overflow: bool,
+    ) -> (Decision<Pass>, Option<u64>) {
         let grid = Grid::of(shape);
         // Clamped as the full node clamps its buckets; the rotation places
         // `at` clamped too, so the two always agree.
@@ -548,8 +617,8 @@ impl CompactWindow {
                 // rotate, deciding under the lock.
                 match self.lock(head) {
                     Some(locked) => match self.rotate(&grid, locked, at, limit) {
-                        Some((_, before, true)) => return passed(before + 1),
-                        Some((view, before, false)) => return refuse(&view, before),
+                        Some((view, before, true)) => return (passed(before + 1), view.newest),
+                        Some((view, before, false)) => return (refuse(&view, before), None),
                         None => continue 'fresh,
                     },
                     None => {
@@ -559,8 +628,8 @@ impl CompactWindow {
                 }
             };
             match self.in_newest(&grid, head, newest, limit) {
-                InNewest::Passed(window_pass) => return passed(window_pass),
-                InNewest::Refused(view, window_pass) => return refuse(&view, window_pass),
+                InNewest::Passed(window_pass) => return (passed(window_pass), Some(newest)),
+                InNewest::Refused(view, window_pass) => return (refuse(&view, window_pass), None),
                 InNewest::Changed => continue 'fresh,
             }
         }
@@ -703,6 +772,101 @@ impl CompactWindow {
         }
     }
 
+    /// Takes back one pass that landed in the bucket starting at `at` (as
+    /// [`decide_placed`](Self::decide_placed) says), for a request another
+    /// window of its key refused (all or none, see `flow::compact_windows`).
+    /// The pass is found where it landed: in the newest bucket, with a
+    /// compare-and-swap of the head; in an older bucket of the ring (a
+    /// rotation sealed it meanwhile), under the rotation lock; nowhere once
+    /// its bucket has left the ring. Every
+    /// later admission sums the ring afresh, so a pass given back into a
+    /// sealed bucket is seen by the next decision.
+    ///
+    /// A decision that read the ring before the give-back and is validated
+    /// after it (the lock is released with the head it was taken from, as
+    /// the ring's entry changes and the bucket does not) counted the pass
+    /// still there: it can only have refused more, never admitted more.
+    pub(crate) fn give_back(&self, shape: &CompactShape, at: u64) {
+        let grid = Grid::of(shape);
+        let at = at.min(MAX_TIME);
+        let mut round = 0;
+        loop {
+            // Acquire: as in `decide`, the ring and stamp of this head's
+            // rotation are visible below.
+            let head = self.head.load(Ordering::Acquire);
+            if head & LOCKED != 0 {
+                backoff(&mut round);
+                continue;
+            }
+            let stamp = self.stamp.load(Ordering::Acquire);
+            let Some(newest) = grid.decode(stamp_of(head, stamp), at) else {
+                return;
+            };
+            // Buckets from the newest back to the one holding `at`; a
+            // reading at or past the newest is in it (a re-anchoring after a
+            // clock step back moves the newest bucket's start behind the
+            // passes it holds).
+            let back = if at >= newest {
+                0
+            } else {
+                (newest - at).div_ceil(grid.len)
+            };
+            if back == 0 {
+                if head & COUNT_MASK == 0 {
+                    return;
+                }
+                // AcqRel: as an admission's swap; a rotation begun since
+                // changed the head, and the bucket is looked for again.
+                if self
+                    .head
+                    .compare_exchange(head, head - 1, Ordering::AcqRel, Ordering::Relaxed)
+                    .is_ok()
+                {
+                    return;
+                }
+                continue;
+            }
+            let Ok(entry) = usize::try_from(back - 1) else {
+                return;
+            };
+            if entry >= grid.sample_count {
+                // Its bucket has left the ring: nothing counts it any more.
+                return;
+            }
+            let Some(locked) = self.lock(head) else {
+                backoff(&mut round);
+                continue;
+            };
+            let word = &self.ring[entry / 2];
+            let shift = 16 * (entry % 2) as u32;
+            // Relaxed: the lock's Acquire made the last holder's stores
+            // visible, and only a holder stores the ring.
+            let value = word.load(Ordering::Relaxed);
+            if (value >> shift) & COUNT_MASK != 0 {
+                // Release: as the ring's stores in `publish`.
+                word.store(value - (1 << shift), Ordering::Release);
+            }
+            self.unlock(locked);
+            return;
+        }
+    }
+
+    /// Milliseconds from `at` (moved forward by `behind` from the clock)
+    /// until `n` more passes fit under `limit`, 0 if they fit now, plus
+    /// `behind` unless 0; `None` if they never can (as
+    /// `flow::retry_on_clock` for a full node).
+    pub(crate) fn retry_ms(
+        &self,
+        shape: &CompactShape,
+        at: u64,
+        behind: u64,
+        n: u64,
+        limit: u64,
+    ) -> Option<u64> {
+        let grid = Grid::of(shape);
+        self.view(&grid, at).retry(&grid, at, behind, n, limit)
+    }
+
     /// As `flow::pass_reset_ms`: the `reset` of a pass at `at` (moved
     /// forward by `behind`) that left `window_pass` passes in the window,
     /// until the window could take everything left of `limit` and one more.
@@ -774,6 +938,21 @@ impl CompactWindow {
         }
         self.stamp.store(0, Ordering::Relaxed);
         self.head.store(0, Ordering::Relaxed);
+    }
+
+    /// Makes this window hold what `from` holds, for a key's window moved
+    /// between two places of the compact table. The caller must keep every
+    /// other user away from both windows meanwhile (the table holds the
+    /// key's group write locks and the side map's write lock).
+    pub(crate) fn copy_from(&self, from: &CompactWindow) {
+        // Relaxed: the caller's locks order these with every later user.
+        for (to, word) in self.ring.iter().zip(&from.ring) {
+            to.store(word.load(Ordering::Relaxed), Ordering::Relaxed);
+        }
+        self.stamp
+            .store(from.stamp.load(Ordering::Relaxed), Ordering::Relaxed);
+        self.head
+            .store(from.head.load(Ordering::Relaxed), Ordering::Relaxed);
     }
 
     // --- internals -----------------------------------------------------------

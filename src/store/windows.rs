@@ -198,6 +198,20 @@ impl<K: Clone + Eq + Hash> WindowLimits<K> {
         }
     }
 
+    /// The limit of `key` (of route `route`) in each further window, into
+    /// `out` (one slot a window): its own, else its route's, else the
+    /// window's default. What a compact key, which keeps no limits of its
+    /// own windows, is decided under on every request.
+    pub(crate) fn fill_limits(&self, key: Option<&K>, route: Option<&str>, out: &mut [u64]) {
+        let per_key = read(&self.per_key);
+        let own = key.and_then(|key| per_key.get(key));
+        self.with_route(route, |by_route| {
+            for (i, limit) in out.iter_mut().enumerate() {
+                *limit = self.pick(own, by_route, i);
+            }
+        });
+    }
+
     /// The further windows of a new entry for `key` (`None` for none) of
     /// route `route`: each with the key's own limit, else its route's,
     /// else the window's default.

@@ -119,7 +119,16 @@ fn limits(stats: &StatsHandle<Key>, key: &Key) -> Vec<(Duration, u64)> {
 #[tokio::test]
 async fn the_canonical_rule_gives_each_client_five_logins_a_minute_and_100_a_second_elsewhere() {
     let clock = clock();
-    let layer = canonical(&clock);
+    canonical_rule_holds(canonical(&clock), &clock).await;
+}
+
+#[tokio::test]
+async fn the_canonical_rule_holds_on_a_compact_layer() {
+    let clock = clock();
+    canonical_rule_holds(canonical(&clock).compact(), &clock).await;
+}
+
+async fn canonical_rule_holds(layer: Layer, clock: &ManualClock) {
     let stats = layer.handle();
     let app = app(layer);
 
@@ -414,6 +423,33 @@ async fn a_full_table_sends_a_routes_new_clients_to_an_overflow_with_the_routes_
     assert_eq!(homes(&app, 70, 6).await, ok_then_429(6, 0));
     // Every pass is in the total, the overflowed ones included.
     assert_eq!(stats.total().pass, 6 + 2);
+}
+
+/// A compact layer's full table sends new clients to its one shared
+/// overflow window, which a route's minute limit caps too: the clients the
+/// table has no room for never get more logins a minute than the route
+/// allows one client (the window's default, 6 000, would let them all in).
+#[tokio::test]
+async fn a_full_compact_table_caps_its_overflow_by_the_routes_minute_limit() {
+    let clock = clock();
+    let layer = canonical(&clock).compact().max_keys(16);
+    let app = app(layer);
+    // Busy clients fill every slot: their passes keep them in the minute.
+    for n in 1..=64 {
+        assert_eq!(homes(&app, n, 1).await, ok_then_429(1, 0));
+    }
+    let mut passed = 0;
+    for n in 100..160 {
+        if n % 10 == 0 {
+            clock.advance(SECOND);
+        }
+        passed += logins(&app, n, 1)
+            .await
+            .iter()
+            .filter(|s| **s == StatusCode::OK)
+            .count();
+    }
+    assert!(passed <= 5, "{passed} logins passed through the overflow");
 }
 
 /// One client's logins from 8 threads at once: the minute's route rule

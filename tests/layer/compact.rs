@@ -468,16 +468,24 @@ proptest! {
     /// and a compact one with the same settings: the same status,
     /// `Retry-After`, RateLimit fields (and legacy fields) for every
     /// request, and the same counts at the end. Neither evicts (the table
-    /// is far from full).
+    /// is far from full). With further windows (`limit_per`, none to two of
+    /// 2 to 6 times the first window's interval), `Retry-After` is the
+    /// longest wait among the refusing windows, `RateLimit-Policy` lists
+    /// every window and `RateLimit` names the tightest, in both.
     #[test]
     fn a_compact_layer_answers_exactly_as_a_full_layer(
         limit in 1u64..6,
         rule in prop::option::of(0u64..8),
+        further in prop::collection::btree_map(2u64..=6, 1u64..12, 0..=2),
         strict in any::<bool>(),
         (sample_count, bucket_ms) in (prop::sample::select(vec![1usize, 2, 4, 5, 10]), prop::sample::select(vec![10u64, 50, 100])),
         start in 0u64..5_000,
         steps in steps(),
     ) {
+        // With further windows, the clock stays far from 0: a further
+        // window of a compact key cannot start before the clock's time 0,
+        // where a full key's may, under its skew (see `limit_per`).
+        let start = if further.is_empty() { start } else { start + 1_000_000 };
         let clock = ManualClock::new(start);
         let interval = Duration::from_millis(sample_count as u64 * bucket_ms);
         let configure = |layer: SlidingWindowLayer<HeaderKey>| {
@@ -492,6 +500,9 @@ proptest! {
             }
             if let Some(rule) = rule {
                 layer = layer.rule("rule", rule);
+            }
+            for (&times, &limit) in &further {
+                layer = layer.limit_per(interval * times as u32, limit);
             }
             layer
         };
@@ -533,6 +544,9 @@ proptest! {
             prop_assert_eq!(pass(f), pass(c), "{:?}", key);
             if let (Some(f), Some(c)) = (f, c) {
                 prop_assert_eq!(f.limit, c.limit, "{:?}", key);
+            }
+            if let (Some(f), Some(c)) = (full_stats.windows(&key), compact_stats.windows(&key)) {
+                prop_assert_eq!(f, c, "{:?}", key);
             }
         }
     }
@@ -679,4 +693,215 @@ fn a_compact_pass_hands_on_the_inner_body_error_and_rate_limit_fields() {
     assert_eq!((a.pass, a.success, a.exception), (2, 0, 0));
     let response = tokio_test::block_on(service.call(request(Some("a")))).unwrap();
     assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+}
+
+const MINUTE: Duration = Duration::from_secs(60);
+
+/// Further windows (`limit_per`) on a compact layer obey what a compact
+/// window counts: limits above 65 535 (a window's default or a key's own)
+/// and buckets longer than 2^29 ms are refused, naming the setting, in
+/// either order.
+#[test]
+fn compact_limit_per_refuses_what_a_compact_window_cannot_count() {
+    for message in [
+        panic_message(|| drop(keyed(10).limit_per(MINUTE, 70_000).compact())),
+        panic_message(|| drop(keyed(10).compact().limit_per(MINUTE, 70_000))),
+    ] {
+        assert!(
+            message.contains("`limit_per`")
+                && message.contains("`compact`")
+                && message.contains("65535"),
+            "{message}"
+        );
+    }
+    for message in [
+        panic_message(|| {
+            drop(
+                keyed(10)
+                    .limit_per(MINUTE, 5)
+                    .rule_per("a", MINUTE, 70_000)
+                    .compact(),
+            )
+        }),
+        panic_message(|| {
+            drop(
+                keyed(10)
+                    .compact()
+                    .limit_per(MINUTE, 5)
+                    .rule_per("a", MINUTE, 70_000),
+            )
+        }),
+    ] {
+        assert!(message.contains("rule_per"), "{message}");
+        assert!(
+            message.contains("`compact`") && message.contains("65535"),
+            "{message}"
+        );
+    }
+    // Ten buckets of 2^30 ms: longer than a compact window places.
+    let long = Duration::from_millis(10 << 30);
+    for message in [
+        panic_message(|| drop(keyed(10).limit_per(long, 5).compact())),
+        panic_message(|| drop(keyed(10).compact().limit_per(long, 5))),
+    ] {
+        assert!(
+            message.contains("`limit_per`") && message.contains("`compact`"),
+            "{message}"
+        );
+        assert!(message.contains("interval_ms"), "{message}");
+    }
+    // At the bounds, it builds.
+    drop(
+        keyed(10)
+            .compact()
+            .limit_per(MINUTE, 65_535)
+            .rule_per("a", MINUTE, 65_535)
+            .handle(),
+    );
+}
+
+/// Real threads, frozen clock, a compact layer with two windows: of 160
+/// requests per key, exactly the tighter limit pass, and each window holds
+/// exactly the passes of the requests admitted (a refusal by either is
+/// charged to none), whichever window is the tighter.
+#[test]
+fn frozen_clock_real_threads_each_window_of_a_compact_key_holds_exactly_what_was_admitted() {
+    for (first, further) in [(30u64, 50u64), (50, 30), (40, 40)] {
+        let layer = keyed(first)
+            .compact()
+            .limit_per(MINUTE, further)
+            .clock(ManualClock::new(10_050));
+        let stats = layer.handle();
+        let service = layer.layer(inner());
+        let keys: Vec<String> = (0..8).map(|i| format!("k{i}")).collect();
+        let passed: Arc<Vec<AtomicU64>> =
+            Arc::new((0..keys.len()).map(|_| AtomicU64::new(0)).collect());
+        let threads: Vec<_> = (0..4)
+            .map(|_| {
+                let mut service = service.clone();
+                let keys = keys.clone();
+                let passed = Arc::clone(&passed);
+                thread::spawn(move || {
+                    for _ in 0..40 {
+                        for (i, name) in keys.iter().enumerate() {
+                            if call(&mut service, Some(name)).0 == StatusCode::OK {
+                                passed[i].fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                    }
+                })
+            })
+            .collect();
+        for thread in threads {
+            thread.join().unwrap();
+        }
+        let limit = first.min(further);
+        for (i, name) in keys.iter().enumerate() {
+            assert_eq!(passed[i].load(Ordering::Relaxed), limit, "{name}");
+            let windows = stats.windows(&key(name)).unwrap();
+            let counts: Vec<(Duration, u64, u64)> = windows
+                .iter()
+                .map(|w| (w.interval, w.limit, w.pass))
+                .collect();
+            assert_eq!(
+                counts,
+                vec![
+                    (Duration::from_secs(1), first, limit),
+                    (MINUTE, further, limit)
+                ],
+                "{name}"
+            );
+            let snapshot = stats.snapshot(&key(name)).unwrap();
+            assert_eq!(snapshot.block, 160 - limit, "{name}");
+        }
+    }
+}
+
+/// A compact key's own limits in further windows (`rule_per`,
+/// `set_limit_per`, `remove_limit_per`) apply from its next request, and
+/// the handle reads them (`limits_per`, `windows`).
+#[test]
+fn per_key_limits_of_further_windows_apply_to_compact_keys() {
+    let clock = clock();
+    let layer = keyed(100)
+        .compact()
+        .limit_per(MINUTE, 3)
+        .rule_per("a", MINUTE, 1)
+        .clock(clock.clone());
+    let stats = layer.handle();
+    let mut service = layer.layer(inner());
+    assert_eq!(call(&mut service, Some("a")).0, StatusCode::OK);
+    let refused = call(&mut service, Some("a"));
+    assert_eq!(refused.0, StatusCode::TOO_MANY_REQUESTS);
+    assert!(
+        refused
+            .1
+            .contains(&("retry-after".to_owned(), "56".to_owned())),
+        "{refused:?}"
+    );
+    assert_eq!(
+        stats.limits_per(&key("a")),
+        vec![(Duration::from_secs(1), 100), (MINUTE, 1)]
+    );
+    // Raised for "a" from its next request; "b" runs on the default (3).
+    stats.set_limit_per("a", MINUTE, 2).unwrap();
+    assert_eq!(call(&mut service, Some("a")).0, StatusCode::OK);
+    assert_eq!(
+        call(&mut service, Some("a")).0,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    for _ in 0..3 {
+        assert_eq!(call(&mut service, Some("b")).0, StatusCode::OK);
+    }
+    assert_eq!(
+        call(&mut service, Some("b")).0,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    assert!(stats.remove_limit_per("a", MINUTE).unwrap());
+    assert_eq!(call(&mut service, Some("a")).0, StatusCode::OK);
+    assert_eq!(
+        call(&mut service, Some("a")).0,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    let windows = stats.windows(&key("a")).unwrap();
+    assert_eq!(
+        windows
+            .iter()
+            .map(|w| (w.interval, w.limit, w.pass))
+            .collect::<Vec<_>>(),
+        vec![(Duration::from_secs(1), 100, 3), (MINUTE, 3, 3)]
+    );
+    // Above what a compact window counts: taken as 65 535.
+    stats.set_limit_per("b", MINUTE, 100_000).unwrap();
+    assert_eq!(stats.limits_per(&key("b"))[1], (MINUTE, 65_535));
+}
+
+/// A compact key may be evicted only when it is idle in every window: a
+/// key whose first window is empty but whose further window still holds a
+/// pass keeps its slot (a new key goes to the overflow window), and gives
+/// it up once that pass has left too.
+#[test]
+fn a_compact_key_is_evicted_only_when_idle_in_every_window() {
+    let clock = clock();
+    let layer = keyed(5)
+        .compact()
+        .max_keys(1)
+        .limit_per(MINUTE, 2)
+        .clock(clock.clone());
+    let stats = layer.handle();
+    let mut service = layer.layer(inner());
+    assert_eq!(call(&mut service, Some("a")).0, StatusCode::OK);
+    clock.advance(Duration::from_secs(2));
+    // "a" is idle in its first window, not in its minute's.
+    assert_eq!(call(&mut service, Some("b")).0, StatusCode::OK);
+    assert!(
+        stats.windows(&key("b")).is_none(),
+        "b is on the overflow window"
+    );
+    assert_eq!(stats.windows(&key("a")).unwrap()[1].pass, 1);
+    clock.advance(MINUTE);
+    assert_eq!(call(&mut service, Some("c")).0, StatusCode::OK);
+    assert!(stats.windows(&key("a")).is_none(), "a was evicted");
+    let windows = stats.windows(&key("c")).unwrap();
+    assert_eq!((windows[0].pass, windows[1].pass), (1, 1));
 }

@@ -410,16 +410,10 @@ fn invalid_windows_are_refused_at_construction_naming_the_setting() {
 }
 
 #[test]
-fn compact_throttle_and_prioritized_are_refused_with_limit_per_in_either_order() {
-    for message in [
-        panic_message(|| drop(keyed(1).limit_per(MINUTE, 5).compact())),
-        panic_message(|| drop(keyed(1).compact().limit_per(MINUTE, 5))),
-    ] {
-        assert!(
-            message.contains("`compact`") && message.contains("`limit_per`"),
-            "{message}"
-        );
-    }
+fn throttle_and_prioritized_are_refused_with_limit_per_in_either_order() {
+    // A compact layer takes further windows, in either order.
+    drop(keyed(1).limit_per(MINUTE, 5).compact().handle());
+    drop(keyed(1).compact().limit_per(MINUTE, 5).handle());
     for message in [
         panic_message(|| {
             drop(

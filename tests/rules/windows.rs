@@ -197,3 +197,40 @@ fn a_layer_without_further_windows_refuses_a_windows_section() {
     assert_eq!(err.rule(), Some(r#"windows["60s"]"#));
     assert_eq!(err.field(), Some("interval"));
 }
+
+/// On a compact layer, a document's `windows` section sets the further
+/// windows' defaults and per-key limits its keys admit against; a limit
+/// above what a compact window counts (65 535) is taken as that maximum.
+#[tokio::test]
+async fn a_documents_windows_section_applies_to_a_compact_layer() {
+    let layer = SlidingWindowLayer::qps(10)
+        .key(PathKey)
+        .compact()
+        .limit_per(MINUTE, 50)
+        .clock(clock());
+    let stats = layer.handle();
+    let app = app(layer);
+    let toml = r#"
+        [windows."60s"]
+        default = 3
+        [windows."60s".limits]
+        "/a" = 2
+        "/b" = 100000
+    "#;
+    let rules: Rules = toml::from_str(toml).unwrap();
+    assert_eq!(stats.apply_rules(&rules), Ok(1));
+    assert_eq!(
+        limits(&stats),
+        vec![vec![10, 2], vec![10, 65_535], vec![10, 3]]
+    );
+    assert_eq!(statuses(&app, "/a", 4).await, ok_then_429(2, 2));
+    assert_eq!(statuses(&app, "/c", 5).await, ok_then_429(3, 2));
+    let windows = stats.windows(&"/a".to_owned()).unwrap();
+    assert_eq!(
+        windows
+            .iter()
+            .map(|w| (w.limit, w.pass))
+            .collect::<Vec<_>>(),
+        vec![(10, 2), (2, 2)]
+    );
+}

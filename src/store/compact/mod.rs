@@ -35,6 +35,13 @@ impl SlotValue for CompactWindow {
 pub(crate) struct CompactKeys<K> {
     table: CompactTable<K, CompactWindow>,
     shape: CompactShape,
+    /// The shapes of the further windows (`limit_per`), in the layer's
+    /// order: as many buckets as the first window, and its `strict`. Their
+    /// limits are the registry's (`Registry::windows`), read on each
+    /// request of a key with them, so `set_limit_per`, `remove_limit_per`
+    /// and a rules document's `windows` section apply to compact keys as
+    /// to full ones.
+    further_shapes: Box<[CompactShape]>,
     /// The layer's route rules (shared with its full table). A slot keeps
     /// no limit, so a key's route rule is read on each of its requests
     /// while any exists (see [`routed`]).
@@ -76,14 +83,26 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> CompactKeys<K> {
         } else {
             settings.max_keys
         };
+        let shape = shape_of(&settings.window);
+        let further_shapes: Box<[CompactShape]> = settings
+            .limit_per
+            .windows
+            .iter()
+            .map(|&(interval_ms, _)| CompactShape {
+                interval_ms,
+                ..shape
+            })
+            .collect();
         CompactKeys {
             table: CompactTable::new(
                 max_keys,
                 default_limit,
                 settings.overflow_limit.unwrap_or(default_limit),
                 &settings.rules,
+                further_shapes.len(),
             ),
-            shape: shape_of(&settings.window),
+            shape,
+            further_shapes,
             routes,
             built_default: default_limit,
             overflow_on_default: settings.overflow_limit.is_none(),
@@ -121,6 +140,53 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> CompactKeys<K> {
         &self.table
     }
 
+    /// The shapes of the further windows (`limit_per`); empty without them.
+    #[inline]
+    pub(crate) fn further_shapes(&self) -> &[CompactShape] {
+        &self.further_shapes
+    }
+
+    /// Whether a key's windows (its first and `further`) hold nothing that
+    /// can count at `now`: a key may be evicted only when every window of
+    /// it is idle.
+    fn idle(&self, now: u64) -> impl Fn(&CompactWindow, &[CompactWindow]) -> bool + '_ {
+        move |window, further| {
+            if further.is_empty() {
+                return window.is_idle(&self.shape, now);
+            }
+            let at = self.anchor(window, further, now);
+            window.is_idle(&self.shape, at)
+                && further
+                    .iter()
+                    .zip(self.further_shapes.iter())
+                    .all(|(window, shape)| window.is_idle(shape, at))
+        }
+    }
+
+    /// The time the windows of a key (its first `window` and `further`)
+    /// are read at for a clock reading `now` (see `flow::anchor`): the
+    /// first window's effective time, its further windows moved with it
+    /// when a clock step back re-anchors it.
+    pub(crate) fn anchor(
+        &self,
+        window: &CompactWindow,
+        further: &[CompactWindow],
+        now: u64,
+    ) -> u64 {
+        let shapes = &self.further_shapes;
+        crate::flow::anchor(
+            window,
+            &self.shape,
+            further.len().min(shapes.len()),
+            &|i| crate::flow::CompactFurther {
+                window: &further[i],
+                shape: &shapes[i],
+                limit: 0,
+            },
+            now,
+        )
+    }
+
     /// Calls `f` with the place of `key` at `now` (inserting the key if it
     /// is new; see [`CompactTable::with`]).
     #[inline]
@@ -128,23 +194,32 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> CompactKeys<K> {
         &self,
         key: P,
         now: u64,
-        f: impl FnOnce(Place<'_, CompactWindow>, &CompactShape) -> R,
+        f: impl FnOnce(Place<'_, CompactWindow>, &CompactShape, Option<&K>) -> R,
     ) -> R
     where
         K: Borrow<P::Q>,
     {
         let shape = &self.shape;
-        let idle = |window: &CompactWindow| window.is_idle(shape, now);
+        let idle = self.idle(now);
         if self.routes.active() {
             // The key's route rule is read from the key as the table holds
             // it (a key sent to the overflow window is made owned for it:
             // the cold path of a full table).
             return self.table.with_keyed(key, idle, true, |place, key| {
                 let route = key.and_then(|key| self.routes.lookup(key));
-                f(routed(place, route), shape)
+                f(routed(place, route), shape, key)
             });
         }
-        self.table.with(key, idle, |place| f(place, shape))
+        if !self.further_shapes.is_empty() {
+            // The key's own and route limits in further windows are read
+            // from the key as the table holds it (a key sent to the
+            // overflow window is made owned for it: the cold path of a full
+            // table), the overflow window never above its defaults.
+            return self
+                .table
+                .with_keyed(key, idle, true, |place, key| f(place, shape, key));
+        }
+        self.table.with(key, idle, |place| f(place, shape, None))
     }
 
     /// Gives `key` its own limit. A limit above [`COMPACT_MAX_LIMIT`] is
@@ -162,9 +237,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> CompactKeys<K> {
         } else {
             limit
         };
-        let shape = &self.shape;
-        self.table
-            .set_limit(key, limit, |window| window.is_idle(shape, now));
+        self.table.set_limit(key, limit, self.idle(now));
     }
 
     /// Applies a rules document's default (`None`: the layer's own) and
@@ -179,10 +252,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> CompactKeys<K> {
             .into_iter()
             .map(|(key, limit)| (key, clamp(limit)))
             .collect();
-        let shape = &self.shape;
-        self.table.apply(default, overflow, limits, |window| {
-            window.is_idle(shape, now)
-        });
+        self.table.apply(default, overflow, limits, self.idle(now));
     }
 
     /// Removes `key`'s own limit; whether it had one.
@@ -191,9 +261,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> CompactKeys<K> {
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        let shape = &self.shape;
-        self.table
-            .remove_limit(key, |window| window.is_idle(shape, now))
+        self.table.remove_limit(key, self.idle(now))
     }
 
     /// Lifetime (passes, blocks) of every key but the overflow's.
@@ -202,15 +270,18 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> CompactKeys<K> {
         self.table.keys_totals()
     }
 
-    /// Whether the overflow value has nothing in its window at `now`.
+    /// Whether the overflow value has nothing in its windows at `now`.
     pub(crate) fn overflow_idle(&self, now: u64) -> bool {
-        self.table.overflow_place().value.is_idle(&self.shape, now)
+        let place = self.table.overflow_place();
+        self.idle(now)(place.value, place.further)
     }
 
     /// (pass, block) in `place`'s window at `now` (or at its newest bucket,
-    /// if later).
-    pub(crate) fn counts(&self, window: &CompactWindow, now: u64) -> (u64, u64) {
-        window.window_counts(&self.shape, now)
+    /// if later; its further windows moved with it, see
+    /// [`anchor`](Self::anchor)).
+    pub(crate) fn counts(&self, place: &Place<'_, CompactWindow>, now: u64) -> (u64, u64) {
+        let at = self.anchor(place.value, place.further, now);
+        place.value.window_counts(&self.shape, at)
     }
 }
 
@@ -226,7 +297,7 @@ pub(crate) struct CompactLookup<'a, K, F> {
 impl<K, F, R> KeyVisitor<K> for CompactLookup<'_, K, F>
 where
     K: Clone + Eq + Hash + Send + Sync + 'static,
-    F: FnOnce(Place<'_, CompactWindow>, &CompactShape) -> R,
+    F: FnOnce(Place<'_, CompactWindow>, &CompactShape, Option<&K>) -> R,
 {
     type Output = R;
 
@@ -327,7 +398,7 @@ mod loom_models {
     fn request(table: &CompactTable<u64, CompactWindow>, key: u64, now: u64) -> (bool, bool) {
         table.with(
             Owned(key),
-            |window| window.is_idle(&SHAPE, now),
+            |window, _| window.is_idle(&SHAPE, now),
             |place| {
                 let (_, _, decision) = place.value.admit(&SHAPE, now, place.limit, place.overflow);
                 (matches!(decision, Decision::Pass(_)), place.overflow)
@@ -345,7 +416,7 @@ mod loom_models {
     fn a_compact_window_admission_racing_an_insert() {
         loom::model(|| {
             let table: Arc<CompactTable<u64, CompactWindow>> =
-                Arc::new(CompactTable::new(1, 1, 1, &HashMap::new()));
+                Arc::new(CompactTable::new(1, 1, 1, &HashMap::new(), 0));
             assert_eq!(request(&table, 1, 0), (true, false));
             let threads: Vec<_> = [1u64, 2]
                 .into_iter()

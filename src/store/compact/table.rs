@@ -14,6 +14,12 @@
 //! bits of the key's hash with the high bit set, compared before the key)
 //! and the value `V` (one key's admission state).
 //!
+//! A table for keys with further windows (`limit_per`) also keeps, made
+//! with it, an array of `further_count` compact windows per slot (the
+//! slot's key's further windows, under its group's lock as its value), and
+//! as many beside each key of the side map and beside the overflow value;
+//! a table without further windows keeps nothing for them.
+//!
 //! # Placement
 //!
 //! A key may live in either of two groups, chosen by the two 32-bit halves
@@ -59,6 +65,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::hash::{BuildHasher, Hash, RandomState};
 
+use crate::stat::CompactWindow;
 use crate::store::registry::PendingKey;
 use crate::sync::{
     read, write, AtomicBool, AtomicU64, AtomicUsize, Ordering, RwLock, RwLockWriteGuard,
@@ -175,18 +182,21 @@ pub(crate) struct Own<V> {
     /// set once.
     seen: AtomicBool,
     value: V,
+    /// The key's further windows (`limit_per`); empty without them.
+    further: Box<[CompactWindow]>,
 }
 
 /// The policy of an [`Own`] entry back on the default limit.
 const LAPSED: u64 = u64::MAX;
 
 impl<V> Own<V> {
-    fn new(limit: u64, tag: u32, value: V, seen: bool) -> Self {
+    fn new(limit: u64, tag: u32, value: V, further: Box<[CompactWindow]>, seen: bool) -> Self {
         Own {
             limit: AtomicU64::new(limit),
             policy: AtomicU64::new(u64::from(tag)),
             seen: AtomicBool::new(seen),
             value,
+            further,
         }
     }
 
@@ -217,6 +227,9 @@ pub(crate) struct Place<'a, V> {
     pub(crate) tag: Option<u32>,
     /// The key found no room and shares the overflow value.
     pub(crate) overflow: bool,
+    /// The key's further windows (`limit_per`), in the layer's order;
+    /// empty without them.
+    pub(crate) further: &'a [CompactWindow],
 }
 
 /// `T` on a cache line of its own (64 bytes), so that writes to it (the
@@ -268,10 +281,28 @@ pub(crate) struct CompactTable<K, V> {
     own_count: AtomicUsize,
     /// Lifetime totals of the keys of the side map.
     own_totals: Padded<Totals>,
+    /// Further windows per key (`limit_per`): 0 without them.
+    further_count: usize,
+    /// The further windows of every slot, `further_count` a slot, slot
+    /// `at` of group `g` from `(g * GROUP + at) * further_count` on; empty
+    /// without further windows, so a layer without them keeps nothing
+    /// here. Made with the table. A slot's further windows belong to the
+    /// slot's key, under its group's lock as its value: they are cleared
+    /// (or filled from the side map) whenever the slot takes a key, and
+    /// copied out with the value when a key leaves its slot for the side
+    /// map, so an empty slot's further windows are always empty.
+    further: Box<[CompactWindow]>,
+    /// The overflow value's further windows.
+    overflow_further: Box<[CompactWindow]>,
     /// Slots examined by inserts and limit changes, for the tests that bound
     /// the work of one insert.
     #[cfg(test)]
     examined: AtomicUsize,
+}
+
+/// `n` empty compact windows (no allocation for 0).
+fn windows(n: usize) -> Box<[CompactWindow]> {
+    (0..n).map(|_| CompactWindow::new()).collect()
 }
 
 /// The two groups and the tag of a hash, for a table of `n` groups.
@@ -306,18 +337,6 @@ pub(crate) fn groups_for(max_keys: usize) -> usize {
     slots.div_ceil(GROUP)
 }
 
-/// The slot of `key` among `slots`.
-#[inline]
-fn find<'s, K, V, Q>(slots: &'s Slots<K, V>, tag: u8, key: &Q) -> Option<&'s Slot<K, V>>
-where
-    K: Borrow<Q>,
-    Q: Eq + ?Sized,
-{
-    slots
-        .iter()
-        .find(|slot| slot.tag == tag && slot.key.as_ref().is_some_and(|k| k.borrow() == key))
-}
-
 /// The index of `key`'s slot among `slots`.
 fn position<K, V, Q>(slots: &Slots<K, V>, tag: u8, key: &Q) -> Option<usize>
 where
@@ -338,6 +357,7 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
         default_limit: u64,
         overflow_limit: u64,
         rules: &HashMap<K, u64>,
+        further_count: usize,
     ) -> Self {
         let n = groups_for(max_keys);
         let hasher = RandomState::new();
@@ -345,7 +365,11 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
             .iter()
             .map(|(key, &limit)| {
                 let tag = hasher.hash_one(key) as u32;
-                (key.clone(), Own::new(limit, tag, V::empty(), false))
+                let further = windows(further_count);
+                (
+                    key.clone(),
+                    Own::new(limit, tag, V::empty(), further, false),
+                )
             })
             .collect();
         CompactTable {
@@ -360,6 +384,9 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
             own_count: AtomicUsize::new(own.len()),
             own: Padded(RwLock::new(own)),
             own_totals: Padded(Totals::new()),
+            further_count,
+            further: windows(n * GROUP * further_count),
+            overflow_further: windows(further_count),
             #[cfg(test)]
             examined: AtomicUsize::new(0),
         }
@@ -379,6 +406,7 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
             limit: self.overflow_limit.load(Ordering::Relaxed),
             tag: None,
             overflow: true,
+            further: &self.overflow_further,
         }
     }
 
@@ -390,17 +418,40 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
             limit: own.limit.load(Ordering::Relaxed),
             tag: (policy != LAPSED).then_some(policy as u32),
             overflow: false,
+            further: &own.further,
         }
     }
 
-    fn slot_place<'a>(&'a self, slot: &'a Slot<K, V>, group: &'a Group<K, V>) -> Place<'a, V> {
+    /// The place of slot `at` of group `index`.
+    #[inline]
+    fn slot_place<'a>(&'a self, slots: &'a Slots<K, V>, index: usize, at: usize) -> Place<'a, V> {
         Place {
-            value: &slot.value,
-            totals: &group.totals,
+            value: &slots[at].value,
+            totals: &self.groups[index].totals,
             limit: self.default_limit.load(Ordering::Relaxed),
             tag: None,
             overflow: false,
+            further: self.further_of(index, at),
         }
+    }
+
+    /// The further windows of slot `at` of group `index` (empty without
+    /// further windows: one predictable branch).
+    #[inline]
+    fn further_of(&self, index: usize, at: usize) -> &[CompactWindow] {
+        if self.further_count == 0 {
+            return &[];
+        }
+        let from = (index * GROUP + at) * self.further_count;
+        &self.further[from..from + self.further_count]
+    }
+
+    /// Empties slot `at` of group `index`'s further windows, for a key that
+    /// takes the slot (under the group's write lock).
+    fn clear_further(&self, index: usize, at: usize) {
+        self.further_of(index, at)
+            .iter()
+            .for_each(CompactWindow::clear);
     }
 
     /// Calls `f` with the place `key` is counted in, inserting the key if
@@ -416,7 +467,7 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
     pub(crate) fn with<P: PendingKey<K>, R>(
         &self,
         pending: P,
-        idle: impl Fn(&V) -> bool,
+        idle: impl Fn(&V, &[CompactWindow]) -> bool,
         f: impl FnOnce(Place<'_, V>) -> R,
     ) -> R
     where
@@ -433,7 +484,7 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
     pub(crate) fn with_keyed<P: PendingKey<K>, R>(
         &self,
         pending: P,
-        idle: impl Fn(&V) -> bool,
+        idle: impl Fn(&V, &[CompactWindow]) -> bool,
         key_on_overflow: bool,
         f: impl FnOnce(Place<'_, V>, Option<&K>) -> R,
     ) -> R
@@ -454,8 +505,11 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
         for index in [first, second] {
             let group = &self.groups[index];
             let slots = read(&group.slots);
-            if let Some(slot) = slots.as_ref().and_then(|slots| find(slots, tag, key)) {
-                return f(self.slot_place(slot, group), slot.key.as_ref());
+            if let Some((slots, at)) = slots
+                .as_ref()
+                .and_then(|slots| Some((slots, position(slots, tag, key)?)))
+            {
+                return f(self.slot_place(slots, index, at), slots[at].key.as_ref());
             }
             if first == second {
                 break;
@@ -469,7 +523,7 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
         &self,
         pending: P,
         hash: u64,
-        idle: impl Fn(&V) -> bool,
+        idle: impl Fn(&V, &[CompactWindow]) -> bool,
         key_on_overflow: bool,
         f: impl FnOnce(Place<'_, V>, Option<&K>) -> R,
     ) -> R
@@ -482,11 +536,11 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
         // Another request may have inserted the key, or `set_limit` moved
         // it to the side map, since the lookup.
         for (index, slots) in locked.iter() {
-            if let Some(slot) = slots.as_ref().and_then(|slots| find(slots, tag, key)) {
-                return f(
-                    self.slot_place(slot, &self.groups[*index]),
-                    slot.key.as_ref(),
-                );
+            if let Some((slots, at)) = slots
+                .as_ref()
+                .and_then(|slots| Some((slots, position(slots, tag, key)?)))
+            {
+                return f(self.slot_place(slots, *index, at), slots[at].key.as_ref());
             }
         }
         if self.own_count.load(Ordering::Relaxed) != 0 {
@@ -509,16 +563,15 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
         let slot = &mut locked[which].1.get_or_insert_with(new_slots)[at];
         if slot.key.is_some() {
             self.unclaim(room);
-            // Evicted: its key is dropped here, its value reset.
+            // Evicted: its key is dropped here, its value reset, and its
+            // further windows (idle as its value) emptied.
             slot.value.reset();
+            self.clear_further(index, at);
         }
         slot.key = Some(pending.into_owned());
         slot.tag = tag;
         let slots = locked[which].1.as_ref().expect("allocated above");
-        f(
-            self.slot_place(&slots[at], &self.groups[index]),
-            slots[at].key.as_ref(),
-        )
+        f(self.slot_place(slots, index, at), slots[at].key.as_ref())
     }
 
     /// Claims room for one more key in a slot; whether there was room.
@@ -564,7 +617,7 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
         locked: &mut [(usize, WriteGuard<'_, K, V>)],
         first: usize,
         room: bool,
-        idle: &impl Fn(&V) -> bool,
+        idle: &impl Fn(&V, &[CompactWindow]) -> bool,
     ) -> Option<(usize, usize)> {
         if room {
             // (empty slots, index in `locked`, first empty slot)
@@ -599,14 +652,15 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
                 return Some((which, at));
             }
         }
-        for (which, (_, slots)) in locked.iter().enumerate() {
+        for (which, (index, slots)) in locked.iter().enumerate() {
             let Some(slots) = slots.as_ref() else {
                 continue;
             };
             for (at, slot) in slots.iter().enumerate() {
                 #[cfg(test)]
                 self.examined.fetch_add(1, Ordering::Relaxed);
-                if slot.key.is_some() && idle(&slot.value) {
+                // A key is idle only when every window of it is.
+                if slot.key.is_some() && idle(&slot.value, self.further_of(*index, at)) {
                     return Some((which, at));
                 }
             }
@@ -648,9 +702,12 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
         for index in [first, second] {
             let group = &self.groups[index];
             let slots = read(&group.slots);
-            if let Some(slot) = slots.as_ref().and_then(|slots| find(slots, tag, key)) {
-                if let Some(owned) = slot.key.as_ref() {
-                    return Some(f(owned, self.slot_place(slot, group)));
+            if let Some((slots, at)) = slots
+                .as_ref()
+                .and_then(|slots| Some((slots, position(slots, tag, key)?)))
+            {
+                if let Some(owned) = slots[at].key.as_ref() {
+                    return Some(f(owned, self.slot_place(slots, index, at)));
                 }
             }
         }
@@ -677,15 +734,15 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
             );
         }
         buffer.drain(..).for_each(&mut f);
-        for group in self.groups.iter() {
+        for (index, group) in self.groups.iter().enumerate() {
             {
                 let slots = read(&group.slots);
                 let Some(slots) = slots.as_ref() else {
                     continue;
                 };
-                for slot in slots.iter() {
+                for (at, slot) in slots.iter().enumerate() {
                     if let Some(key) = &slot.key {
-                        buffer.push(read_one(key, self.slot_place(slot, group)));
+                        buffer.push(read_one(key, self.slot_place(slots, index, at)));
                     }
                 }
             }
@@ -726,7 +783,12 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
     /// value (passes already counted stay counted), or its limit there
     /// changes. `idle` judges side map entries back on the default limit,
     /// which are dropped once idle (see [`remove_limit`](Self::remove_limit)).
-    pub(crate) fn set_limit(&self, key: K, limit: u64, idle: impl Fn(&V) -> bool) {
+    pub(crate) fn set_limit(
+        &self,
+        key: K,
+        limit: u64,
+        idle: impl Fn(&V, &[CompactWindow]) -> bool,
+    ) {
         let hash = self.hasher.hash_one(&key);
         let (first, second, tag) = place_of(hash, self.groups.len());
         let mut locked = self.lock_pair(first, second);
@@ -737,12 +799,13 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
                 .policy
                 .store(u64::from(hash as u32), Ordering::Relaxed);
         } else {
-            let taken = self.take(&mut locked, tag, &key);
+            let further = windows(self.further_count);
+            let taken = self.take(&mut locked, tag, &key, &further);
             let seen = taken.is_some();
             let value = taken.unwrap_or_else(V::empty);
-            own.insert(key, Own::new(limit, hash as u32, value, seen));
+            own.insert(key, Own::new(limit, hash as u32, value, further, seen));
         }
-        own.retain(|_, entry| !(entry.lapsed() && idle(&entry.value)));
+        own.retain(|_, entry| !(entry.lapsed() && idle(&entry.value, &entry.further)));
         self.own_count.store(own.len(), Ordering::Relaxed);
     }
 
@@ -753,7 +816,11 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
     /// none is free, it stays in the side map on the default limit until it
     /// is idle (dropped by a later limit change). Returns whether the key
     /// had its own limit.
-    pub(crate) fn remove_limit<Q>(&self, key: &Q, idle: impl Fn(&V) -> bool) -> bool
+    pub(crate) fn remove_limit<Q>(
+        &self,
+        key: &Q,
+        idle: impl Fn(&V, &[CompactWindow]) -> bool,
+    ) -> bool
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
@@ -782,6 +849,11 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
                         slot.key = Some(owned);
                         slot.value = entry.value;
                         slot.tag = tag;
+                        let index = locked[which].0;
+                        for (to, from) in self.further_of(index, at).iter().zip(&entry.further[..])
+                        {
+                            to.copy_from(from);
+                        }
                     }
                     None => {
                         self.unclaim(room);
@@ -796,7 +868,7 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
             }
             _ => false,
         };
-        own.retain(|_, entry| !(entry.lapsed() && idle(&entry.value)));
+        own.retain(|_, entry| !(entry.lapsed() && idle(&entry.value, &entry.further)));
         self.own_count.store(own.len(), Ordering::Relaxed);
         had
     }
@@ -812,7 +884,7 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
         default: u64,
         overflow: Option<u64>,
         limits: HashMap<K, u64>,
-        idle: impl Fn(&V) -> bool,
+        idle: impl Fn(&V, &[CompactWindow]) -> bool,
     ) {
         self.default_limit.store(default, Ordering::Relaxed);
         if let Some(limit) = overflow {
@@ -836,18 +908,29 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
         }
     }
 
-    /// Moves `key`'s value out of its slot in the `locked` groups, emptying
-    /// the slot; `None` if it has none.
-    fn take<Q>(&self, locked: &mut [(usize, WriteGuard<'_, K, V>)], tag: u8, key: &Q) -> Option<V>
+    /// Moves `key`'s value out of its slot in the `locked` groups, and its
+    /// further windows into `further`, emptying the slot; `None` if it has
+    /// none.
+    fn take<Q>(
+        &self,
+        locked: &mut [(usize, WriteGuard<'_, K, V>)],
+        tag: u8,
+        key: &Q,
+        further: &[CompactWindow],
+    ) -> Option<V>
     where
         K: Borrow<Q>,
         Q: Eq + ?Sized,
     {
-        for (_, slots) in locked.iter_mut() {
+        for (index, slots) in locked.iter_mut() {
             let Some(slots) = slots.as_mut() else {
                 continue;
             };
             if let Some(at) = position(slots, tag, key) {
+                for (to, from) in further.iter().zip(self.further_of(*index, at)) {
+                    to.copy_from(from);
+                }
+                self.clear_further(*index, at);
                 let slot = &mut slots[at];
                 slot.key = None;
                 slot.tag = 0;
@@ -923,7 +1006,7 @@ mod tests {
     type Table = CompactTable<u64, Fixed>;
 
     fn table(max_keys: usize, limit: u64) -> Table {
-        CompactTable::new(max_keys, limit, limit, &HashMap::new())
+        CompactTable::new(max_keys, limit, limit, &HashMap::new(), 0)
     }
 
     /// One request of `key` at `now`: whether it passed, and whether it was
@@ -931,7 +1014,7 @@ mod tests {
     fn request(table: &Table, key: u64, now: u64) -> (bool, bool) {
         table.with(
             Owned(key),
-            |v| v.idle(now),
+            |v, _| v.idle(now),
             |place| (place.value.admit(now, place.limit), place.overflow),
         )
     }
@@ -1118,21 +1201,22 @@ mod tests {
     fn keys_are_dropped_exactly_once() {
         let live = Arc::new(AtomicIsize::new(0));
         {
-            let table: CompactTable<Tracked, Fixed> = CompactTable::new(32, 1, 1, &HashMap::new());
+            let table: CompactTable<Tracked, Fixed> =
+                CompactTable::new(32, 1, 1, &HashMap::new(), 0);
             let mut now = 5;
             for round in 0..20u64 {
                 for id in 0..100u64 {
                     let key = Tracked::new(round * 1_000 + id, &live);
-                    table.with(Owned(key), |v| v.idle(now), |p| p.value.admit(now, 1));
+                    table.with(Owned(key), |v, _| v.idle(now), |p| p.value.admit(now, 1));
                     // Every key not in the table is gone: evicted ones,
                     // and the keys that overflowed (never stored).
                     assert_eq!(live.load(SeqCst), table.stored() as isize);
                 }
                 // Limits move keys between the slots and the side map.
-                table.set_limit(Tracked::new(round * 1_000, &live), 5, |v| v.idle(now));
+                table.set_limit(Tracked::new(round * 1_000, &live), 5, |v, _| v.idle(now));
                 assert_eq!(live.load(SeqCst), table.stored() as isize);
                 let probe = Tracked::new(round * 1_000, &live);
-                assert!(table.remove_limit(&probe, |v| v.idle(now)));
+                assert!(table.remove_limit(&probe, |v, _| v.idle(now)));
                 drop(probe);
                 assert_eq!(live.load(SeqCst), table.stored() as isize);
                 now += WINDOW_MS;
@@ -1150,11 +1234,11 @@ mod tests {
             MADE.fetch_add(1, SeqCst);
             key.to_owned()
         }
-        let table: CompactTable<String, Fixed> = CompactTable::new(8, 5, 5, &HashMap::new());
+        let table: CompactTable<String, Fixed> = CompactTable::new(8, 5, 5, &HashMap::new(), 0);
         for _ in 0..4 {
             table.with(
                 Borrowed("k", to_owned),
-                |v| v.idle(5),
+                |v, _| v.idle(5),
                 |p| p.value.admit(5, p.limit),
             );
         }
@@ -1166,7 +1250,7 @@ mod tests {
     fn own_limits_keep_the_window_when_set_and_removed() {
         let table = table(16, 2);
         assert_eq!(request(&table, 7, 5), (true, false));
-        table.set_limit(7, 3, |v| v.idle(5));
+        table.set_limit(7, 3, |v, _| v.idle(5));
         // The pass counted before the limit changed stays counted.
         let (limit, tag, passes) = table
             .get(&7, |p| (p.limit, p.tag, p.value.passes()))
@@ -1177,8 +1261,8 @@ mod tests {
         assert_eq!(request(&table, 7, 5), (true, false));
         assert_eq!(request(&table, 7, 5), (false, false));
         // Back on the default limit with its three passes: still refused.
-        assert!(table.remove_limit(&7, |v| v.idle(5)));
-        assert!(!table.remove_limit(&7, |v| v.idle(5)));
+        assert!(table.remove_limit(&7, |v, _| v.idle(5)));
+        assert!(!table.remove_limit(&7, |v, _| v.idle(5)));
         let (limit, tag, passes) = table
             .get(&7, |p| (p.limit, p.tag, p.value.passes()))
             .unwrap();
@@ -1192,8 +1276,8 @@ mod tests {
     #[test]
     fn a_key_whose_own_limit_goes_before_its_first_request_takes_no_slot() {
         let table = table(16, 2);
-        table.set_limit(7, 3, |v| v.idle(5));
-        assert!(table.remove_limit(&7, |v| v.idle(5)));
+        table.set_limit(7, 3, |v, _| v.idle(5));
+        assert!(table.remove_limit(&7, |v, _| v.idle(5)));
         assert_eq!(table.len(), 0);
         assert_eq!(table.stored(), 0);
         assert!(table.get(&7, |_| ()).is_none());
@@ -1206,7 +1290,7 @@ mod tests {
     fn keys_with_their_own_limit_are_never_overflowed() {
         let mut rules = HashMap::new();
         rules.insert(1_000_000u64, 2);
-        let table: Table = CompactTable::new(16, 1, 1, &rules);
+        let table: Table = CompactTable::new(16, 1, 1, &rules, 0);
         for key in 0..1_000 {
             request(&table, key, 5);
         }
@@ -1337,15 +1421,15 @@ mod loom_models {
     fn an_insert_racing_an_admission_in_one_group() {
         loom::model(|| {
             let table: Arc<CompactTable<u64, Packed>> =
-                Arc::new(CompactTable::new(1, 1, 1, &HashMap::new()));
+                Arc::new(CompactTable::new(1, 1, 1, &HashMap::new(), 0));
             let request = |table: &CompactTable<u64, Packed>, key: u64| {
                 table.with(
                     Owned(key),
-                    |v| v.passes(2_000) == 0,
+                    |v, _| v.passes(2_000) == 0,
                     |place| (place.value.admit(2_000, place.limit), place.overflow),
                 )
             };
-            assert!(table.with(Owned(1), |_| false, |p| p.value.admit(500, 1)));
+            assert!(table.with(Owned(1), |_, _| false, |p| p.value.admit(500, 1)));
             let threads: Vec<_> = [1u64, 2]
                 .into_iter()
                 .map(|key| {
