@@ -14,11 +14,10 @@ use crate::flow::breaker::{Breaker, MAX_BREAKERS};
 use crate::flow::WarmUpSettings;
 use crate::key::KeyExtractor;
 
-use super::builder::{
-    refuse_on_compact, SlidingWindowLayer, BREAKER_WHY, CONCURRENCY_WHY, WARM_UP_WHY,
-};
+use super::builder::SlidingWindowLayer;
+use super::refusals::{refuse_on_compact, BREAKER_WHY, CONCURRENCY_WHY, WARM_UP_WHY};
 #[cfg(feature = "tokio")]
-use super::builder::{PRIORITIZED_WHY, THROTTLE_WHY};
+use super::refusals::{PRIORITIZED_WHY, THROTTLE_WHY};
 
 /// # Flow behaviours
 impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
@@ -86,7 +85,7 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
             strict: true,
             ..window
         };
-        super::windows::check_all_further("strict", &self.store_settings(), &strict);
+        super::refusals::check_all_further("strict", &self.store_settings(), &strict);
         self.configure(|s| s.window.strict = true)
     }
 
@@ -221,11 +220,11 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
     pub fn throttle(self, max_wait: Duration) -> Self {
         self.configure(|s| {
             refuse_on_compact(s.compact, "throttle", THROTTLE_WHY);
-            super::windows::refuse_with_windows(
+            super::refusals::refuse_with_windows(
                 !s.limit_per.windows.is_empty(),
                 "throttle",
                 "throttle",
-                super::windows::THROTTLE_WHY,
+                super::refusals::FURTHER_THROTTLE_WHY,
             );
             s.window.behaviours.throttle = Some(max_wait)
         })
@@ -359,11 +358,11 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
         if self.is_compact() {
             refuse_on_compact(true, "prioritized", PRIORITIZED_WHY);
         }
-        super::windows::refuse_with_windows(
+        super::refusals::refuse_with_windows(
             !self.store_settings().limit_per.windows.is_empty(),
             "prioritized",
             "prioritized",
-            super::windows::PRIORITIZED_WHY,
+            super::refusals::FURTHER_PRIORITIZED_WHY,
         );
         self.priority = Some(Arc::new(pred));
         self

@@ -12,14 +12,16 @@ use tower_layer::Layer;
 
 use super::body::{InnerBody, TrackBody};
 use super::priority::Priority;
+use super::refusals::{
+    check_compact_buckets, check_compact_limit, check_compact_shape, refuse_on_compact,
+};
 use super::service::SlidingWindow;
 use crate::clock::{Clock, SharedClock};
 use crate::handle::StatsHandle;
 use crate::key::{GlobalKey, IntoKey, KeyExtractor};
 use crate::response::{validate_policy_name, Rejection, ResponseConfig};
 use crate::stat::validate_window;
-use crate::stat::{COMPACT_MAX_BUCKETS, COMPACT_MAX_LIMIT};
-use crate::store::{shape_of, RemoteSlot, Settings, Store, Window, COMPACT_DEFAULT_MAX_KEYS};
+use crate::store::{RemoteSlot, Settings, Store, Window, COMPACT_DEFAULT_MAX_KEYS};
 
 /// The classifier used unless [`classify`](SlidingWindowLayer::classify) picks
 /// another: 5xx responses and inner errors are failures.
@@ -209,7 +211,7 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
         if self.current_window().strict {
             check_strict_span("window", interval_ms, sample_count);
         }
-        super::windows::check_all_further(
+        super::refusals::check_all_further(
             "window",
             &self.store.settings(),
             &Window {
@@ -226,7 +228,7 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
                 ..self.current_window()
             };
             check_compact_shape("window", &window);
-            super::windows::check_compact_further("window", &self.store.settings(), &window);
+            super::refusals::check_compact_further("window", &self.store.settings(), &window);
         }
         self.configure(|s| {
             s.window = Window {
@@ -473,7 +475,7 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
     /// further window's limit (`limit_per`, `rule_per`) is above 65 535, or
     /// a further window's bucket longer than 2^29 ms.
     pub fn compact(self) -> Self {
-        use {
+        use super::refusals::{
             BREAKER_WHY, CONCURRENCY_WHY, PRIORITIZED_WHY, SYSTEM_WHY, THROTTLE_WHY, WARM_UP_WHY,
         };
         let settings = self.store.settings();
@@ -510,7 +512,7 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
             panic!(
                 "SlidingWindowLayer::compact: invalid `compact` with `store`: {}; drop `compact` \
                  (a full key records everything) or `store`",
-                STORE_WHY
+                super::refusals::STORE_WHY
             );
         }
         check_compact_buckets("compact", settings.window.sample_count);
@@ -525,7 +527,7 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
         if let Some(limit) = settings.route_rules.values().copied().max() {
             check_compact_limit("compact", "route_rule", limit);
         }
-        super::windows::check_compact_further("compact", &settings, &settings.window);
+        super::refusals::check_compact_further("compact", &settings, &settings.window);
         self.configure(|s| {
             s.compact = true;
             if !s.max_keys_given {
@@ -701,7 +703,7 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
         X::Key: crate::store::StoreKey,
     {
         if self.is_compact() {
-            refuse_on_compact(true, "store", STORE_WHY);
+            refuse_on_compact(true, "store", super::refusals::STORE_WHY);
         }
         self.remote = self.remote.with_store(store);
         self
@@ -976,7 +978,7 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
     pub fn system(self, rule: crate::system::SystemRule) -> Self {
         crate::system::check_platform(&rule);
         self.configure(|s| {
-            refuse_on_compact(s.compact, "system", SYSTEM_WHY);
+            refuse_on_compact(s.compact, "system", super::refusals::SYSTEM_WHY);
             s.system = Some(rule);
         })
     }
@@ -1032,63 +1034,6 @@ pub(super) fn check_strict_span(method: &str, interval_ms: u64, sample_count: us
             "SlidingWindowLayer::{method}: invalid `interval`: under `strict`, the interval plus \
              one bucket must be at most u64::MAX ms (got {interval_ms} ms in {sample_count} \
              buckets)"
-        );
-    }
-}
-
-/// Panics, naming `method` and `compact`, when a compact window would have
-/// more buckets than a compact key keeps.
-pub(super) fn check_compact_buckets(method: &str, sample_count: usize) {
-    if sample_count > COMPACT_MAX_BUCKETS {
-        panic!(
-            "SlidingWindowLayer::{method}: invalid `sample_count` on a `compact` layer: at most \
-             {COMPACT_MAX_BUCKETS} buckets (got {sample_count})"
-        );
-    }
-}
-
-/// Panics, naming `method` and the setting, when a window's shape is not
-/// one a compact key keeps (see `CompactShape::validate`: at most 2^29 ms
-/// per bucket, besides the bucket count checked first).
-pub(super) fn check_compact_shape(method: &str, window: &Window) {
-    if let Err(err) = shape_of(window).validate() {
-        panic!("SlidingWindowLayer::{method}: on a `compact` layer, {err}");
-    }
-}
-
-/// Panics, naming `method`, `setting` and `compact`, when a limit is above
-/// what a compact window counts.
-pub(super) fn check_compact_limit(method: &str, setting: &str, limit: u64) {
-    if limit > COMPACT_MAX_LIMIT {
-        panic!(
-            "SlidingWindowLayer::{method}: invalid `{setting}` on a `compact` layer: at most \
-             {COMPACT_MAX_LIMIT} per window (got {limit})"
-        );
-    }
-}
-
-/// Why a compact layer cannot have each setting (see
-/// [`SlidingWindowLayer::compact`]).
-pub(super) const BREAKER_WHY: &str =
-    "a compact key keeps no completions (success, failure, response time) for a breaker to judge";
-pub(super) const CONCURRENCY_WHY: &str = "a compact key keeps no gauge of requests in flight";
-pub(super) const WARM_UP_WHY: &str = "a compact key keeps no warm-up state";
-pub(super) const PRIORITIZED_WHY: &str =
-    "a compact key keeps no borrowed passes for a later bucket";
-pub(super) const THROTTLE_WHY: &str = "a compact key keeps no pacing turns";
-pub(super) const SYSTEM_WHY: &str = "a compact layer records no completions (response times, \
-     requests in flight) for the system rule to read; give the rule to a full layer behind it";
-#[cfg(feature = "redis")]
-pub(super) const STORE_WHY: &str =
-    "a compact key keeps no local window beside the store's for the failure policy to fall back on";
-
-/// Panics, naming `setting` and `compact`, when a layer that is `compact`
-/// is given `setting`, which a compact key cannot support (`why`).
-pub(super) fn refuse_on_compact(compact: bool, setting: &str, why: &str) {
-    if compact {
-        panic!(
-            "SlidingWindowLayer::{setting}: invalid `{setting}` on a `compact` layer: {why}; \
-             drop `compact` (a full key records everything) or `{setting}`"
         );
     }
 }

@@ -9,6 +9,7 @@ pub mod future;
 mod in_flight;
 mod priority;
 mod quota;
+mod refusals;
 #[cfg(feature = "redis")]
 mod remote;
 mod service;
