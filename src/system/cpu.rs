@@ -8,8 +8,17 @@ use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// How often the sampler reads the CPU time (Kratos BBR's 500 ms).
+/// How often the sampler folds the CPU use into the average both ways
+/// (Kratos BBR's 500 ms).
 pub(crate) const SAMPLE_EVERY: Duration = Duration::from_millis(500);
+
+/// How often the sampler reads the CPU time between those: a reading over
+/// this short a time that is above the average raises it at once (see
+/// [`fold_short`]). `SAMPLE_EVERY` is a whole number of these.
+pub(crate) const SHORT_EVERY: Duration = Duration::from_millis(50);
+
+/// Short readings a full sample spans.
+const SHORTS_PER_SAMPLE: u32 = (SAMPLE_EVERY.as_millis() / SHORT_EVERY.as_millis()) as u32;
 
 /// The weight of the previous average in each new sample below it
 /// (Kratos BBR's `decay = 0.95`): `cpu = cpu × 0.95 + sample × 0.05`.
@@ -149,16 +158,23 @@ impl Drop for Sampler {
     }
 }
 
-/// The sampler thread: every `SAMPLE_EVERY`, the CPU use since the last
-/// reading folded into the average, until told to stop.
+/// The sampler thread: every `SHORT_EVERY`, the CPU use since the previous
+/// reading raises the average if it is above it ([`fold_short`]); every
+/// `SAMPLE_EVERY`, the use since the previous full sample is folded in
+/// both ways ([`fold`]); until told to stop.
 fn run(state: &SamplerState) {
     let reader = super::cgroup::CpuReader::detect();
     let mut waits = super::cgroup::Waits::default();
     waits.advance();
-    let mut last = reader.used_us().map(|used| (used, Instant::now()));
+    let first = reader.used_us().map(|used| (used, Instant::now()));
+    // The last reading, and the one that started the full sample; the wait
+    // for a CPU counted since each.
+    let (mut short, mut full) = (first, first);
+    let mut waited_full = 0u64;
+    let mut shorts = 0u32;
     let mut stop = state.stop.lock().unwrap_or_else(|e| e.into_inner());
     loop {
-        let deadline = Instant::now() + SAMPLE_EVERY;
+        let deadline = Instant::now() + SHORT_EVERY;
         while !*stop {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
@@ -173,20 +189,67 @@ fn run(state: &SamplerState) {
         if *stop {
             return;
         }
-        let now = (reader.used_us(), Instant::now());
+        let now = reader.used_us().map(|used| (used, Instant::now()));
         let waited = waits.advance();
-        if let (Some((used_before, at_before)), (Some(used), at)) = (last, now) {
-            let wall_us = at.duration_since(at_before).as_micros() as u64;
-            let busy = used.saturating_sub(used_before).saturating_add(waited);
-            if let Some(sample) = super::cgroup::usage(busy, wall_us, reader.cpus()) {
+        waited_full = waited_full.saturating_add(waited);
+        shorts += 1;
+        if let Some(sample) = sample_between(&reader, short, now, waited) {
+            let average = state.load();
+            state
+                .ewma
+                .store(fold_short(average, sample).to_bits(), Ordering::Relaxed);
+        }
+        if shorts >= SHORTS_PER_SAMPLE {
+            if let Some(sample) = sample_between(&reader, full, now, waited_full) {
                 state
                     .ewma
                     .store(fold(state.load(), sample).to_bits(), Ordering::Relaxed);
             }
+            full = now;
+            waited_full = 0;
+            shorts = 0;
         }
         // A failed reading keeps the average and starts again from the
         // next good one.
-        last = now.0.map(|used| (used, now.1));
+        short = now;
+    }
+}
+
+/// The CPU use between two readings, with `waited` µs of waiting for a
+/// CPU on top; none without both readings.
+fn sample_between(
+    reader: &super::cgroup::CpuReader,
+    before: Option<(u64, Instant)>,
+    after: Option<(u64, Instant)>,
+    waited: u64,
+) -> Option<f64> {
+    let ((used_before, at_before), (used, at)) = (before?, after?);
+    let wall_us = at.duration_since(at_before).as_micros() as u64;
+    let busy = used.saturating_sub(used_before).saturating_add(waited);
+    super::cgroup::usage(busy, wall_us, reader.cpus())
+}
+
+/// A short reading (over `SHORT_EVERY`) against the average: above it, it
+/// replaces it, as a full sample above it does; below it, it changes
+/// nothing, so that the average still falls 5 % a full sample.
+///
+/// With readings every 500 ms alone, a service whose CPU had fallen below
+/// the threshold (a lull, then a step to several times its capacity)
+/// admitted everything for up to half a second, and more when the step
+/// began mid-sample (the idle part of the sample kept it below the
+/// threshold until the next): at four times the capacity that is a queue
+/// of a second and a half of work, whose requests made the p99 of the
+/// whole overload. A reading every 50 ms starts the check within 50 to
+/// 100 ms (the process's CPU time comes in 10 ms ticks, so a reading is
+/// within 20 % either way). It only starts it: the check refuses only
+/// requests beyond the estimate, so a short busy burst without a queue
+/// refuses nothing. The sampler thread wakes 20 times a second for it; the
+/// request path still reads one atomic.
+pub(crate) fn fold_short(average: f64, sample: f64) -> f64 {
+    if sample > average {
+        sample
+    } else {
+        average
     }
 }
 
@@ -224,6 +287,24 @@ mod tests {
         assert_eq!(fold(0.0, 1.0), 1.0);
         assert_eq!(fold(0.3, 0.85), 0.85);
         assert_eq!(fold(0.5, 0.5), 0.5);
+    }
+
+    #[test]
+    fn a_short_busy_reading_raises_the_average_and_a_quiet_one_leaves_it() {
+        // After a 3 s lull from fully busy, the average is 0.95^6 = 0.735,
+        // under the 0.8 gate: a 50 ms reading of 0.9 opens it at once.
+        let mut cpu = 1.0;
+        for _ in 0..6 {
+            cpu = fold(cpu, 0.0);
+        }
+        assert!(cpu < 0.8, "{cpu}");
+        assert_eq!(fold_short(cpu, 0.9), 0.9);
+        // A quiet short reading leaves the average to the full samples:
+        // still 5 % of the way a full sample, never faster.
+        assert_eq!(fold_short(0.9, 0.0), 0.9);
+        assert_eq!(fold_short(0.5, 0.5), 0.5);
+        assert_eq!(SHORTS_PER_SAMPLE, 10);
+        assert_eq!(SHORT_EVERY * SHORTS_PER_SAMPLE, SAMPLE_EVERY);
     }
 
     #[test]

@@ -42,8 +42,9 @@
 //! max_in_flight = floor(max_pass × buckets_per_second × min_rt / 1000 + 0.5)
 //! ```
 //!
-//! `max_pass` is the most completions in one 100 ms bucket and `min_rt` the
-//! shortest response time (ms), both over the last second: by Little's law,
+//! `max_pass` is the most completions in one 100 ms bucket over the last
+//! second and `min_rt` the shortest response time (ms) over the last 10 s
+//! (Kratos's window): by Little's law,
 //! the requests the service can hold when it runs at its best throughput
 //! and its best latency. Anything above that is queueing, which only adds
 //! latency. The check keeps running for 1 s after its last refusal made
@@ -52,12 +53,28 @@
 //! started; here it is from the last drop). Unlike Sentinel's, the CPU is
 //! a gate of BBR, never a refusal of its own.
 //!
-//! Differences from the originals: the totals are one second of 10
+//! Differences from the originals: `max_pass` is over one second of 10
 //! buckets of 100 ms (Kratos keeps 10 s of 100 buckets; Sentinel one
 //! second of 2), `min_rt` is the shortest response time rather than the
 //! shortest bucket average, and while nothing has completed in the last
 //! second the estimate is 0, so BBR lets only one request in flight when
-//! the CPU is busy.
+//! the CPU is busy. Over one second, `min_rt` was the queue's once an
+//! overload had run unchecked for that long, and the estimate kept the
+//! queue; over 10 s it is still the unloaded one.
+//!
+//! One addition, at the onset of an overload: while the CPU reads below the
+//! threshold but at least half of it, a request is refused when more than
+//! 16 requests and more than 16 times the estimate (at least 1) are in
+//! flight, without starting the cool-down. The CPU reading lags a step in
+//! the load, and at several times the capacity what is admitted meanwhile
+//! is a queue that makes the p99 of the whole overload. Sixteen times what
+//! the service holds at its best is a queue, not a burst, and a CPU under
+//! half the threshold (a service waiting on a dependency, a quiet one)
+//! never sees the check. A service at half the threshold or more whose
+//! slowest requests take more than sixteen times its fastest can be
+//! refused by it with many in flight before its CPU is busy: raise
+//! [`cpu_threshold`](SystemRule::cpu_threshold) or bound it with
+//! [`max_concurrency`](SystemRule::max_concurrency) instead.
 //!
 //! # The CPU use
 //!
@@ -70,7 +87,11 @@
 //! estimate is made of, until the estimate keeps the queue it should have
 //! prevented. Measured in the `perf` harness's `overload` mode (see the
 //! README's "Adaptive protection"), this is why the check is let in at the
-//! first busy sample.
+//! first busy sample. Between the 500 ms samples the sampler also reads
+//! the CPU every 50 ms, and a reading above the average raises it at once
+//! (one below changes nothing, so the average still falls 5 % a sample):
+//! after a lull, a step in the load starts the check within 50 to 100 ms
+//! instead of up to a second.
 //!
 //! On Linux the sample is the CPU time used between two readings, plus the
 //! time this process's threads spent ready to run but waiting for a CPU

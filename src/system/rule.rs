@@ -47,10 +47,12 @@ pub struct SystemRule {
 
 impl SystemRule {
     /// The CPU-gated in-flight check (BBR) at Kratos's defaults: while the
-    /// CPU use (an average, sampled every 500 ms) is at or above 80 %, and
-    /// for 1 s after the last refusal that made, a request is refused when
-    /// more than one request is in flight and more than the layer's recent
-    /// throughput times its shortest response time (see the
+    /// CPU use (an average, sampled every 500 ms and raised by a busier
+    /// reading every 50 ms) is at or above 80 %, and for 1 s after the last
+    /// refusal that made, a request is refused when more than one request
+    /// is in flight and more than the layer's recent throughput times its
+    /// shortest response time of the last 10 s; with the CPU at 40 % or
+    /// more, when more than 16 times that are in flight (see the
     /// [module docs](super)). No other check until a modifier adds it.
     ///
     /// ```
@@ -119,7 +121,9 @@ impl SystemRule {
     }
 
     /// The CPU use at and above which the BBR check runs, as a fraction
-    /// of the CPU the service may use (default 0.8).
+    /// of the CPU the service may use (default 0.8). From half of it, the
+    /// onset check refuses a request when more than 16 times BBR's
+    /// estimate are in flight (see the [module docs](super)).
     ///
     /// # Panics
     ///

@@ -16,6 +16,16 @@ use crate::stat::StatisticNode;
 const SAMPLE_COUNT: usize = 10;
 const INTERVAL_MS: u64 = 1000;
 
+/// How far back the BBR estimate looks for the shortest response time
+/// (Kratos BBR keeps its whole window, 10 s of 100 buckets).
+pub(crate) const MIN_RT_WINDOW_MS: u64 = 10_000;
+
+/// The onset check (a departure from Kratos, see [`System::onset`]): while
+/// the CPU reads below the threshold but at least half of it, a request is
+/// refused when more than this many times the estimate (at least 1) are in
+/// flight.
+pub(crate) const ONSET_FACTOR: u64 = 16;
+
 /// How long the BBR check keeps running after its last refusal made while
 /// the CPU was busy (Kratos BBR: 1 s).
 pub(crate) const COOL_DOWN_MS: u64 = 1000;
@@ -92,7 +102,8 @@ pub struct SystemStatus {
     /// The busiest 100 ms bucket's completions in the last second, scaled
     /// to a second.
     pub max_success_qps: u64,
-    /// The shortest response time in the last second.
+    /// The shortest response time in the last 10 s, which the BBR
+    /// estimate is made of.
     pub min_rt: Option<Duration>,
     /// The average response time in the last second.
     pub avg_rt: Option<Duration>,
@@ -211,15 +222,44 @@ impl System {
             return Ok(());
         }
         let now = node.now();
-        let busy = self.cpu() >= self.cpu_threshold;
+        let cpu = self.cpu();
+        let busy = cpu >= self.cpu_threshold;
         if !busy && !self.cooling_down(now) {
-            return Ok(());
+            return self.onset(in_flight, cpu);
         }
         if in_flight > self.max_in_flight() {
             if busy {
                 self.last_drop
                     .fetch_max(now.saturating_add(1), Ordering::Relaxed);
             }
+            return Err(Refused(SystemCheck::Bbr));
+        }
+        Ok(())
+    }
+
+    /// The check while BBR does not run: with the CPU at half the threshold
+    /// or more, a request is refused when more than `ONSET_FACTOR` requests
+    /// and more than `ONSET_FACTOR` times the estimate (at least 1) are in
+    /// flight. Such a refusal does not start the cool-down.
+    ///
+    /// Not in Kratos or Sentinel, whose check waits for the CPU reading.
+    /// That reading lags a step in the load (a sample every 50 ms here,
+    /// 500 ms in Kratos), and at several times the capacity the requests
+    /// admitted meanwhile are a queue long enough to make the p99 of the
+    /// whole overload. Sixteen times what the service holds at its best
+    /// is a queue, not a burst; the CPU floor keeps a service whose CPU
+    /// is mostly idle (one waiting on a dependency, a quiet one) from ever
+    /// seeing it. The price: a service at half the threshold or more whose
+    /// slowest requests take over sixteen times its fastest, with many in
+    /// flight, can be refused before its CPU is busy; raise the threshold
+    /// or set `max_concurrency` instead for such a service. The estimate
+    /// (a fold of the windows) is read only beyond `ONSET_FACTOR` in
+    /// flight.
+    fn onset(&self, in_flight: u64, cpu: f64) -> Result<(), Refused> {
+        if in_flight <= ONSET_FACTOR || cpu < self.cpu_threshold / 2.0 {
+            return Ok(());
+        }
+        if in_flight > ONSET_FACTOR.saturating_mul(self.max_in_flight().max(1)) {
             return Err(Refused(SystemCheck::Bbr));
         }
         Ok(())
@@ -247,16 +287,47 @@ impl System {
     /// Kratos BBR's `maxInFlight`: the busiest bucket's completions per
     /// second times the shortest response time, rounded to the nearest
     /// whole request: `floor(max_success × buckets_per_second × min_rt_ms
-    /// / 1000 + 0.5)`, over the last second (with the response time in
-    /// microseconds). 0 while nothing has completed in the last second.
+    /// / 1000 + 0.5)`, the busiest bucket over the last second and the
+    /// shortest response time over the last 10 s (see
+    /// [`min_rt`](Self::min_rt)), in microseconds. 0 while nothing has
+    /// completed in the last second.
     pub(crate) fn max_in_flight(&self) -> u64 {
         let window = self.node.second_window();
-        let Some(min_rt) = window.min_rt() else {
+        let max_success = window.max_success();
+        if max_success == 0 {
+            return 0;
+        }
+        let Some(min_rt) = self.min_rt() else {
             return 0;
         };
         let buckets_per_second = (SAMPLE_COUNT as u64 * 1000 / INTERVAL_MS) as f64;
-        let per_second = window.max_success() as f64 * buckets_per_second;
+        let per_second = max_success as f64 * buckets_per_second;
         (per_second * min_rt.as_micros() as f64 / 1_000_000.0 + 0.5).floor() as u64
+    }
+
+    /// The shortest response time over the last 10 s: the second window's
+    /// and that of the node's per-second roll-up for the seconds that
+    /// started within 10 s (Kratos BBR's window). Over one second, the
+    /// queue an overload built before the check ran made the shortest
+    /// response time, so the estimate let that queue stay a second or two
+    /// longer; the shortest of the last 10 s is still the unloaded one.
+    /// Folds the roll-up without allocating; read only while BBR runs.
+    fn min_rt(&self) -> Option<Duration> {
+        let window = self.node.second_window();
+        let now = self.node.now();
+        let since = now.saturating_sub(MIN_RT_WINDOW_MS);
+        let recent = window
+            .array()
+            .rollup_fold(now, u64::MAX, |min, start, counts| {
+                if start >= since {
+                    *min = (*min).min(counts.min_rt_micros);
+                }
+            });
+        let second = window.min_rt().map_or(u64::MAX, |rt| rt.as_micros() as u64);
+        match recent.min(second) {
+            u64::MAX => None,
+            micros => Some(Duration::from_micros(micros)),
+        }
     }
 
     /// One more request of the layer in flight, passed now.
@@ -298,7 +369,7 @@ impl System {
             max_in_flight: self.max_in_flight(),
             pass_qps: window.pass(),
             max_success_qps: window.max_success() * (SAMPLE_COUNT as u64 * 1000 / INTERVAL_MS),
-            min_rt: window.min_rt(),
+            min_rt: self.min_rt(),
             avg_rt: node.avg_rt(),
             refusals: std::array::from_fn(|i| self.refusals[i].load(Ordering::Relaxed)),
         }
@@ -361,5 +432,94 @@ mod tests {
         system.complete(5_000, Duration::from_millis(50), false);
         system.leave();
         assert_eq!(system.check(), Err(Refused(SystemCheck::AvgRt)));
+    }
+
+    /// `n` requests that entered at `ms` and completed after `rt`.
+    fn completed(system: &System, clock: &crate::clock::ManualClock, ms: u64, n: u64, rt: u64) {
+        clock.set(ms);
+        for _ in 0..n {
+            system.enter();
+        }
+        clock.set(ms + rt);
+        for _ in 0..n {
+            system.complete(ms + rt, Duration::from_millis(rt), false);
+            system.leave();
+        }
+    }
+
+    #[test]
+    fn a_queue_that_built_before_the_check_ran_does_not_make_the_estimate() {
+        let clock = crate::clock::ManualClock::new(10_000);
+        let rule = SystemRule::bbr().cpu_source(|| 1.0);
+        let system = System::new(&rule, SharedClock::new(clock.clone()));
+        // Unloaded: 20 completions of 2 ms in one bucket.
+        completed(&system, &clock, 10_000, 20, 2);
+        // Three seconds on, an overload admitted unchecked: the same
+        // throughput, each request 300 ms late from the queue.
+        completed(&system, &clock, 13_000, 20, 300);
+        // Over one second the shortest response time is the queue's, and
+        // the estimate (20 × 10 × 0.3 s = 60) keeps 60 in flight; over
+        // 10 s it is the unloaded 2 ms: 20 × 10 × 0.002 s, 0.
+        assert_eq!(
+            system.status().min_rt,
+            Some(Duration::from_millis(2)),
+            "the shortest response time of the last 10 s"
+        );
+        assert_eq!(system.max_in_flight(), 0);
+        for _ in 0..5 {
+            system.enter();
+        }
+        assert_eq!(system.check(), Err(Refused(SystemCheck::Bbr)));
+        // Ten seconds after the unloaded completions, they leave the
+        // estimate: the queue's response time is all there is.
+        completed(&system, &clock, 20_050, 20, 300);
+        clock.set(20_400);
+        assert_eq!(system.status().min_rt, Some(Duration::from_millis(300)));
+        assert_eq!(system.max_in_flight(), 60);
+    }
+
+    #[test]
+    fn a_queue_sixteen_times_the_estimate_is_refused_before_the_cpu_reads_busy() {
+        let clock = crate::clock::ManualClock::new(10_000);
+        let cpu = Arc::new(AtomicU64::new(0.6f64.to_bits()));
+        let reading = Arc::clone(&cpu);
+        let rule =
+            SystemRule::bbr().cpu_source(move || f64::from_bits(reading.load(Ordering::Relaxed)));
+        let system = System::new(&rule, SharedClock::new(clock.clone()));
+        // 20 completions of 10 ms in one bucket: 20 × 10 × 0.01 s = 2.
+        completed(&system, &clock, 10_000, 20, 10);
+        clock.set(10_100);
+        assert_eq!(system.max_in_flight(), 2);
+        // 0.6 is under the 0.8 threshold, at least half of it: with 32 in
+        // flight one more passes (32 is not above 16 × 2), with 33 none.
+        for in_flight in 0..33 {
+            assert_eq!(system.check(), Ok(()), "{in_flight} in flight");
+            system.enter();
+        }
+        assert_eq!(system.check(), Err(Refused(SystemCheck::Bbr)));
+        assert_eq!(system.status().refusals_of(SystemCheck::Bbr), 1);
+        // No cool-down from it: BBR does not run.
+        assert!(!system.status().bbr_active);
+        // A CPU under half the threshold (a service waiting on a
+        // dependency) never sees the onset check.
+        cpu.store(0.39f64.to_bits(), Ordering::Relaxed);
+        for _ in 0..100 {
+            system.enter();
+        }
+        assert_eq!(system.check(), Ok(()));
+    }
+
+    #[test]
+    fn with_nothing_completed_the_onset_check_lets_sixteen_in_flight() {
+        let clock = crate::clock::ManualClock::new(10_000);
+        let rule = SystemRule::bbr().cpu_source(|| 0.5);
+        let system = System::new(&rule, SharedClock::new(clock));
+        for in_flight in 0..16 {
+            assert_eq!(system.check(), Ok(()), "{in_flight} in flight");
+            system.enter();
+        }
+        assert_eq!(system.check(), Ok(()), "16 in flight is not above 16");
+        system.enter();
+        assert_eq!(system.check(), Err(Refused(SystemCheck::Bbr)));
     }
 }
