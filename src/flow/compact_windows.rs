@@ -18,10 +18,8 @@
 //! too, for the few instructions it lives; never admit more.
 
 use super::decision::{Decision, Pass, Reason, Refusal};
+use super::windows::Held;
 use crate::stat::{CompactShape, CompactWindow};
-
-/// Passes remembered at once without allocating (as `flow::windows`).
-const INLINE: usize = 8;
 
 /// One further window of a compact key: its window, shape and limit now.
 #[derive(Clone, Copy)]
@@ -31,44 +29,12 @@ pub(crate) struct CompactFurther<'a> {
     pub(crate) limit: u64,
 }
 
-/// Where further passes landed (their buckets' starts), to give them
-/// back.
-struct Taken {
-    inline: [u64; INLINE],
-    more: Vec<u64>,
-    len: usize,
-}
-
-impl Taken {
-    fn new() -> Self {
-        Taken {
-            inline: [0; INLINE],
-            more: Vec::new(),
-            len: 0,
-        }
-    }
-
-    fn push(&mut self, at: u64) {
-        if self.len < INLINE {
-            self.inline[self.len] = at;
-        } else {
-            self.more.push(at);
-        }
-        self.len += 1;
-    }
-
-    /// Gives back every pass taken, newest first: window `i` took the
-    /// `i`-th.
-    fn give_back<'a>(self, further: impl Fn(usize) -> CompactFurther<'a>) {
-        for i in (0..self.len).rev() {
-            let at = if i < INLINE {
-                self.inline[i]
-            } else {
-                self.more[i - INLINE]
-            };
-            let window = further(i);
-            window.window.give_back(window.shape, at);
-        }
+/// Gives back every further pass taken (the start of the bucket each
+/// landed in), newest first: window `i` took the `i`-th.
+fn give_back<'a>(taken: &Held<u64>, further: impl Fn(usize) -> CompactFurther<'a>) {
+    for (i, at) in taken.newest_first() {
+        let window = further(i);
+        window.window.give_back(window.shape, at);
     }
 }
 
@@ -90,7 +56,7 @@ pub(crate) fn all_compact_windows<'a>(
 ) -> (u64, u64, Decision<Pass>) {
     let at = anchor(first, shape, count, &further, now);
     let behind = first.lag(shape, now, at);
-    let mut taken = Taken::new();
+    let mut taken = Held::new(0);
     let mut refused = false;
     for i in 0..count {
         let window = further(i);
@@ -117,7 +83,7 @@ pub(crate) fn all_compact_windows<'a>(
             Decision::Wait(never) => match never {},
         }
     }
-    taken.give_back(&further);
+    give_back(&taken, &further);
     (
         at,
         behind,

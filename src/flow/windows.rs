@@ -34,42 +34,52 @@ use crate::stat::{ExtraWindow, ExtraWindows, Placed, StatisticNode};
 /// windows than this keeps the rest on the heap while it decides.
 const INLINE: usize = 8;
 
-/// The reservations a request holds while it is decided.
-struct Held {
-    inline: [Placed; INLINE],
-    more: Vec<Placed>,
+/// What a request took from its further windows while it is decided, in
+/// window order (window `i` took the `i`-th): the first [`INLINE`] on the
+/// stack, the rest on the heap. Both tiers give them back newest first.
+pub(super) struct Held<T> {
+    inline: [T; INLINE],
+    more: Vec<T>,
     len: usize,
 }
 
-impl Held {
-    fn new() -> Self {
+impl<T: Copy> Held<T> {
+    /// Nothing held; `empty` fills the unused inline slots.
+    pub(super) fn new(empty: T) -> Self {
         Held {
-            inline: [Placed::NONE; INLINE],
+            inline: [empty; INLINE],
             more: Vec::new(),
             len: 0,
         }
     }
 
-    fn push(&mut self, placed: Placed) {
+    pub(super) fn push(&mut self, taken: T) {
         if self.len < INLINE {
-            self.inline[self.len] = placed;
+            self.inline[self.len] = taken;
         } else {
-            self.more.push(placed);
+            self.more.push(taken);
         }
         self.len += 1;
     }
 
-    /// Gives back every reservation, newest first.
-    fn give_back(self, windows: &ExtraWindows) {
-        for i in (0..self.len).rev() {
-            let placed = if i < INLINE {
+    /// Each one held with its window's index, newest first.
+    pub(super) fn newest_first(&self) -> impl Iterator<Item = (usize, T)> + '_ {
+        (0..self.len).rev().map(|i| {
+            let taken = if i < INLINE {
                 self.inline[i]
             } else {
                 self.more[i - INLINE]
             };
-            if let Some(window) = windows.get(i) {
-                window.give_back(placed, 1);
-            }
+            (i, taken)
+        })
+    }
+}
+
+/// Gives back every reservation, newest first.
+fn give_back(held: &Held<Placed>, windows: &ExtraWindows) {
+    for (i, placed) in held.newest_first() {
+        if let Some(window) = windows.get(i) {
+            window.give_back(placed, 1);
         }
     }
 }
@@ -88,7 +98,7 @@ pub(crate) fn all_windows(
     interval_ms: u64,
     overflow: impl FnOnce() -> bool,
 ) -> Decision<Pass> {
-    let mut held = Held::new();
+    let mut held = Held::new(Placed::NONE);
     let mut refused = false;
     for window in windows.iter() {
         let cap = window.limit();
@@ -112,7 +122,7 @@ pub(crate) fn all_windows(
             reset_ms: None,
         }),
         _ => {
-            held.give_back(windows);
+            give_back(&held, windows);
             Decision::Block(refusal(
                 node,
                 windows,
