@@ -525,17 +525,8 @@ impl CompactWindow {
                 return;
             };
             let moved = newest.checked_sub(by).unwrap_or(newest % grid.len);
-            let anchored = grid.encode(moved);
-            // The bucket and its counts stay; only its start moves. A block
-            // added meanwhile (by compare-and-swap, outside the lock) makes
-            // this swap fail and take the new count. Release: as the ring's
-            // stores in `publish`.
-            let _ = self
-                .stamp
-                .fetch_update(Ordering::Release, Ordering::Relaxed, |current| {
-                    Some(stamp_word(anchored, current & COUNT_MASK))
-                });
-            self.unlock(head_word(anchored, head & COUNT_MASK));
+            // The bucket and its counts stay; only its start moves.
+            self.restamp_locked(head, grid.encode(moved));
             return;
         }
     }
@@ -1095,6 +1086,20 @@ impl CompactWindow {
         Some((grid.advance(newest, at), ring))
     }
 
+    /// Moves the newest bucket's start to `anchored` with its counts kept,
+    /// and unlocks: `head` is the head word this caller locked. A block
+    /// added meanwhile (by compare-and-swap, outside the lock) makes the
+    /// stamp's swap fail and take the new count. Release: as the ring's
+    /// stores in `publish`.
+    fn restamp_locked(&self, head: u32, anchored: u32) {
+        let _ = self
+            .stamp
+            .fetch_update(Ordering::Release, Ordering::Relaxed, |current| {
+                Some(stamp_word(anchored, current & COUNT_MASK))
+            });
+        self.unlock(head_word(anchored, head & COUNT_MASK));
+    }
+
     /// Re-anchors the newest bucket at `now` (module docs, "Clocks") if it
     /// is still more than a window ahead of it, keeping every count.
     /// `false` if the lock could not be taken or there was nothing to do
@@ -1108,17 +1113,8 @@ impl CompactWindow {
         let now = now.min(MAX_TIME);
         match grid.decode(stamp_of(head, stamp), now) {
             Some(newest) if newest > now && newest - now > grid.interval => {
-                let anchored = grid.encode(now);
-                // The bucket stays the newest, so its blocks stay: a block
-                // added meanwhile (by compare-and-swap, outside the lock)
-                // makes this swap fail and take the new count. Release: as
-                // the ring's stores in `publish`.
-                let _ = self
-                    .stamp
-                    .fetch_update(Ordering::Release, Ordering::Relaxed, |current| {
-                        Some(stamp_word(anchored, current & COUNT_MASK))
-                    });
-                self.unlock(head_word(anchored, head & COUNT_MASK));
+                // The bucket stays the newest, so its counts stay.
+                self.restamp_locked(head, grid.encode(now));
                 true
             }
             _ => {
