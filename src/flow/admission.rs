@@ -159,11 +159,7 @@ fn window_refusal(
     overflow: bool,
 ) -> Refusal {
     Refusal {
-        reason: if overflow {
-            Reason::Overflow
-        } else {
-            Reason::Window
-        },
+        reason: Reason::of_window(overflow),
         retry_after_ms: retry_on_clock(node, at, behind, 1, limit).unwrap_or(interval_ms),
         limit,
         window_pass: Some(window_pass),

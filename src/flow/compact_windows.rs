@@ -156,11 +156,7 @@ fn refusal<'a>(
         .map(|i| compact_retry_ms(further(i), at, behind, 1))
         .fold(first_wait, u64::max);
     Refusal {
-        reason: if overflow {
-            Reason::Overflow
-        } else {
-            Reason::Window
-        },
+        reason: Reason::of_window(overflow),
         retry_after_ms,
         limit,
         window_pass: None,

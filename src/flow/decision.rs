@@ -53,6 +53,18 @@ pub enum Reason {
 }
 
 impl Reason {
+    /// The reason a window refused: [`Overflow`](Reason::Overflow) when
+    /// the key is counted on the overflow entry (the key table was full),
+    /// else [`Window`](Reason::Window).
+    #[inline]
+    pub(crate) fn of_window(overflow: bool) -> Reason {
+        if overflow {
+            Reason::Overflow
+        } else {
+            Reason::Window
+        }
+    }
+
     /// A short lowercase name (`"window"`, `"breaker"`, ..), as written in
     /// the layer's `tracing` events.
     ///

@@ -155,11 +155,7 @@ fn refusal(
         .map(|window| window_retry_ms(window, at, behind, 1))
         .fold(first, u64::max);
     Refusal {
-        reason: if overflow {
-            Reason::Overflow
-        } else {
-            Reason::Window
-        },
+        reason: Reason::of_window(overflow),
         retry_after_ms,
         limit,
         window_pass: None,

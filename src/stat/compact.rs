@@ -573,11 +573,7 @@ impl CompactWindow {
         let at = at.min(MAX_TIME);
         let refuse = |view: &View, window_pass: u64| {
             Decision::Block(Refusal {
-                reason: if overflow {
-                    Reason::Overflow
-                } else {
-                    Reason::Window
-                },
+                reason: Reason::of_window(overflow),
                 retry_after_ms: view
                     .retry(&grid, at, behind, 1, limit)
                     .unwrap_or(shape.interval_ms),
