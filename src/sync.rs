@@ -115,6 +115,7 @@ mod loom_store_as_swap {
 /// Read-locks, ignoring poisoning: every structure behind these locks stays
 /// consistent at every await-free step, so a panic elsewhere while a guard
 /// was held must not turn later requests into panics.
+#[inline]
 pub(crate) fn read<T>(lock: &RwLock<T>) -> RwLockReadGuard<'_, T> {
     lock.read()
         .unwrap_or_else(std::sync::PoisonError::into_inner)

@@ -177,16 +177,8 @@ pub(crate) fn compact_retry_ms(window: CompactFurther<'_>, at: u64, behind: u64,
 mod tests {
     use super::*;
 
-    const FIRST: CompactShape = CompactShape {
-        sample_count: 2,
-        interval_ms: 20,
-        strict: false,
-    };
-    const MINUTE: CompactShape = CompactShape {
-        sample_count: 2,
-        interval_ms: 60,
-        strict: false,
-    };
+    const FIRST: CompactShape = CompactShape::new(2, 20, false);
+    const MINUTE: CompactShape = CompactShape::new(2, 60, false);
 
     struct Key {
         first: CompactWindow,
@@ -279,17 +271,9 @@ mod loom_models {
     use loom::thread;
 
     /// The first window: one bucket of 1 ms.
-    const FIRST: CompactShape = CompactShape {
-        sample_count: 1,
-        interval_ms: 1,
-        strict: false,
-    };
+    const FIRST: CompactShape = CompactShape::new(1, 1, false);
     /// The further window: two buckets of 1 ms.
-    const SHAPE: CompactShape = CompactShape {
-        sample_count: 2,
-        interval_ms: 2,
-        strict: false,
-    };
+    const SHAPE: CompactShape = CompactShape::new(2, 2, false);
 
     struct Key {
         first: CompactWindow,

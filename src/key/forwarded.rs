@@ -5,8 +5,9 @@ use std::sync::Arc;
 
 use http::header::{HeaderName, FORWARDED};
 use http::request::Parts;
+use http::{Extensions, HeaderMap, Request};
 
-use super::{checked_ipv6_prefix, ip_key, peer_ip, KeyExtractor, DEFAULT_IPV6_PREFIX};
+use super::{checked_ipv6_prefix, ip_key, peer_ip, KeyExtractor, KeyVisitor, DEFAULT_IPV6_PREFIX};
 
 /// Most entries of a forwarding chain that [`ForwardedIpKey`] examines per
 /// request, the peer address included. A longer chain costs no more: the
@@ -242,10 +243,12 @@ impl ForwardedIpKey {
     /// The chain's header entries, right to left, each parsed (`None`: no
     /// address); empty entries left out. Lazy: nothing past what the walk
     /// takes is split or parsed.
-    fn entries_from_right<'a>(&'a self, parts: &'a Parts) -> impl Iterator<Item = Entry> + 'a {
+    fn entries_from_right<'a>(
+        &'a self,
+        headers: &'a HeaderMap,
+    ) -> impl Iterator<Item = Entry> + 'a {
         let header = self.header;
-        parts
-            .headers
+        headers
             .get_all(&self.name)
             .iter()
             .rev()
@@ -282,16 +285,32 @@ impl KeyExtractor for ForwardedIpKey {
     type Key = Option<IpAddr>;
 
     fn extract(&self, parts: &Parts) -> Option<IpAddr> {
+        self.key_in(&parts.headers, &parts.extensions)
+    }
+
+    #[inline]
+    fn visit_request<B, V: KeyVisitor<Option<IpAddr>>>(
+        &self,
+        request: &Request<B>,
+        visitor: V,
+    ) -> Result<V::Output, V> {
+        Ok(visitor.owned(self.key_in(request.headers(), request.extensions())))
+    }
+}
+
+impl ForwardedIpKey {
+    /// The key of a request with these headers and extensions.
+    fn key_in(&self, headers: &HeaderMap, extensions: &Extensions) -> Option<IpAddr> {
         // The peer's full address: trust is decided on exact addresses,
         // only the key is cut to the prefix.
-        let peer = peer_ip(parts);
+        let peer = peer_ip(extensions);
         // The whole chain from the right: the peer, then the header's
         // entries; at most MAX_FORWARDED_ENTRIES of it, empty ones included,
         // so that no header makes the walk longer.
         let chain = peer
             .map(Entry::Addr)
             .into_iter()
-            .chain(self.entries_from_right(parts))
+            .chain(self.entries_from_right(headers))
             .take(MAX_FORWARDED_ENTRIES)
             .filter(|entry| *entry != Entry::Empty);
         let found = match &self.trust {

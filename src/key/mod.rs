@@ -110,6 +110,7 @@
 
 mod bounded;
 mod forwarded;
+mod head;
 mod into;
 mod route;
 mod visit;
@@ -119,15 +120,17 @@ pub use forwarded::{ForwardedHeader, ForwardedIpKey, MAX_FORWARDED_ENTRIES};
 pub use into::IntoKey;
 pub(crate) use route::route_part;
 pub use route::{ClientRouteKey, PairKey, RouteExtractor};
+pub(crate) use visit::visit_key;
 pub use visit::{KeyVisitor, ToOwnedKey};
 
 use std::hash::Hash;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 
 use http::request::Parts;
-use http::{HeaderName, Method};
+use http::{Extensions, HeaderName, Method, Request};
 
 use bounded::{header_key, text_key};
+use head::Head;
 
 /// Chooses the key a request is counted and limited under.
 ///
@@ -184,6 +187,65 @@ pub trait KeyExtractor: Clone + Send + Sync + 'static {
     fn visit<V: KeyVisitor<Self::Key>>(&self, parts: &Parts, visitor: V) -> V::Output {
         visitor.owned(self.extract(parts))
     }
+
+    /// Hands the key of a whole request to `visitor` without splitting the
+    /// request, or gives the visitor back (`Err`) to be called through
+    /// [`visit`](Self::visit) instead: what the layer calls first.
+    ///
+    /// Reaching the head as [`Parts`] means splitting the request into its
+    /// head and body and putting the two back together afterwards: two
+    /// moves of the head, a few hundred bytes, on every request. An
+    /// extractor that reads only what `Request`'s accessors give
+    /// (`method()`, `uri()`, `headers()`, `extensions()`) overrides this
+    /// to spare them; every built-in extractor does. The provided method
+    /// gives the visitor back. Both methods must name the same key.
+    ///
+    /// ```
+    /// use http::request::Parts;
+    /// use http::{HeaderMap, Request};
+    /// use tower_sliding_window::key::{KeyExtractor, KeyVisitor, ToOwnedKey};
+    ///
+    /// /// Keys by the `x-tenant` header, `""` without one.
+    /// #[derive(Clone)]
+    /// struct TenantKey;
+    ///
+    /// fn tenant(headers: &HeaderMap) -> &str {
+    ///     headers.get("x-tenant").and_then(|v| v.to_str().ok()).unwrap_or("")
+    /// }
+    ///
+    /// impl KeyExtractor for TenantKey {
+    ///     type Key = String;
+    ///
+    ///     fn extract(&self, parts: &Parts) -> String {
+    ///         tenant(&parts.headers).to_owned()
+    ///     }
+    ///
+    ///     fn visit<V: KeyVisitor<String>>(&self, parts: &Parts, visitor: V) -> V::Output {
+    ///         visitor.borrowed(tenant(&parts.headers), str::to_owned)
+    ///     }
+    ///
+    ///     fn visit_request<B, V: KeyVisitor<String>>(
+    ///         &self,
+    ///         request: &Request<B>,
+    ///         visitor: V,
+    ///     ) -> Result<V::Output, V> {
+    ///         Ok(visitor.borrowed(tenant(request.headers()), str::to_owned))
+    ///     }
+    /// }
+    ///
+    /// let request = Request::builder().header("x-tenant", "acme").body(()).unwrap();
+    /// let Ok(key) = TenantKey.visit_request(&request, ToOwnedKey) else { unreachable!() };
+    /// assert_eq!(key, TenantKey.extract(&request.into_parts().0));
+    /// ```
+    #[inline]
+    fn visit_request<B, V: KeyVisitor<Self::Key>>(
+        &self,
+        request: &Request<B>,
+        visitor: V,
+    ) -> Result<V::Output, V> {
+        let _ = request;
+        Err(visitor)
+    }
 }
 
 impl<F, K> KeyExtractor for F
@@ -207,6 +269,15 @@ impl KeyExtractor for GlobalKey {
 
     #[inline]
     fn extract(&self, _parts: &Parts) {}
+
+    #[inline]
+    fn visit_request<B, V: KeyVisitor<()>>(
+        &self,
+        _request: &Request<B>,
+        visitor: V,
+    ) -> Result<V::Output, V> {
+        Ok(visitor.owned(()))
+    }
 }
 
 /// The request path, without the query string: `/users/42?x=1` → `"/users/42"`.
@@ -226,12 +297,27 @@ impl KeyExtractor for PathKey {
     }
 
     fn visit<V: KeyVisitor<String>>(&self, parts: &Parts, visitor: V) -> V::Output {
-        let path = parts.uri.path();
-        if path.len() > MAX_KEY_BYTES {
-            return visitor.owned(text_key(&[path]));
-        }
-        visitor.borrowed(path, str::to_owned)
+        visit_path(parts, visitor)
     }
+
+    #[inline]
+    fn visit_request<B, V: KeyVisitor<String>>(
+        &self,
+        request: &Request<B>,
+        visitor: V,
+    ) -> Result<V::Output, V> {
+        Ok(visit_path(request, visitor))
+    }
+}
+
+/// [`PathKey`]'s key, visited.
+#[inline]
+fn visit_path<H: Head, V: KeyVisitor<String>>(head: &H, visitor: V) -> V::Output {
+    let path = head.uri().path();
+    if path.len() > MAX_KEY_BYTES {
+        return visitor.owned(text_key(&[path]));
+    }
+    visitor.borrowed(path, str::to_owned)
 }
 
 /// The method and path: `GET /users/42?x=1` → `"GET /users/42"`.
@@ -252,6 +338,19 @@ impl KeyExtractor for MethodPathKey {
 
     fn visit<V: KeyVisitor<String>>(&self, parts: &Parts, visitor: V) -> V::Output {
         visit_method_and(&parts.method, parts.uri.path(), visitor)
+    }
+
+    #[inline]
+    fn visit_request<B, V: KeyVisitor<String>>(
+        &self,
+        request: &Request<B>,
+        visitor: V,
+    ) -> Result<V::Output, V> {
+        Ok(visit_method_and(
+            request.method(),
+            request.uri().path(),
+            visitor,
+        ))
     }
 }
 
@@ -343,6 +442,76 @@ impl KeyExtractor for HeaderKey {
             .get(&self.name)
             .map(|value| header_key(value.as_bytes()))
     }
+
+    #[inline]
+    fn visit<V: KeyVisitor<Option<String>>>(&self, parts: &Parts, visitor: V) -> V::Output {
+        self.visit_in(parts, visitor)
+    }
+
+    #[inline]
+    fn visit_request<B, V: KeyVisitor<Option<String>>>(
+        &self,
+        request: &Request<B>,
+        visitor: V,
+    ) -> Result<V::Output, V> {
+        Ok(self.visit_in(request, visitor))
+    }
+}
+
+impl HeaderKey {
+    /// The key of `head`'s header, visited: a value that is its own key
+    /// (UTF-8, at most [`MAX_KEY_BYTES`]) is copied into this thread's key
+    /// buffer and looked up by reference, so that a key the table holds
+    /// costs no allocation; any other is built (escaped, or its digest
+    /// form) and visited as owned.
+    #[inline]
+    fn visit_in<H: Head, V: KeyVisitor<Option<String>>>(&self, head: &H, visitor: V) -> V::Output {
+        let Some(value) = head.headers().get(&self.name) else {
+            return visitor.owned(None);
+        };
+        let bytes = value.as_bytes();
+        if bytes.len() > MAX_KEY_BYTES {
+            return visitor.owned(Some(header_key(bytes)));
+        }
+        // Most values are visible ASCII, which `to_str` checks in one
+        // cheap pass; any other is checked as UTF-8.
+        match value
+            .to_str()
+            .ok()
+            .or_else(|| std::str::from_utf8(bytes).ok())
+        {
+            Some(text) => visit_some_text(text, visitor),
+            None => visitor.owned(Some(header_key(bytes))),
+        }
+    }
+}
+
+thread_local! {
+    /// A `Some` key of [`HeaderKey`] being looked up, kept from one request
+    /// to the next on this thread so that its bytes are copied, never
+    /// allocated. At most [`MAX_KEY_BYTES`] long (longer values take the
+    /// owned path), so what it keeps is bounded.
+    static HEADER_KEY: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Visits the key `Some(text)` by reference to this thread's key buffer;
+/// as owned when the buffer is in use (a visit within a visit) or gone
+/// (the thread is ending).
+#[inline]
+fn visit_some_text<V: KeyVisitor<Option<String>>>(text: &str, visitor: V) -> V::Output {
+    if HEADER_KEY.try_with(|_| ()).is_err() {
+        return visitor.owned(Some(text.to_owned()));
+    }
+    // Cannot fail: the buffer was there just above, on this thread.
+    HEADER_KEY.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut buffer) => {
+            let key = buffer.get_or_insert_with(|| String::with_capacity(text.len()));
+            key.clear();
+            key.push_str(text);
+            visitor.borrowed::<Option<String>>(&buffer, Option::clone)
+        }
+        Err(_) => visitor.owned(Some(text.to_owned())),
+    })
 }
 
 /// The IP address of the connection's peer; an IPv6 peer by its /64
@@ -437,7 +606,17 @@ impl KeyExtractor for PeerIpKey {
 
     #[inline]
     fn extract(&self, parts: &Parts) -> Option<IpAddr> {
-        peer_ip(parts).map(|ip| ip_key(ip, DEFAULT_IPV6_PREFIX))
+        peer_ip(&parts.extensions).map(|ip| ip_key(ip, DEFAULT_IPV6_PREFIX))
+    }
+
+    #[inline]
+    fn visit_request<B, V: KeyVisitor<Option<IpAddr>>>(
+        &self,
+        request: &Request<B>,
+        visitor: V,
+    ) -> Result<V::Output, V> {
+        let key = peer_ip(request.extensions()).map(|ip| ip_key(ip, DEFAULT_IPV6_PREFIX));
+        Ok(visitor.owned(key))
     }
 }
 
@@ -512,7 +691,17 @@ impl KeyExtractor for PeerIpPrefixKey {
 
     #[inline]
     fn extract(&self, parts: &Parts) -> Option<IpAddr> {
-        peer_ip(parts).map(|ip| ip_key(ip, self.ipv6_prefix))
+        peer_ip(&parts.extensions).map(|ip| ip_key(ip, self.ipv6_prefix))
+    }
+
+    #[inline]
+    fn visit_request<B, V: KeyVisitor<Option<IpAddr>>>(
+        &self,
+        request: &Request<B>,
+        visitor: V,
+    ) -> Result<V::Output, V> {
+        let key = peer_ip(request.extensions()).map(|ip| ip_key(ip, self.ipv6_prefix));
+        Ok(visitor.owned(key))
     }
 }
 
@@ -524,19 +713,15 @@ pub const DEFAULT_IPV6_PREFIX: u8 = 64;
 
 /// The peer's full address, IPv4-mapped IPv6 as IPv4; `None` without one.
 #[inline]
-fn peer_ip(parts: &Parts) -> Option<IpAddr> {
+fn peer_ip(extensions: &Extensions) -> Option<IpAddr> {
     // `to_canonical`: a dual-stack listener sees IPv4 peers as
     // `::ffff:a.b.c.d`; key them by their IPv4 address, so one client
     // has one key and rules written for IPv4 addresses apply.
     #[cfg(feature = "axum")]
-    if let Some(info) = parts
-        .extensions
-        .get::<axum::extract::ConnectInfo<SocketAddr>>()
-    {
+    if let Some(info) = extensions.get::<axum::extract::ConnectInfo<SocketAddr>>() {
         return Some(info.0.ip().to_canonical());
     }
-    parts
-        .extensions
+    extensions
         .get::<SocketAddr>()
         .map(|addr| addr.ip().to_canonical())
 }
@@ -605,10 +790,26 @@ impl KeyExtractor for MatchedPathKey {
     }
 
     fn visit<V: KeyVisitor<String>>(&self, parts: &Parts, visitor: V) -> V::Output {
-        match parts.extensions.get::<axum::extract::MatchedPath>() {
-            Some(path) => visit_method_and(&parts.method, path.as_str(), visitor),
-            None => visitor.borrowed(Self::UNMATCHED, str::to_owned),
-        }
+        visit_matched_path(parts, visitor)
+    }
+
+    #[inline]
+    fn visit_request<B, V: KeyVisitor<String>>(
+        &self,
+        request: &Request<B>,
+        visitor: V,
+    ) -> Result<V::Output, V> {
+        Ok(visit_matched_path(request, visitor))
+    }
+}
+
+/// `MatchedPathKey`'s key, visited.
+#[cfg(feature = "axum")]
+#[inline]
+fn visit_matched_path<H: Head, V: KeyVisitor<String>>(head: &H, visitor: V) -> V::Output {
+    match head.extensions().get::<axum::extract::MatchedPath>() {
+        Some(path) => visit_method_and(head.method(), path.as_str(), visitor),
+        None => visitor.borrowed(MatchedPathKey::UNMATCHED, str::to_owned),
     }
 }
 
@@ -616,6 +817,7 @@ impl KeyExtractor for MatchedPathKey {
 mod tests {
     use super::*;
     use http::Request;
+    use std::borrow::Borrow;
 
     fn parts(req: Request<()>) -> Parts {
         req.into_parts().0
@@ -648,6 +850,166 @@ mod tests {
                 .unwrap(),
         );
         assert_eq!(key.extract(&p).as_deref(), Some("\x7fa\\xffb"));
+    }
+
+    /// Requests with hostile heads: no header, an empty one, a value of
+    /// exactly and one past `MAX_KEY_BYTES`, bytes that are not UTF-8,
+    /// non-ASCII UTF-8, `HEAD`, a long path, peers over IPv4, IPv6 and
+    /// IPv4-mapped IPv6, a forwarding chain with garbage in it.
+    fn hostile_requests() -> Vec<Request<()>> {
+        let mut values: Vec<Vec<u8>> = vec![
+            b"".to_vec(),
+            b"client-42".to_vec(),
+            "caf\u{e9}-\u{1f600}".as_bytes().to_vec(),
+            b"a\xffb".to_vec(),
+            b"\\x41\xfe".to_vec(),
+            vec![b'k'; MAX_KEY_BYTES],
+            vec![b'k'; MAX_KEY_BYTES + 1],
+            vec![0xff; MAX_KEY_BYTES],
+        ];
+        let mut near_limit = "\u{e9}".repeat(MAX_KEY_BYTES / 2).into_bytes();
+        near_limit.push(b'x');
+        values.push(near_limit);
+        let peers: [Option<SocketAddr>; 4] = [
+            None,
+            Some("10.1.2.3:4".parse().unwrap()),
+            Some("[2001:db8:1:2:aaaa::7]:80".parse().unwrap()),
+            Some("[::ffff:10.9.8.7]:80".parse().unwrap()),
+        ];
+        let long_path = format!("/{}", "p".repeat(MAX_KEY_BYTES));
+        let mut requests = Vec::new();
+        for (i, value) in values.into_iter().map(Some).chain([None]).enumerate() {
+            for peer in peers {
+                let method = if i % 2 == 0 {
+                    Method::HEAD
+                } else {
+                    Method::POST
+                };
+                let path = if i % 3 == 0 {
+                    long_path.as_str()
+                } else {
+                    "/a/b?q=1"
+                };
+                let mut request = Request::builder().method(method).uri(path);
+                if let Some(value) = &value {
+                    let value = http::HeaderValue::from_bytes(value).unwrap();
+                    request = request
+                        .header("x-tenant", value.clone())
+                        .header("x-tenant", "second");
+                }
+                request = request.header("x-forwarded-for", "garbage, 192.0.2.9, [2001:db8::1]:5");
+                let mut request = request.body(()).unwrap();
+                if let Some(peer) = peer {
+                    request.extensions_mut().insert(peer);
+                }
+                requests.push(request);
+            }
+        }
+        requests
+    }
+
+    /// `visit_request` of `extractor`: the key it visits, or `None` when it
+    /// declines.
+    fn of_request<X: KeyExtractor>(extractor: &X, request: &Request<()>) -> Option<X::Key> {
+        extractor.visit_request(request, ToOwnedKey).ok()
+    }
+
+    #[test]
+    fn every_built_in_extractor_reads_the_same_key_from_the_whole_request() {
+        let header = HeaderKey::new(HeaderName::from_static("x-tenant"));
+        let forwarded = ForwardedIpKey::trusted_hops(1);
+        for request in hostile_requests() {
+            let (head, body) = request.into_parts();
+            let request = Request::from_parts(head.clone(), body);
+            let head = &head;
+            GlobalKey.extract(head);
+            assert_eq!(of_request(&GlobalKey, &request), Some(()));
+            assert_eq!(of_request(&PathKey, &request), Some(PathKey.extract(head)));
+            assert_eq!(
+                of_request(&MethodPathKey, &request),
+                Some(MethodPathKey.extract(head))
+            );
+            assert_eq!(of_request(&header, &request), Some(header.extract(head)));
+            assert_eq!(header.visit(head, ToOwnedKey), header.extract(head));
+            assert_eq!(
+                of_request(&PeerIpKey, &request),
+                Some(PeerIpKey.extract(head))
+            );
+            let prefix = PeerIpKey.ipv6_prefix(48);
+            assert_eq!(of_request(&prefix, &request), Some(prefix.extract(head)));
+            assert_eq!(
+                of_request(&forwarded, &request),
+                Some(forwarded.extract(head))
+            );
+            #[cfg(feature = "axum")]
+            assert_eq!(
+                of_request(&MatchedPathKey, &request),
+                Some(MatchedPathKey.extract(head))
+            );
+        }
+    }
+
+    #[test]
+    fn a_closure_declines_to_read_the_whole_request() {
+        let closure = |parts: &Parts| parts.uri.path().to_owned();
+        let request = Request::get("/a").body(()).unwrap();
+        assert!(closure.visit_request(&request, ToOwnedKey).is_err());
+    }
+
+    /// Visits its key as owned; inside a borrowed visit, first visits the
+    /// header key of `inner` with a visitor of its own, as a visit within
+    /// a visit on one thread would.
+    struct Nested<'a> {
+        inner: &'a Request<()>,
+        seen: &'a std::cell::RefCell<Vec<(bool, Option<String>)>>,
+    }
+
+    impl KeyVisitor<Option<String>> for Nested<'_> {
+        type Output = ();
+
+        fn owned(self, key: Option<String>) {
+            self.seen.borrow_mut().push((false, key));
+        }
+
+        fn borrowed<Q>(self, key: &Q, to_owned: fn(&Q) -> Option<String>)
+        where
+            Option<String>: Borrow<Q>,
+            Q: Hash + Eq + ?Sized,
+        {
+            let header = HeaderKey::new(HeaderName::from_static("x-tenant"));
+            let inner = of_request(&header, self.inner).expect("never declines");
+            self.seen.borrow_mut().push((true, to_owned(key)));
+            self.seen.borrow_mut().push((false, inner));
+        }
+    }
+
+    #[test]
+    fn a_header_key_visited_within_a_visit_is_still_its_own_key() {
+        let header = HeaderKey::new(HeaderName::from_static("x-tenant"));
+        let outer = Request::get("/")
+            .header("x-tenant", "outer")
+            .body(())
+            .unwrap();
+        let inner = Request::get("/")
+            .header("x-tenant", "inner")
+            .body(())
+            .unwrap();
+        let seen = std::cell::RefCell::new(Vec::new());
+        let visited = header.visit_request(
+            &outer,
+            Nested {
+                inner: &inner,
+                seen: &seen,
+            },
+        );
+        assert!(visited.is_ok());
+        assert_eq!(
+            seen.into_inner(),
+            [
+                (true, Some("outer".to_owned())),
+                (false, Some("inner".to_owned()))
+            ]
+        );
     }
 
     #[test]

@@ -51,3 +51,39 @@ impl<K> KeyVisitor<K> for ToOwnedKey {
         to_owned(key)
     }
 }
+
+/// Visits the key of `$request` (a `Request` binding, reassigned only when
+/// the extractor declines) with `$visitor`, and evaluates to the visit's
+/// output: through [`KeyExtractor::visit_request`], which reads the request
+/// where it is, or, when the extractor declines, through its head split off
+/// and put back. A macro rather than a function, so that a request whose
+/// key is read in place is not moved at all.
+///
+/// [`KeyExtractor::visit_request`]: super::KeyExtractor::visit_request
+///
+/// `visit_key!(consume extractor, request, visitor)` takes a request no
+/// longer needed.
+macro_rules! visit_key {
+    (consume $extractor:expr, $request:expr, $visitor:expr) => {{
+        let request = $request;
+        match $crate::key::KeyExtractor::visit_request($extractor, &request, $visitor) {
+            Ok(output) => output,
+            Err(visitor) => {
+                let (parts, _) = request.into_parts();
+                $crate::key::KeyExtractor::visit($extractor, &parts, visitor)
+            }
+        }
+    }};
+    ($extractor:expr, $request:ident, $visitor:expr) => {
+        match $crate::key::KeyExtractor::visit_request($extractor, &$request, $visitor) {
+            Ok(output) => output,
+            Err(visitor) => {
+                let (parts, body) = $request.into_parts();
+                let output = $crate::key::KeyExtractor::visit($extractor, &parts, visitor);
+                $request = http::Request::from_parts(parts, body);
+                output
+            }
+        }
+    };
+}
+pub(crate) use visit_key;

@@ -24,7 +24,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use http::HeaderMap;
+use http::{HeaderMap, Response};
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 use tower_http::classify::{ClassifyEos, NeverClassifyEos, ServerErrorsFailureClass};
@@ -234,6 +234,16 @@ pub trait BodyKind<B, E>: sealed::Sealed + Send + Sync + 'static {
     #[allow(private_interfaces)]
     fn passed(body: B, tail: Option<Tail<E>>) -> Self::Body;
 
+    /// A passed request's response: [`passed`](Self::passed) applied to
+    /// its body. A kind whose body is the inner one returns the response
+    /// as it is, spared taking it apart and putting it back together.
+    #[doc(hidden)]
+    #[allow(private_interfaces)]
+    #[inline]
+    fn passed_response(response: Response<B>, tail: Option<Tail<E>>) -> Response<Self::Body> {
+        response.map(|body| Self::passed(body, tail))
+    }
+
     /// The body of a rejection.
     #[doc(hidden)]
     fn rejected(text: Bytes) -> Self::Body;
@@ -271,6 +281,12 @@ where
     #[allow(private_interfaces)]
     fn passed(body: B, _tail: Option<Tail<E>>) -> B {
         body
+    }
+
+    #[inline]
+    #[allow(private_interfaces)]
+    fn passed_response(response: Response<B>, _tail: Option<Tail<E>>) -> Response<B> {
+        response
     }
 
     fn rejected(text: Bytes) -> B {

@@ -228,13 +228,11 @@ where
                 quota,
                 legacy_headers,
             } => {
-                let result = ready!(future.poll(cx));
-                return Poll::Ready(result.map(|mut response| {
-                    if let Some(quota) = quota.take() {
-                        quota.write(response.headers_mut(), *legacy_headers);
-                    }
-                    response.map(|body| R::passed(body, None))
-                }));
+                let mut result = ready!(future.poll(cx));
+                if let (Ok(response), Some(quota)) = (&mut result, quota.take()) {
+                    quota.write(response.headers_mut(), *legacy_headers);
+                }
+                return Poll::Ready(result.map(|response| R::passed_response(response, None)));
             }
             KindProj::Blocked { response } => {
                 let response = response
@@ -324,7 +322,7 @@ impl<C: ClassifyResponse> Completion<C> {
                 if let Some(quota) = quota {
                     quota.write(response.headers_mut(), legacy_headers);
                 }
-                Ok(response.map(|body| R::passed(body, tail)))
+                Ok(R::passed_response(response, tail))
             }
             Err(error) => {
                 let _ = classifier.classify_error(&error);

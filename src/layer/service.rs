@@ -25,7 +25,6 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::request::Parts;
 use http::{Request, Response};
 use tower_http::classify::{
     ClassifyResponse, MakeClassifier, ServerErrorsAsFailures, SharedClassifier,
@@ -49,7 +48,7 @@ use crate::clock::Clock;
 use crate::flow::Reason;
 use crate::flow::{self, Decision, Pass, Refusal};
 use crate::handle::StatsHandle;
-use crate::key::{GlobalKey, KeyExtractor};
+use crate::key::{visit_key, GlobalKey, KeyExtractor};
 use crate::response::{Quota, ResponseConfig};
 use crate::stat::{CompactShape, CompactWindow};
 #[cfg(feature = "redis")]
@@ -223,17 +222,26 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
+    fn call(&mut self, mut request: Request<ReqBody>) -> Self::Future {
         // A compact layer's requests take their own path, decided once
         // here: a full layer pays one predictable branch for it.
         if let Some(keys) = &self.shared.compact {
-            let (parts, body) = request.into_parts();
-            return match self.compact_decide(keys, &parts) {
+            let now = self.shared.registry.clock().now_millis();
+            let lookup = CompactLookup {
+                keys,
+                now,
+                decide: |place: Place<'_, CompactWindow>,
+                         shape: &CompactShape,
+                         key: Option<&X::Key>| {
+                    self.compact_decide(keys, place, shape, key, now)
+                },
+            };
+            let outcome = visit_key!(&self.extractor, request, lookup);
+            return match outcome {
                 CompactOutcome::Pass(quota) => {
                     // A compact key records nothing on completion: the
                     // inner future is driven as it is, with no classifier
                     // and no guard.
-                    let request = Request::from_parts(parts, body);
                     let legacy_headers = self.shared.response.legacy_headers;
                     ResponseFuture::forwarded(self.inner.call(request), quota, legacy_headers)
                 }
@@ -241,8 +249,11 @@ where
                     // Who was refused, as for a full key (see `refused`):
                     // read again from the head, on this path only.
                     let blocked = self.shared.registry.blocked();
-                    self.extractor
-                        .visit(&parts, RecordBlocked { blocked, now: at });
+                    visit_key!(
+                        consume & self.extractor,
+                        request,
+                        RecordBlocked { blocked, now: at }
+                    );
                     ResponseFuture::blocked(response)
                 }
             };
@@ -258,27 +269,30 @@ where
             Some(system) => system.check(),
         };
 
-        // The key and its entry. Split and reassemble: both move, nothing
-        // is cloned. The extractor hands its key straight to the table (by
-        // reference where it can); with a shared store, the same visit
-        // gives the key's identity in the store.
-        let (parts, body) = request.into_parts();
+        // The key and its entry. The extractor hands its key straight to
+        // the table (by reference where it can), reading it from the whole
+        // request where it can (see `visit_key`); with a shared store, the
+        // same visit gives the key's identity in the store.
         #[cfg(feature = "redis")]
         let (entry, remote_id): (_, RemoteId) = match &self.shared.remote.remote {
-            None => (self.extractor.visit(&parts, Lookup { registry, now }), None),
+            None => {
+                let entry = visit_key!(&self.extractor, request, Lookup { registry, now });
+                (entry, None)
+            }
             Some(remote) => {
                 let lookup = RemoteLookup {
                     lookup: Lookup { registry, now },
                     identity: remote.identity_fn(),
                 };
-                let (entry, id) = self.extractor.visit(&parts, lookup);
+                let (entry, id) = visit_key!(&self.extractor, request, lookup);
                 (entry, Some(id))
             }
         };
         #[cfg(not(feature = "redis"))]
-        let (entry, remote_id): (_, RemoteId) =
-            (self.extractor.visit(&parts, Lookup { registry, now }), None);
-        let request = Request::from_parts(parts, body);
+        let (entry, remote_id): (_, RemoteId) = {
+            let entry = visit_key!(&self.extractor, request, Lookup { registry, now });
+            (entry, None)
+        };
         // A reading behind the key's newest bucket (a clock that stepped
         // back, a thread that read it before another opened that bucket) is
         // moved forward to it, as admission itself does; the decision, the
@@ -344,57 +358,58 @@ impl<S, X: KeyExtractor, M: MakeClassifier, R> SlidingWindow<S, X, M, R> {
     /// pacing, borrowing or shared store (its builder refuses them), so the
     /// window is the only controller.
     #[inline(never)]
-    fn compact_decide(&self, keys: &CompactKeys<X::Key>, parts: &Parts) -> CompactOutcome {
+    fn compact_decide(
+        &self,
+        keys: &CompactKeys<X::Key>,
+        place: Place<'_, CompactWindow>,
+        shape: &CompactShape,
+        key: Option<&X::Key>,
+        now: u64,
+    ) -> CompactOutcome {
         let registry = &*self.shared.registry;
-        let now = registry.clock().now_millis();
-        let decide =
-            |place: Place<'_, CompactWindow>, shape: &CompactShape, key: Option<&X::Key>| {
-                if place.overflow {
-                    registry.note_overflow(now);
-                }
-                if !place.further.is_empty() {
-                    return self.compact_several(keys, place, shape, key, now);
-                }
-                let window = place.value;
-                // As for a full key (see `call`): a reading behind the key's
-                // newest bucket is moved forward to it (`at`, `behind` later
-                // than the clock).
-                let (at, behind, decision) = window.admit(shape, now, place.limit, place.overflow);
-                let counted = CompactCounted {
-                    window,
-                    shape,
-                    tag: place.tag,
-                    overflow: place.overflow,
-                    further: None,
-                };
-                match decision {
-                    Decision::Pass(pass) => {
-                        place.totals.add_pass();
-                        CompactOutcome::Pass(self.shared.response.headers_on_pass.then(|| {
-                            let window_pass = pass
-                                .window_pass
-                                .unwrap_or_else(|| window.window_counts(shape, at).0);
-                            let reset = pass.reset_ms.unwrap_or_else(|| {
-                                window.pass_reset_ms(shape, at, behind, pass.limit, window_pass)
-                            });
-                            Box::new(quota(
-                                &counted,
-                                &self.shared.response,
-                                pass.limit,
-                                window_pass,
-                                reset,
-                            ))
-                        }))
-                    }
-                    Decision::Block(refusal) => {
-                        place.totals.add_block();
-                        CompactOutcome::Refused(self.refused_compact(&counted, at, refusal), at)
-                    }
-                    Decision::Wait(never) => match never {},
-                }
-            };
-        self.extractor
-            .visit(parts, CompactLookup { keys, now, decide })
+        if place.overflow {
+            registry.note_overflow(now);
+        }
+        if !place.further.is_empty() {
+            return self.compact_several(keys, place, shape, key, now);
+        }
+        let window = place.value;
+        // As for a full key (see `call`): a reading behind the key's
+        // newest bucket is moved forward to it (`at`, `behind` later
+        // than the clock).
+        let (at, behind, decision) = window.admit(shape, now, place.limit, place.overflow);
+        let counted = CompactCounted {
+            window,
+            shape,
+            tag: place.tag,
+            overflow: place.overflow,
+            further: None,
+        };
+        match decision {
+            Decision::Pass(pass) => {
+                place.totals.add_pass();
+                CompactOutcome::Pass(self.shared.response.headers_on_pass.then(|| {
+                    let window_pass = pass
+                        .window_pass
+                        .unwrap_or_else(|| window.window_counts(shape, at).0);
+                    let reset = pass.reset_ms.unwrap_or_else(|| {
+                        window.pass_reset_ms(shape, at, behind, pass.limit, window_pass)
+                    });
+                    Box::new(quota(
+                        &counted,
+                        &self.shared.response,
+                        pass.limit,
+                        window_pass,
+                        reset,
+                    ))
+                }))
+            }
+            Decision::Block(refusal) => {
+                place.totals.add_block();
+                CompactOutcome::Refused(self.refused_compact(&counted, at, refusal), at)
+            }
+            Decision::Wait(never) => match never {},
+        }
     }
 
     /// The decision on a request of a compact key with further windows
@@ -909,10 +924,12 @@ impl<S, X: KeyExtractor, M: MakeClassifier, R> SlidingWindow<S, X, M, R> {
         };
         // Who was refused: the key is read again from the request's head,
         // here only, so that a pass pays nothing for it.
-        let (parts, _) = request.into_parts();
         let blocked = self.shared.registry.blocked();
-        self.extractor
-            .visit(&parts, RecordBlocked { blocked, now: at });
+        visit_key!(
+            consume & self.extractor,
+            request,
+            RecordBlocked { blocked, now: at }
+        );
         // Gives the concurrency place and the probe slot back first.
         drop(held);
         ResponseFuture::blocked(refuse(&*entry, at, refusal, &self.shared.response))
@@ -947,10 +964,18 @@ where
     }
 
     fn refused(self: Box<Self>, at: u64) {
-        let (parts, _) = self.request.into_parts();
-        let blocked = self.registry.blocked();
-        self.extractor
-            .visit(&parts, RecordBlocked { blocked, now: at });
+        let Resumed {
+            request,
+            extractor,
+            registry,
+            ..
+        } = *self;
+        let blocked = registry.blocked();
+        visit_key!(
+            consume & extractor,
+            request,
+            RecordBlocked { blocked, now: at }
+        );
     }
 }
 

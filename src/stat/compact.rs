@@ -135,22 +135,49 @@ pub(crate) const COMPACT_MAX_LIMIT: u64 = 65_535;
 const MAX_BUCKET_MS: u64 = 1 << 29;
 
 /// The window's shape: `sample_count` buckets over `interval_ms`, and
-/// whether admission also counts the bucket that has just left the window.
+/// whether admission also counts the bucket that has just left the window;
+/// made by [`new`](Self::new), which works out the arithmetic every
+/// request of the window needs once (its fields are read-only for that
+/// reason).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct CompactShape {
     pub(crate) sample_count: usize,
     pub(crate) interval_ms: u64,
     pub(crate) strict: bool,
+    grid: Grid,
 }
 
 impl CompactShape {
+    /// The shape of `sample_count` buckets over `interval_ms`. Any values
+    /// make a shape; [`validate`](Self::validate) says whether a compact
+    /// window can have it.
+    pub(crate) const fn new(sample_count: usize, interval_ms: u64, strict: bool) -> CompactShape {
+        CompactShape {
+            sample_count,
+            interval_ms,
+            strict,
+            grid: Grid::new(
+                bucket_ms(sample_count, interval_ms),
+                sample_count,
+                strict,
+                interval_ms,
+            ),
+        }
+    }
+
     /// Length of one bucket.
     #[inline]
     pub(crate) fn bucket_ms(&self) -> u64 {
-        // Every request divides by the bucket count (see `Grid::of`): a
-        // constant divisor per arm is a multiplication, not a division.
-        let interval = self.interval_ms;
-        match self.sample_count {
+        bucket_ms(self.sample_count, self.interval_ms)
+    }
+}
+
+/// Length of one bucket of `sample_count` over `interval` (0 for a shape
+/// with no buckets, which `validate` refuses).
+const fn bucket_ms(sample_count: usize, interval: u64) -> u64 {
+    // A constant divisor per arm is a multiplication, not a division.
+    {
+        match sample_count {
             1 => interval,
             2 => interval / 2,
             3 => interval / 3,
@@ -161,10 +188,13 @@ impl CompactShape {
             8 => interval / 8,
             9 => interval / 9,
             10 => interval / 10,
-            n => interval / n.max(1) as u64,
+            0 => 0,
+            n => interval / n as u64,
         }
     }
+}
 
+impl CompactShape {
     /// Checks that a compact window can have this shape.
     ///
     /// # Errors
@@ -192,6 +222,48 @@ impl CompactShape {
             ));
         }
         Ok(())
+    }
+}
+
+/// Remainders by a divisor fixed when a shape is made, as a multiplication
+/// and a shift: a request's decode takes one remainder by the period, and
+/// a 64-bit division costs tens of cycles where a multiplication costs a
+/// few.
+///
+/// Granlund and Montgomery, "Division by invariant integers using
+/// multiplication" (1994), theorem 4.2, for dividends of `N = 63` bits
+/// (every time is at most `MAX_TIME`, 2^62): with `l = ceil(log2 d)` and
+/// `m = ceil(2^(N + l) / d)`, `floor(n / d) = floor(n * m / 2^(N + l))`
+/// for every `n < 2^N`, since `m * d - 2^(N + l) < d <= 2^l`. `m` is
+/// below 2^64 for every `d` below 2^63, and the product fits in 128 bits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Divisor {
+    d: u64,
+    magic: u64,
+    shift: u32,
+}
+
+impl Divisor {
+    /// Dividend bits covered.
+    const N: u32 = 63;
+
+    /// `d` in `1..2^63`.
+    const fn new(d: u64) -> Divisor {
+        let l = 64 - (d - 1).leading_zeros();
+        let shift = Self::N + l;
+        let magic = (1u128 << shift).div_ceil(d as u128);
+        Divisor {
+            d,
+            magic: magic as u64,
+            shift,
+        }
+    }
+
+    /// `n % d`, for `n < 2^63`.
+    #[inline]
+    fn rem(&self, n: u64) -> u64 {
+        let quotient = ((u128::from(n) * u128::from(self.magic)) >> self.shift) as u64;
+        n - quotient * self.d
     }
 }
 
@@ -223,8 +295,9 @@ fn stamp_word(stamp: u32, block: u32) -> u32 {
     ((stamp >> TAG_BITS) << TAG_SHIFT) | block
 }
 
-/// The shape's arithmetic, with the stamp's encoding.
-#[derive(Debug, Clone, Copy)]
+/// The shape's arithmetic, with the stamp's encoding: worked out once, when
+/// the shape is made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Grid {
     len: u64,
     sample_count: usize,
@@ -236,24 +309,40 @@ struct Grid {
     rounds: u64,
     /// `len * rounds`: a stamp knows the newest start modulo this.
     period: u64,
+    /// Remainders by `period`, without a division.
+    by_period: Divisor,
 }
 
 impl Grid {
-    #[inline]
-    fn of(shape: &CompactShape) -> Grid {
-        let len = shape.bucket_ms().max(1);
+    const fn new(bucket_ms: u64, sample_count: usize, strict: bool, interval: u64) -> Grid {
+        let len = if bucket_ms == 0 { 1 } else { bucket_ms };
         let phase_bits = 64 - (len - 1).leading_zeros();
-        let q = 31u32.saturating_sub(phase_bits).max(2);
+        let q = 31u32.saturating_sub(phase_bits);
+        let q = if q < 2 { 2 } else { q };
         let rounds = (1u64 << q) - 1;
+        let sample_count = if sample_count == 0 {
+            1
+        } else if sample_count > COMPACT_MAX_BUCKETS {
+            COMPACT_MAX_BUCKETS
+        } else {
+            sample_count
+        };
+        let period = len * rounds;
         Grid {
             len,
-            sample_count: shape.sample_count.clamp(1, COMPACT_MAX_BUCKETS),
-            strict: shape.strict,
-            interval: shape.interval_ms,
+            sample_count,
+            strict,
+            interval,
             q,
             rounds,
-            period: len * rounds,
+            period,
+            by_period: Divisor::new(period),
         }
+    }
+
+    #[inline]
+    fn of(shape: &CompactShape) -> Grid {
+        shape.grid
     }
 
     /// How many buckets before the newest admission counts: the window's
@@ -291,7 +380,7 @@ impl Grid {
             value % self.period
         };
         let now = now.min(MAX_TIME);
-        let behind = now % self.period + self.period - value;
+        let behind = self.by_period.rem(now) + self.period - value;
         let behind = if behind < self.period {
             behind
         } else {
@@ -1187,11 +1276,7 @@ mod loom_models {
     use loom::thread;
 
     fn shape(strict: bool) -> CompactShape {
-        CompactShape {
-            sample_count: 2,
-            interval_ms: 2,
-            strict,
-        }
+        CompactShape::new(2, 2, strict)
     }
 
     /// One request as the layer makes it: `true` if it passed; a refusal
@@ -1334,11 +1419,7 @@ mod tests {
     }
 
     fn shape(sample_count: usize, interval_ms: u64, strict: bool) -> CompactShape {
-        let shape = CompactShape {
-            sample_count,
-            interval_ms,
-            strict,
-        };
+        let shape = CompactShape::new(sample_count, interval_ms, strict);
         shape.validate().expect("valid shape");
         shape
     }
@@ -1786,11 +1867,7 @@ mod tests {
     #[test]
     fn a_shape_that_was_never_validated_does_not_panic() {
         for (sample_count, interval_ms) in [(0, 1_000), (11, 1_100), (3, 0), (2, 1 << 41)] {
-            let shape = CompactShape {
-                sample_count,
-                interval_ms,
-                strict: true,
-            };
+            let shape = CompactShape::new(sample_count, interval_ms, true);
             let window = CompactWindow::new();
             for now in [0, 5, 1 << 40, 3 << 41, 7] {
                 let at = window.effective_now(&shape, now);
@@ -1807,14 +1884,10 @@ mod tests {
     #[test]
     fn shapes_a_compact_window_cannot_have_are_refused() {
         let bad = |sample_count, interval_ms| {
-            CompactShape {
-                sample_count,
-                interval_ms,
-                strict: false,
-            }
-            .validate()
-            .expect_err("invalid")
-            .field()
+            CompactShape::new(sample_count, interval_ms, false)
+                .validate()
+                .expect_err("invalid")
+                .field()
         };
         assert_eq!(bad(0, 1_000), "sample_count");
         assert_eq!(bad(11, 1_100), "sample_count");
@@ -1873,8 +1946,70 @@ mod tests {
         )
     }
 
+    /// Divisors at the edges: 1, powers of two and their neighbours, the
+    /// periods of real shapes, the largest below 2^63.
+    fn edge_divisors() -> Vec<u64> {
+        let mut divisors = vec![1, 2, 3, 5, 7, 10, (1 << 63) - 1, (1 << 62) + 1];
+        for k in 1..63 {
+            divisors.extend([(1u64 << k) - 1, 1 << k, (1 << k) + 1]);
+        }
+        for (samples, interval) in [(1, 1), (10, 1_000), (10, 10), (2, 60_000), (10, 1 << 30)] {
+            divisors.push(CompactShape::new(samples, interval, false).grid.period);
+        }
+        divisors
+    }
+
+    #[test]
+    fn the_remainder_without_a_division_is_the_remainder_at_the_edges() {
+        for d in edge_divisors() {
+            let by = Divisor::new(d);
+            for n in [
+                0,
+                1,
+                d - 1,
+                d,
+                d.saturating_add(1),
+                MAX_TIME - 1,
+                MAX_TIME,
+                (1 << 63) - 1,
+            ] {
+                assert_eq!(by.rem(n), n % d, "{n} % {d}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_shape_works_out_the_grid_its_fields_describe() {
+        let shape = CompactShape::new(10, 1_000, true);
+        assert_eq!(shape.bucket_ms(), 100);
+        assert_eq!(Grid::of(&shape).len, 100);
+        assert_eq!(Grid::of(&shape).period % 100, 0);
+        // No bucket at all (refused by `validate`) still makes a grid.
+        assert_eq!(CompactShape::new(0, 0, false).bucket_ms(), 0);
+        assert_eq!(Grid::of(&CompactShape::new(0, 0, false)).len, 1);
+        assert!(CompactShape::new(0, 0, false).validate().is_err());
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(512))]
+
+        #[test]
+        fn the_remainder_without_a_division_is_the_remainder(
+            d in 1u64..(1 << 63),
+            n in 0u64..=MAX_TIME,
+        ) {
+            prop_assert_eq!(Divisor::new(d).rem(n), n % d);
+        }
+
+        #[test]
+        fn the_remainder_by_a_real_period_is_the_remainder(
+            samples in 1usize..=10,
+            bucket in 1u64..=(1 << 29),
+            n in 0u64..=MAX_TIME,
+        ) {
+            let period = CompactShape::new(samples, bucket * samples as u64, false).grid.period;
+            prop_assert_eq!(Divisor::new(period).rem(n), n % period);
+        }
 
         /// Random shapes, limits and clocks (small steps, steps back by a
         /// little and by many windows, jumps ahead by days): a compact

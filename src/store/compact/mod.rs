@@ -6,6 +6,7 @@
 //! - `CompactKeys`: the table of one layer, with its window's shape: what
 //!   the service admits on and the handle reads.
 
+mod hash;
 mod table;
 
 use std::borrow::Borrow;
@@ -65,11 +66,7 @@ impl<K> fmt::Debug for CompactKeys<K> {
 
 /// The shape of a compact key's window.
 pub(crate) fn shape_of(window: &Window) -> CompactShape {
-    CompactShape {
-        sample_count: window.sample_count,
-        interval_ms: window.interval_ms,
-        strict: window.strict,
-    }
+    CompactShape::new(window.sample_count, window.interval_ms, window.strict)
 }
 
 impl<K: Clone + Eq + Hash + Send + Sync + 'static> CompactKeys<K> {
@@ -88,9 +85,8 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> CompactKeys<K> {
             .limit_per
             .windows
             .iter()
-            .map(|&(interval_ms, _)| CompactShape {
-                interval_ms,
-                ..shape
+            .map(|&(interval_ms, _)| {
+                CompactShape::new(shape.sample_count, interval_ms, shape.strict)
             })
             .collect();
         CompactKeys {
@@ -386,11 +382,7 @@ mod loom_models {
     use super::*;
     use crate::flow::Decision;
 
-    const SHAPE: CompactShape = CompactShape {
-        sample_count: 2,
-        interval_ms: 2,
-        strict: false,
-    };
+    const SHAPE: CompactShape = CompactShape::new(2, 2, false);
 
     /// A request of `key` at `now` through the table and the key's compact
     /// window, as the layer makes it: whether it passed, and whether on the

@@ -63,7 +63,9 @@
 use std::borrow::Borrow;
 use std::collections::HashMap;
 use std::fmt;
-use std::hash::{BuildHasher, Hash, RandomState};
+use std::hash::Hash;
+
+use super::hash::GatherState;
 
 use crate::stat::CompactWindow;
 use crate::store::registry::PendingKey;
@@ -251,7 +253,7 @@ impl<T> std::ops::Deref for Padded<T> {
 /// docs.
 pub(crate) struct CompactTable<K, V> {
     groups: Box<[Group<K, V>]>,
-    hasher: RandomState,
+    hasher: GatherState,
     /// Keys in slots, at most `max_keys`: an insert into an empty slot
     /// first claims one with a compare-and-swap that fails at `max_keys`
     /// (inserts in other groups race for it), and gives it back if it took
@@ -360,11 +362,11 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
         further_count: usize,
     ) -> Self {
         let n = groups_for(max_keys);
-        let hasher = RandomState::new();
+        let hasher = GatherState::new();
         let own: HashMap<K, Own<V>> = rules
             .iter()
             .map(|(key, &limit)| {
-                let tag = hasher.hash_one(key) as u32;
+                let tag = hasher.hash_key(key) as u32;
                 let further = windows(further_count);
                 (
                     key.clone(),
@@ -500,7 +502,7 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
             }
         }
         // `K: Borrow<Q>` promises that `Q` hashes as `K` does.
-        let hash = self.hasher.hash_one(key);
+        let hash = self.hasher.hash_key(key);
         let (first, second, tag) = place_of(hash, self.groups.len());
         for index in [first, second] {
             let group = &self.groups[index];
@@ -697,7 +699,7 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
                 return own.seen().then(|| f(owned, self.own_place(own)));
             }
         }
-        let hash = self.hasher.hash_one(key);
+        let hash = self.hasher.hash_key(key);
         let (first, second, tag) = place_of(hash, self.groups.len());
         for index in [first, second] {
             let group = &self.groups[index];
@@ -789,7 +791,7 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
         limit: u64,
         idle: impl Fn(&V, &[CompactWindow]) -> bool,
     ) {
-        let hash = self.hasher.hash_one(&key);
+        let hash = self.hasher.hash_key(&key);
         let (first, second, tag) = place_of(hash, self.groups.len());
         let mut locked = self.lock_pair(first, second);
         let mut own = write(&self.own.0);
@@ -825,7 +827,7 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        let hash = self.hasher.hash_one(key);
+        let hash = self.hasher.hash_key(key);
         let (first, second, tag) = place_of(hash, self.groups.len());
         let mut locked = self.lock_pair(first, second);
         let mut own = write(&self.own.0);
@@ -1046,7 +1048,7 @@ mod tests {
         let mut first_higher = 0;
         for key in 0..400u64 {
             let table = table(10_000, 5);
-            let (first, second, _) = place_of(table.hasher.hash_one(key), table.groups.len());
+            let (first, second, _) = place_of(table.hasher.hash_key(&key), table.groups.len());
             if first == second {
                 continue;
             }
@@ -1256,7 +1258,7 @@ mod tests {
             .get(&7, |p| (p.limit, p.tag, p.value.passes()))
             .unwrap();
         assert_eq!((limit, passes), (3, 1));
-        assert_eq!(tag, Some(table.hasher.hash_one(7u64) as u32));
+        assert_eq!(tag, Some(table.hasher.hash_key(&7u64) as u32));
         assert_eq!(request(&table, 7, 5), (true, false));
         assert_eq!(request(&table, 7, 5), (true, false));
         assert_eq!(request(&table, 7, 5), (false, false));

@@ -1,0 +1,190 @@
+//! Instruction counts of one request through an axum `Router` with each
+//! per-client layer, for `valgrind --tool=callgrind`: the counterpart of the
+//! `layer_paired` bench that does not move with the load of the machine.
+//!
+//! Each contender serves [`REQUESTS`] requests (the bench's request: `GET
+//! /items/7` with `x-api-key: client-42`, and the peer's address where the
+//! contender keys by it) inside a function of its own that is never
+//! inlined, so callgrind's inclusive count of that function divided by
+//! [`REQUESTS`] is one request; the difference to the no-op layer sent the
+//! same request is what the layer executes.
+//!
+//! ```text
+//! cargo build --release -p perf --bin counts-layer
+//! valgrind --tool=callgrind --callgrind-out-file=target/counts-layer.out \
+//!     target/release/counts-layer
+//! callgrind_annotate --inclusive=yes target/counts-layer.out | grep 'counts_layer::'
+//! ```
+//!
+//! An instruction count weighs an atomic read-modify-write or a cache miss
+//! as one instruction: it shows what a change removed, the paired bench
+//! what it saved.
+
+#[path = "../benches/layer/common.rs"]
+mod common;
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::ConnectInfo;
+use axum::http::{HeaderName, HeaderValue, Request, StatusCode};
+use axum::routing::get;
+use axum::Router;
+use governor::clock::QuantaInstant;
+use governor::middleware::NoOpMiddleware;
+use tokio::runtime::Runtime;
+use tower_governor::governor::GovernorConfigBuilder;
+use tower_governor::key_extractor::{KeyExtractor as GovernorKeyExtractor, PeerIpKeyExtractor};
+use tower_governor::{GovernorError, GovernorLayer};
+use tower_sliding_window::{HeaderKey, KeyExtractor, PeerIpKey, SlidingWindowLayer};
+
+/// Requests per contender.
+const REQUESTS: u32 = 20_000;
+
+const API_KEY: HeaderName = HeaderName::from_static("x-api-key");
+const CLIENT: &str = "client-42";
+const PEER: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(203, 0, 113, 7)), 40_000);
+
+fn request(peer: bool) -> Request<Body> {
+    let mut request = Request::get("/items/7")
+        .header(API_KEY, HeaderValue::from_static(CLIENT))
+        .body(Body::empty())
+        .expect("a valid request");
+    if peer {
+        request.extensions_mut().insert(ConnectInfo(PEER));
+    }
+    request
+}
+
+async fn handler() -> &'static str {
+    "ok"
+}
+
+fn app(layered: impl FnOnce(Router) -> Router) -> Router {
+    layered(
+        Router::new()
+            .route("/", get(handler))
+            .route("/items/{id}", get(handler)),
+    )
+    .with_state(())
+}
+
+/// The compact layer of the bench: a limit no run reaches.
+fn compact<X: KeyExtractor>(key: X) -> SlidingWindowLayer<X> {
+    SlidingWindowLayer::qps(65_535)
+        .window(Duration::from_millis(10), 10)
+        .key(key)
+        .compact()
+}
+
+#[derive(Debug, Clone)]
+struct HeaderString(HeaderName);
+
+impl GovernorKeyExtractor for HeaderString {
+    type Key = String;
+
+    fn extract<T>(&self, request: &Request<T>) -> Result<String, GovernorError> {
+        request
+            .headers()
+            .get(&self.0)
+            .and_then(|value| value.to_str().ok())
+            .map(str::to_owned)
+            .ok_or(GovernorError::UnableToExtractKey)
+    }
+}
+
+fn governor<K: GovernorKeyExtractor>(
+    key: K,
+) -> GovernorLayer<K, NoOpMiddleware<QuantaInstant>, Body> {
+    let config = GovernorConfigBuilder::default()
+        .period(Duration::from_nanos(1))
+        .burst_size(u32::MAX)
+        .key_extractor(key)
+        .finish()
+        .expect("a non-zero period and burst");
+    GovernorLayer::new(config)
+}
+
+/// Serves the requests; `name` keeps the linker from folding the
+/// contenders' functions, whose bodies are otherwise the same, into one.
+#[inline(always)]
+fn serve(runtime: &Runtime, app: &mut Router, peer: bool, name: &'static str) {
+    std::hint::black_box(name);
+    runtime.block_on(async {
+        for _ in 0..REQUESTS {
+            let status = common::serve(app, request(peer)).await;
+            assert_eq!(status, StatusCode::OK);
+        }
+    });
+}
+
+#[inline(never)]
+fn noop(runtime: &Runtime, app: &mut Router) {
+    serve(runtime, app, false, "noop");
+}
+
+#[inline(never)]
+fn noop_peer_ip(runtime: &Runtime, app: &mut Router) {
+    serve(runtime, app, true, "noop_peer_ip");
+}
+
+#[inline(never)]
+fn ours_compact_header(runtime: &Runtime, app: &mut Router) {
+    serve(runtime, app, false, "ours_compact_header");
+}
+
+#[inline(never)]
+fn ours_compact_peer_ip(runtime: &Runtime, app: &mut Router) {
+    serve(runtime, app, true, "ours_compact_peer_ip");
+}
+
+#[inline(never)]
+fn ours_header(runtime: &Runtime, app: &mut Router) {
+    serve(runtime, app, false, "ours_header");
+}
+
+#[inline(never)]
+fn ours_global(runtime: &Runtime, app: &mut Router) {
+    serve(runtime, app, false, "ours_global");
+}
+
+#[inline(never)]
+fn tower_governor_header(runtime: &Runtime, app: &mut Router) {
+    serve(runtime, app, false, "tower_governor_header");
+}
+
+#[inline(never)]
+fn tower_governor_peer_ip(runtime: &Runtime, app: &mut Router) {
+    serve(runtime, app, true, "tower_governor_peer_ip");
+}
+
+fn main() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a current-thread runtime");
+    noop(&runtime, &mut app(|r| r.layer(common::NoopLayer)));
+    noop_peer_ip(&runtime, &mut app(|r| r.layer(common::NoopLayer)));
+    ours_compact_header(
+        &runtime,
+        &mut app(|r| r.layer(compact(HeaderKey::new(API_KEY)))),
+    );
+    ours_compact_peer_ip(&runtime, &mut app(|r| r.layer(compact(PeerIpKey))));
+    ours_header(
+        &runtime,
+        &mut app(|r| r.layer(SlidingWindowLayer::qps(u64::MAX / 4).key(HeaderKey::new(API_KEY)))),
+    );
+    ours_global(
+        &runtime,
+        &mut app(|r| r.layer(SlidingWindowLayer::qps(u64::MAX / 4))),
+    );
+    tower_governor_header(
+        &runtime,
+        &mut app(|r| r.layer(governor(HeaderString(API_KEY)))),
+    );
+    tower_governor_peer_ip(
+        &runtime,
+        &mut app(|r| r.layer(governor(PeerIpKeyExtractor))),
+    );
+}
