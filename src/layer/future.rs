@@ -205,6 +205,7 @@ where
 {
     type Output = Result<Response<R::Body>, E>;
 
+    #[inline]
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut kind = self.as_mut().project().kind;
         match kind.as_mut().project() {

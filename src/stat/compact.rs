@@ -726,7 +726,8 @@ impl CompactWindow {
         limit: u64,
         overflow: bool,
     ) -> (u64, u64, Decision<Pass>) {
-        let grid = Grid::of(shape);
+        // By reference: the fast path reads a few of its fields.
+        let grid = &shape.grid;
         // Acquire: as in `decide`.
         let head = self.head.load(Ordering::Acquire);
         if head & LOCKED == 0 && now <= MAX_TIME {
@@ -743,7 +744,7 @@ impl CompactWindow {
                             reset_ms: None,
                         })
                     };
-                    match self.in_newest(&grid, head, newest, limit) {
+                    match self.in_newest(grid, head, newest, limit) {
                         InNewest::Passed(window_pass) => return (now, 0, passed(window_pass)),
                         // A refusal's answer (its wait) is computed as
                         // `decide` computes it; a change of the words
