@@ -412,6 +412,10 @@ fn visit_method_and<V: KeyVisitor<String>>(method: &Method, rest: &str, visitor:
 /// and a value longer than [`MAX_KEY_BYTES`] is keyed by its digest form
 /// (see [Long keys](self#long-keys)).
 ///
+/// A request whose key the table already holds allocates nothing for it:
+/// the value is copied into a buffer kept per thread and looked up by
+/// reference (see [`KeyExtractor::visit`]); only a new key is made owned.
+///
 /// ```
 /// use http::HeaderName;
 /// use tower_sliding_window::{HeaderKey, SlidingWindowLayer};
