@@ -72,6 +72,12 @@ pub(crate) trait PendingKey<K> {
     type Q: Hash + Eq + ?Sized;
     fn key(&self) -> &Self::Q;
     fn into_owned(self) -> K;
+    /// The key itself when it is at hand (owned), for a table that compares
+    /// it in another form than the lookup form; `None` for a borrowed one.
+    #[inline]
+    fn as_key(&self) -> Option<&K> {
+        None
+    }
 }
 
 /// An owned key.
@@ -84,6 +90,10 @@ impl<K: Hash + Eq> PendingKey<K> for Owned<K> {
     }
     fn into_owned(self) -> K {
         self.0
+    }
+    #[inline]
+    fn as_key(&self) -> Option<&K> {
+        Some(&self.0)
     }
 }
 

@@ -6,6 +6,7 @@
 //! - `CompactKeys`: the table of one layer, with its window's shape: what
 //!   the service admits on and the handle reads.
 
+mod form;
 mod table;
 
 use std::borrow::Borrow;
@@ -346,6 +347,7 @@ pub(crate) fn routed<'a>(
 mod tests {
     use std::net::IpAddr;
 
+    use super::form::{InlineText, Plain};
     use super::table::{group_bytes, groups_for, slot_bytes, GROUP};
     use super::*;
 
@@ -355,9 +357,11 @@ mod tests {
     #[test]
     fn the_documented_sizes() {
         assert_eq!(std::mem::size_of::<CompactWindow>(), 28);
-        assert_eq!(slot_bytes::<Option<IpAddr>, CompactWindow>(), 48);
-        assert_eq!(slot_bytes::<Option<String>, CompactWindow>(), 56);
-        let header = group_bytes::<Option<IpAddr>, CompactWindow>();
+        assert_eq!(slot_bytes::<Plain<Option<IpAddr>>, CompactWindow>(), 48);
+        // `Option<String>` keys (`HeaderKey`'s): up to 70 bytes of text in
+        // the slot.
+        assert_eq!(slot_bytes::<InlineText, CompactWindow>(), 104);
+        let header = group_bytes::<Plain<Option<IpAddr>>, CompactWindow>();
         assert!(header <= 48, "{header}");
         let groups = groups_for(crate::store::COMPACT_DEFAULT_MAX_KEYS);
         assert_eq!(groups, 74_899);
