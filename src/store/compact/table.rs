@@ -365,7 +365,11 @@ where
 
 /// Write-locks groups `a` and `b` of `groups` (once if they are the same),
 /// the lower index first.
-fn lock_pair<S, V>(groups: &[Group<S, V>], a: usize, b: usize) -> Vec<(usize, WriteGuard<'_, S, V>)> {
+fn lock_pair<S, V>(
+    groups: &[Group<S, V>],
+    a: usize,
+    b: usize,
+) -> Vec<(usize, WriteGuard<'_, S, V>)> {
     let (low, high) = (a.min(b), a.max(b));
     let mut locked = Vec::with_capacity(2);
     locked.push((low, write(&groups[low].slots)));
@@ -416,8 +420,12 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
             .collect();
         let text = inline_text::<K>();
         CompactTable {
-            groups: (0..if text { 0 } else { n }).map(|_| Group::new()).collect(),
-            text_groups: (0..if text { n } else { 0 }).map(|_| Group::new()).collect(),
+            groups: (0..if text { 0 } else { n })
+                .map(|_| Group::new())
+                .collect(),
+            text_groups: (0..if text { n } else { 0 })
+                .map(|_| Group::new())
+                .collect(),
             hasher,
             occupied: Padded(AtomicUsize::new(0)),
             max_keys,
@@ -653,10 +661,7 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
                     None
                 };
                 let totals = &groups[*index].totals;
-                return f(
-                    self.slot_place(totals, slots, *index, at),
-                    shown.as_deref(),
-                );
+                return f(self.slot_place(totals, slots, *index, at), shown.as_deref());
             }
         }
         drop(probe);
@@ -901,7 +906,9 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
             sum.0 = sum.0.saturating_add(p);
             sum.1 = sum.1.saturating_add(b);
         };
-        on_groups!(self, |groups| groups.iter().for_each(|g| add(g.totals.get())));
+        on_groups!(self, |groups| groups
+            .iter()
+            .for_each(|g| add(g.totals.get())));
         add(self.own_totals.get());
         sum
     }
@@ -1104,7 +1111,10 @@ impl<K, V> fmt::Debug for CompactTable<K, V> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CompactTable")
             .field("max_keys", &self.max_keys)
-            .field("slots", &((self.groups.len() + self.text_groups.len()) * GROUP))
+            .field(
+                "slots",
+                &((self.groups.len() + self.text_groups.len()) * GROUP),
+            )
             .field("keys", &self.occupied.load(Ordering::Relaxed))
             .field("default_limit", &self.default_limit.load(Ordering::Relaxed))
             .field(
@@ -1193,7 +1203,11 @@ mod tests {
     fn in_group(table: &Table, index: usize, key: u64) -> bool {
         read(&table.groups[index].slots)
             .as_ref()
-            .is_some_and(|slots| slots.iter().any(|slot| slot.key.as_ref().is_some_and(|k| k.0 == key)))
+            .is_some_and(|slots| {
+                slots
+                    .iter()
+                    .any(|slot| slot.key.as_ref().is_some_and(|k| k.0 == key))
+            })
     }
 
     #[test]
