@@ -97,9 +97,8 @@ pub(crate) const INLINE_BYTES: usize = 70;
 /// An `Option<String>` key in a slot: `None`, the text inline when it is at
 /// most [`INLINE_BYTES`] long, else the text in a heap block of its own
 /// (`Box<str>`: its length, not a `String`'s capacity too). A key has one
-/// form only (inline exactly when short enough), so two equal keys are
-/// equal forms.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// form only: inline exactly when short enough.
+#[derive(Debug)]
 pub(crate) enum InlineText {
     /// `None`.
     Absent,

@@ -370,12 +370,14 @@ mod tests {
         let bytes = groups * (GROUP * 48 + header + 16);
         let per_key = bytes as f64 / crate::store::COMPACT_DEFAULT_MAX_KEYS as f64;
         assert!(per_key < 64.0, "{per_key} bytes per key");
-        let strings = groups * (GROUP * 56 + header + 16);
+        let strings = groups * (GROUP * slot_bytes::<Plain<String>, CompactWindow>() + header + 16);
+        let inline = groups * (GROUP * 104 + header + 16);
         println!(
             "{header} B per group header ({} B for the default table's), {bytes} B in all with \
-             address keys ({per_key:.1} B per key), {strings} B with string keys and their text \
-             apart",
-            groups * header
+             address keys ({per_key:.1} B per key), {inline} B with header keys of up to 70 bytes \
+             ({:.1} B per key), {strings} B with `String` keys and their text apart",
+            groups * header,
+            inline as f64 / crate::store::COMPACT_DEFAULT_MAX_KEYS as f64
         );
     }
 }

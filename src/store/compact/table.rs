@@ -9,10 +9,30 @@
 //! a pointer to its [`GROUP`] slots, allocated (in one block) when the
 //! group's first key is inserted: a group no key has used costs its
 //! header (about 40 bytes, under 3 bytes a slot), not its slots. A slot is
-//! its key (inline: `Option<K>`, which costs no byte more than `K` for the
-//! key types of the crate's extractors), a tag byte (0: empty; otherwise 7
-//! bits of the key's hash with the high bit set, compared before the key)
-//! and the value `V` (one key's admission state).
+//! its key, a tag byte (0: empty; otherwise 7 bits of the key's hash with
+//! the high bit set, compared before the key) and the value `V` (one key's
+//! admission state).
+//!
+//! A slot holds its key in the form its key type calls for (`form.rs`),
+//! chosen at compile time from `K`:
+//!
+//! - `Option<String>` (`HeaderKey`'s keys): `InlineText`, 72 bytes: the
+//!   text in the slot itself when it is at most 70 bytes long, else a
+//!   `Box<str>` of its own (keys past `MAX_KEY_BYTES` are already a digest
+//!   form of at most 100 bytes). A `String` would cost 24 bytes in the slot
+//!   and a heap block besides (80 bytes for 64 bytes of text on glibc: its
+//!   size header and the rounding to 16). A slot is 104 bytes, a group's
+//!   block 1 664 (1 680 with glibc's header): 120 bytes per key at a load
+//!   of 7/8, whatever the text's length up to 70 bytes.
+//! - Any other type: the key as it is (`Plain<K>`, inline: `Option<Plain<K>>`
+//!   costs no byte more than `K` for the key types of the crate's
+//!   extractors). A slot is 48 bytes with an address key (`Option<IpAddr>`).
+//!
+//! Both forms are looked up by the same hash of the key (as `K`, or the
+//! form a lookup borrows it in): an owned key is compared with an inline
+//! text without making a `String` (`Form::probe`); a borrowed one, which
+//! only an extractor of its own can give for `Option<String>` keys, with
+//! the key made from the slot.
 //!
 //! A table for keys with further windows (`limit_per`) also keeps, made
 //! with it, an array of `further_count` compact windows per slot (the
