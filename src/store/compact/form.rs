@@ -213,6 +213,57 @@ mod tests {
         assert_eq!(std::mem::size_of::<Option<InlineText>>(), 72);
     }
 
+    type Key = Option<String>;
+
+    fn stored(key: &Key) -> InlineText {
+        <InlineText as Form<Key>>::store(&mut Some(key.clone())).expect("an Option<String>")
+    }
+
+    /// Texts around the inline limit (70 bytes), multi-byte characters
+    /// ending at and across it, and the absent key: each is stored in the
+    /// form its length calls for, reads back as it was, and is found by
+    /// its probe and by reference, and by no other key's.
+    #[test]
+    fn option_string_keys_read_back_as_stored_in_either_form() {
+        let mut keys: Vec<Key> = [0usize, 1, 63, 64, 65, 69, 70, 71, 72, 255, 256, 4096]
+            .into_iter()
+            .map(|len| Some("k".repeat(len)))
+            .collect();
+        keys.push(Some("é".repeat(35)));
+        keys.push(Some(format!("k{}", "é".repeat(35))));
+        keys.push(Some("\x7facme\\xff".to_owned()));
+        keys.push(None);
+        for key in &keys {
+            let held = stored(key);
+            let inline = key.as_ref().is_some_and(|text| text.len() <= INLINE_BYTES);
+            assert_eq!(matches!(held, InlineText::Inline { .. }), inline, "{key:?}");
+            assert_eq!(
+                matches!(held, InlineText::Heap(_)),
+                key.as_ref().is_some_and(|text| text.len() > INLINE_BYTES),
+                "{key:?}"
+            );
+            assert_eq!(<InlineText as Form<Key>>::key(&held).as_deref(), Some(key));
+            for other in &keys {
+                let probe = <InlineText as Form<Key>>::probe(other);
+                assert!(probe.is_some());
+                let by_probe = <InlineText as Form<Key>>::is(&held, probe.as_ref(), other);
+                let by_reference = <InlineText as Form<Key>>::is(&held, None, other);
+                assert_eq!(by_probe, key == other, "{key:?} against {other:?}");
+                assert_eq!(by_reference, key == other, "{key:?} against {other:?}");
+            }
+        }
+    }
+
+    /// A form is never given a key of another type (the table picks it from
+    /// the type); if it were, it would leave the key where it was.
+    #[test]
+    fn an_inline_text_takes_no_key_of_another_type() {
+        let mut key = Some(String::from("k"));
+        assert!(<InlineText as Form<String>>::store(&mut key).is_none());
+        assert_eq!(key.as_deref(), Some("k"));
+        assert!(<InlineText as Form<String>>::probe(&"k".to_owned()).is_none());
+    }
+
     #[test]
     fn only_option_string_keys_are_held_inline() {
         assert!(inline_text::<Option<String>>());

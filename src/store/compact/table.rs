@@ -1438,6 +1438,45 @@ mod tests {
         assert_eq!(table.get("k", |p| p.value.passes()), Some(4));
     }
 
+    /// A table of `Option<String>` keys (held as inline text) looked up by
+    /// reference, as an extractor of its own may offer its key: the key is
+    /// made only when inserted, found again in its slot by reference and
+    /// owned, and read back as it was, short or long.
+    #[test]
+    fn option_string_keys_looked_up_by_reference_are_made_only_when_inserted() {
+        static MADE: StdU64 = StdU64::new(0);
+        fn to_owned(key: &Option<String>) -> Option<String> {
+            MADE.fetch_add(1, SeqCst);
+            key.clone()
+        }
+        let table: CompactTable<Option<String>, Fixed> =
+            CompactTable::new(8, 5, 5, &HashMap::new(), 0);
+        assert!(table.groups.is_empty());
+        let keys = [Some("k".to_owned()), Some("l".repeat(200)), None];
+        for key in &keys {
+            for _ in 0..3 {
+                table.with(
+                    Borrowed(key, to_owned),
+                    |v, _| v.idle(5),
+                    |p| p.value.admit(5, p.limit),
+                );
+            }
+            table.with(
+                Owned(key.clone()),
+                |v, _| v.idle(5),
+                |p| p.value.admit(5, p.limit),
+            );
+            assert_eq!(table.get(key, |p| p.value.passes()), Some(4), "{key:?}");
+        }
+        assert_eq!(MADE.load(SeqCst), 3);
+        let mut held = Vec::new();
+        table.for_each(|key, _| key.clone(), |key| held.push(key));
+        held.sort();
+        let mut expected = keys.to_vec();
+        expected.sort();
+        assert_eq!(held, expected);
+    }
+
     #[test]
     fn own_limits_keep_the_window_when_set_and_removed() {
         let table = table(16, 2);
