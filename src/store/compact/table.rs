@@ -271,32 +271,22 @@ impl<T> std::ops::Deref for Padded<T> {
 
 /// A fixed-capacity table of keys `K` with a value `V` each; see the module
 /// docs.
+///
+/// `repr(C)`, in this order: the fields every request of an address key
+/// reads (the groups, the hasher, the default limit, the side map's count,
+/// the further windows' count) fill the table's first cache line (the table
+/// is 64-byte aligned by its padded fields), so a request touches one line
+/// of the table besides its groups' locks and slots.
+#[repr(C)]
 pub(crate) struct CompactTable<K, V> {
     /// The groups of a table whose keys are held as they are; empty (no
     /// allocation) for a table of `Option<String>` keys.
     groups: Box<[Group<Plain<K>, V>]>,
-    /// The groups of a table of `Option<String>` keys, held as
-    /// [`InlineText`]; empty for any other key type.
-    text_groups: Box<[Group<InlineText, V>]>,
     hasher: RandomState,
-    /// Keys in slots, at most `max_keys`: an insert into an empty slot
-    /// first claims one with a compare-and-swap that fails at `max_keys`
-    /// (inserts in other groups race for it), and gives it back if it took
-    /// no empty slot; emptying a slot gives one back. Relaxed: a count, no
-    /// other memory is published through it.
-    occupied: Padded<AtomicUsize>,
-    /// At most this many keys in slots (see `occupied`).
-    max_keys: usize,
     /// The limit of keys in slots. Relaxed: read once per request on its
     /// own; written by a rules document (`apply`), which a request sees
     /// from its next read, as any limit change.
     default_limit: AtomicU64,
-    /// The limit of keys without room. Relaxed, as `default_limit`.
-    overflow_limit: AtomicU64,
-    overflow: Padded<V>,
-    overflow_totals: Padded<Totals>,
-    /// Keys with their own limit.
-    own: Padded<RwLock<HashMap<K, Own<V>>>>,
     /// Entries of `own`, so that a lookup skips the side map while it is
     /// empty. Written under the side map's write lock, which is taken with
     /// the key's group locks held (see `set_limit`); read Relaxed before
@@ -306,10 +296,15 @@ pub(crate) struct CompactTable<K, V> {
     /// which looks in the side map again under the group locks, after the
     /// move.
     own_count: AtomicUsize,
-    /// Lifetime totals of the keys of the side map.
-    own_totals: Padded<Totals>,
     /// Further windows per key (`limit_per`): 0 without them.
     further_count: usize,
+    /// At most this many keys in slots (see `occupied`).
+    max_keys: usize,
+    /// The groups of a table of `Option<String>` keys, held as
+    /// [`InlineText`]; empty for any other key type.
+    text_groups: Box<[Group<InlineText, V>]>,
+    /// The limit of keys without room. Relaxed, as `default_limit`.
+    overflow_limit: AtomicU64,
     /// The further windows of every slot, `further_count` a slot, slot
     /// `at` of group `g` from `(g * GROUP + at) * further_count` on; empty
     /// without further windows, so a layer without them keeps nothing
@@ -321,6 +316,18 @@ pub(crate) struct CompactTable<K, V> {
     further: Box<[CompactWindow]>,
     /// The overflow value's further windows.
     overflow_further: Box<[CompactWindow]>,
+    /// Keys in slots, at most `max_keys`: an insert into an empty slot
+    /// first claims one with a compare-and-swap that fails at `max_keys`
+    /// (inserts in other groups race for it), and gives it back if it took
+    /// no empty slot; emptying a slot gives one back. Relaxed: a count, no
+    /// other memory is published through it.
+    occupied: Padded<AtomicUsize>,
+    overflow: Padded<V>,
+    overflow_totals: Padded<Totals>,
+    /// Keys with their own limit.
+    own: Padded<RwLock<HashMap<K, Own<V>>>>,
+    /// Lifetime totals of the keys of the side map.
+    own_totals: Padded<Totals>,
     /// Slots examined by inserts and limit changes, for the tests that bound
     /// the work of one insert.
     #[cfg(test)]
@@ -1205,6 +1212,23 @@ mod tests {
             |v, _| v.idle(now),
             |place| (place.value.admit(now, place.limit), place.overflow),
         )
+    }
+
+    /// The fields a request of an address key reads share the table's
+    /// first cache line.
+    #[test]
+    fn a_request_reads_one_cache_line_of_the_table() {
+        type T = CompactTable<Option<std::net::IpAddr>, CompactWindow>;
+        assert_eq!(std::mem::align_of::<T>(), 64);
+        for end in [
+            std::mem::offset_of!(T, groups) + 16,
+            std::mem::offset_of!(T, hasher) + std::mem::size_of::<RandomState>(),
+            std::mem::offset_of!(T, default_limit) + 8,
+            std::mem::offset_of!(T, own_count) + 8,
+            std::mem::offset_of!(T, further_count) + 8,
+        ] {
+            assert!(end <= 64, "{end}");
+        }
     }
 
     #[test]
