@@ -283,3 +283,58 @@ fn a_further_window_of_a_compact_layer_costs_one_compact_window_per_slot() {
         "{none} bytes for {max_keys} keys"
     );
 }
+
+/// Net bytes a compact layer of `KEYS` keys keeps per key, with `KEYS - 1`
+/// distinct header values of `len` bytes (at least 8) after a warm-up key.
+/// Every group of the table takes keys, so the slots cost the same whatever
+/// the keys: what differs between two lengths is what their text costs
+/// beside the slots.
+fn compact_bytes_per_key(len: usize) -> f64 {
+    let layer = SlidingWindowLayer::qps(1_000)
+        .key(HeaderKey::new(HeaderName::from_static("x-key")))
+        .clock(ManualClock::new(1_000_000))
+        .max_keys(KEYS)
+        .compact();
+    let stats = layer.handle();
+    let f: fn(Request<()>) -> _ = ok;
+    let mut svc: Svc = layer.layer(service_fn(f));
+    send(&mut svc, HeaderValue::from_static("warm-up"));
+    let before = live();
+    for i in 0..KEYS - 1 {
+        send(
+            &mut svc,
+            HeaderValue::from_bytes(&value_of(i, len, b'k')).unwrap(),
+        );
+    }
+    let bytes = live() - before;
+    // Keys that found no slot share the overflow entry: fewer than 1 %.
+    assert!(stats.len() * 100 >= KEYS * 99, "{} keys held", stats.len());
+    bytes as f64 / (KEYS - 1) as f64
+}
+
+/// A compact layer keyed by a header holds a key's text in its slot when it
+/// is at most 70 bytes long (`SlidingWindowLayer::compact`, "Memory"): a
+/// 64- or 70-byte key costs what an 8-byte key costs, no heap block of its
+/// own beside the slot; a 71-byte key keeps its text (71 bytes) in a block
+/// of its own.
+#[test]
+fn a_compact_header_key_of_up_to_70_bytes_keeps_no_block_beside_its_slot() {
+    let short = compact_bytes_per_key(8);
+    let sixty_four = compact_bytes_per_key(64);
+    let seventy = compact_bytes_per_key(70);
+    let seventy_one = compact_bytes_per_key(71);
+    println!(
+        "compact header keys, bytes per key: 8-byte {short:.1}, 64-byte {sixty_four:.1}, \
+         70-byte {seventy:.1}, 71-byte {seventy_one:.1}"
+    );
+    for (len, cost) in [(64, sixty_four), (70, seventy)] {
+        assert!(
+            (cost - short).abs() < 1.0,
+            "a {len}-byte key costs {cost:.1} bytes, an 8-byte one {short:.1}"
+        );
+    }
+    assert!(
+        (70.0..=72.0).contains(&(seventy_one - short)),
+        "a 71-byte key costs {seventy_one:.1} bytes, an 8-byte one {short:.1}"
+    );
+}

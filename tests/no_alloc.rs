@@ -557,3 +557,70 @@ fn a_route_rule_allocates_nothing_per_client() {
         );
     }
 }
+
+// `HeaderKey` built a `String` for every request (its key type,
+// `Option<String>`, borrows as nothing shorter); then, on a compact layer
+// holding the text inline, a lookup by reference made one from the slot.
+#[cfg(feature = "axum")]
+#[test]
+fn header_keys_allocate_nothing_for_a_key_seen_before_on_full_and_compact_layers() {
+    use axum::routing::get;
+    use tower::ServiceExt;
+    use tower_sliding_window::{HeaderKey, SlidingWindowLayer};
+
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime");
+    let clock = ManualClock::new(1_000_000);
+    let router = || axum::Router::new().route("/", get(|| async { "hi" }));
+    let header = || HeaderKey::new(http::HeaderName::from_static("x-api-key"));
+    let global = router().route_layer(SlidingWindowLayer::qps(60_000).clock(clock.clone()));
+    let full = router().route_layer(
+        SlidingWindowLayer::qps(60_000)
+            .key(header())
+            .clock(clock.clone()),
+    );
+    let compact = router().route_layer(
+        SlidingWindowLayer::qps(60_000)
+            .key(header())
+            .compact()
+            .clock(clock.clone()),
+    );
+    // Values of every inline length, one past it, and not UTF-8 (escaped,
+    // so made owned: allocates, as the baseline shows).
+    let values: Vec<http::HeaderValue> =
+        ["", "k", &"k".repeat(64), &"k".repeat(70), &"k".repeat(71)]
+            .iter()
+            .map(|v| http::HeaderValue::from_str(v).expect("visible ASCII"))
+            .collect();
+    let allocations = |app: &axum::Router, value: &http::HeaderValue| {
+        let request = http::Request::get("/")
+            .header("x-api-key", value.clone())
+            .body(axum::body::Body::empty())
+            .expect("valid request");
+        let app = app.clone();
+        let (response, allocated) = allocated_by(|| rt.block_on(app.oneshot(request)));
+        assert_eq!(response.expect("infallible").status(), http::StatusCode::OK);
+        allocated
+    };
+    for value in &values {
+        // The first request of a key makes its entry.
+        for app in [&global, &full, &compact] {
+            allocations(app, value);
+        }
+        let baseline = allocations(&global, value);
+        let on_full = allocations(&full, value);
+        let on_compact = allocations(&compact, value);
+        println!(
+            "{} bytes: global key {baseline:?}, full {on_full:?}, compact {on_compact:?}",
+            value.len()
+        );
+        assert_eq!(on_full.count, baseline.count, "full, {} bytes", value.len());
+        assert_eq!(
+            on_compact.count,
+            baseline.count,
+            "compact, {} bytes",
+            value.len()
+        );
+    }
+}

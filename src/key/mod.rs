@@ -512,7 +512,7 @@ fn visit_some_text<V: KeyVisitor<Option<String>>>(text: &str, visitor: V) -> V::
             let key = buffer.get_or_insert_with(|| String::with_capacity(text.len()));
             key.clear();
             key.push_str(text);
-            visitor.borrowed::<Option<String>>(&buffer, Option::clone)
+            visitor.referenced(&*buffer)
         }
         Err(_) => visitor.owned(Some(text.to_owned())),
     })

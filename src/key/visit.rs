@@ -25,6 +25,19 @@ pub trait KeyVisitor<K> {
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized;
+
+    /// Visits the key itself, lent by reference: a key table clones it
+    /// only if it keeps it. The provided method visits it as its own
+    /// borrowed form ([`borrowed`](Self::borrowed) with `Clone::clone`); a
+    /// visitor that can use the key as it is overrides it.
+    #[inline]
+    fn referenced(self, key: &K) -> Self::Output
+    where
+        Self: Sized,
+        K: Clone + Hash + Eq,
+    {
+        self.borrowed(key, K::clone)
+    }
 }
 
 /// A visitor that returns the owned key: what [`KeyExtractor::extract`]

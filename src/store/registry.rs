@@ -72,6 +72,12 @@ pub(crate) trait PendingKey<K> {
     type Q: Hash + Eq + ?Sized;
     fn key(&self) -> &Self::Q;
     fn into_owned(self) -> K;
+    /// The key itself when it is at hand (owned), for a table that compares
+    /// it in another form than the lookup form; `None` for a borrowed one.
+    #[inline]
+    fn as_key(&self) -> Option<&K> {
+        None
+    }
 }
 
 /// An owned key.
@@ -85,6 +91,10 @@ impl<K: Hash + Eq> PendingKey<K> for Owned<K> {
     fn into_owned(self) -> K {
         self.0
     }
+    #[inline]
+    fn as_key(&self) -> Option<&K> {
+        Some(&self.0)
+    }
 }
 
 /// A borrowed form of a key and how to make the key from it.
@@ -97,6 +107,24 @@ impl<Q: Hash + Eq + ?Sized, K> PendingKey<K> for Borrowed<'_, Q, K> {
     }
     fn into_owned(self) -> K {
         (self.1)(self.0)
+    }
+}
+
+/// A key lent by reference: compared as the key itself, and cloned only
+/// if the table keeps it (see `KeyVisitor::referenced`).
+pub(crate) struct ByRef<'a, K>(pub(crate) &'a K);
+
+impl<K: Clone + Hash + Eq> PendingKey<K> for ByRef<'_, K> {
+    type Q = K;
+    fn key(&self) -> &K {
+        self.0
+    }
+    fn into_owned(self) -> K {
+        self.0.clone()
+    }
+    #[inline]
+    fn as_key(&self) -> Option<&K> {
+        Some(self.0)
     }
 }
 

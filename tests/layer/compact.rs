@@ -433,7 +433,18 @@ enum Action {
 }
 
 /// The keys of the differential test; `None` sends no header.
-const KEYS: [Option<&str>; 4] = [Some("a"), Some("b"), Some("rule"), None];
+/// Keys of the differential test: short ones, the longest text a compact
+/// slot holds in place (70 bytes), one byte more (a block of its own), and
+/// the header's absence.
+const KEYS: [Option<&str>; 7] = [
+    Some("a"),
+    Some("b"),
+    Some("rule"),
+    None,
+    Some(""),
+    Some("0123456789012345678901234567890123456789012345678901234567890123456789"),
+    Some("01234567890123456789012345678901234567890123456789012345678901234567890"),
+];
 
 fn steps() -> impl Strategy<Value = Vec<Step>> {
     let action = prop_oneof![
@@ -904,4 +915,167 @@ fn a_compact_key_is_evicted_only_when_idle_in_every_window() {
     assert!(stats.windows(&key("a")).is_none(), "a was evicted");
     let windows = stats.windows(&key("c")).unwrap();
     assert_eq!((windows[0].pass, windows[1].pass), (1, 1));
+}
+
+/// Sends one request with `x-key` set to the raw bytes `value` and returns
+/// its status.
+fn call_bytes<S, B>(service: &mut S, value: &[u8]) -> StatusCode
+where
+    S: Service<Request<Body>, Response = Response<B>>,
+    S::Error: std::fmt::Debug,
+{
+    let request = Request::get("/")
+        .header(KEY_HEADER, http::HeaderValue::from_bytes(value).unwrap())
+        .body(Body::empty())
+        .unwrap();
+    tokio_test::block_on(service.call(request))
+        .unwrap()
+        .status()
+}
+
+/// Header values around the lengths a compact slot holds in place (70
+/// bytes of text) and the longest key kept verbatim (256 bytes, then a
+/// digest form): empty, 64, 65, 70, 71 and 256 bytes, 257 and 16 KiB (digest
+/// forms), multi-byte characters ending at and across the 70-byte line, and
+/// bytes that are not UTF-8 (escaped after DEL, short and past 256 bytes).
+fn hostile_values() -> Vec<Vec<u8>> {
+    let mut values: Vec<Vec<u8>> = [0usize, 1, 63, 64, 65, 69, 70, 71, 72, 255, 256, 257]
+        .into_iter()
+        .map(|len| vec![b'k'; len])
+        .collect();
+    values.push(vec![b'x'; 16 * 1024]);
+    // 35 two-byte characters: 70 bytes; one more byte, and the last
+    // character ends past the line.
+    values.push("é".repeat(35).into_bytes());
+    values.push(format!("k{}", "é".repeat(35)).into_bytes());
+    values.push("€".repeat(24).into_bytes());
+    values.push(b"acme\xff".to_vec());
+    values.push(b"acme\xfe".to_vec());
+    values.push(vec![0xff; 60]);
+    values.push(vec![0x80; 200]);
+    values
+}
+
+/// Keys of every length a header can give, on a compact layer (whose slots
+/// hold a header key's text in place when short, else in a block of its
+/// own): each is a key of its own, limited on its own, and reads back from
+/// the handle exactly as a full layer keys it.
+#[test]
+fn hostile_header_keys_are_kept_as_a_full_layer_keeps_them() {
+    let clock = clock();
+    let compact = keyed(1).compact().clock(clock.clone());
+    let full = keyed(1).clock(clock.clone());
+    let (compact_stats, full_stats) = (compact.handle(), full.handle());
+    let mut compact = compact.layer(inner());
+    let mut full = full.layer(inner());
+    let values = hostile_values();
+    for value in &values {
+        assert_eq!(call_bytes(&mut compact, value), StatusCode::OK, "{value:?}");
+        assert_eq!(call_bytes(&mut full, value), StatusCode::OK, "{value:?}");
+    }
+    assert_eq!(call(&mut compact, None).0, StatusCode::OK);
+    assert_eq!(call(&mut full, None).0, StatusCode::OK);
+    // Each at its limit: a second request of each is refused.
+    for value in &values {
+        assert_eq!(
+            call_bytes(&mut compact, value),
+            StatusCode::TOO_MANY_REQUESTS,
+            "{value:?}"
+        );
+    }
+    assert_eq!(call(&mut compact, None).0, StatusCode::TOO_MANY_REQUESTS);
+    let mut compact_keys = compact_stats.keys();
+    let mut full_keys = full_stats.keys();
+    compact_keys.sort();
+    full_keys.sort();
+    assert_eq!(compact_keys.len(), values.len() + 1);
+    assert_eq!(compact_keys, full_keys);
+    for key in &compact_keys {
+        let snapshot = compact_stats.snapshot(key).expect("the key reads back");
+        assert_eq!((snapshot.pass, snapshot.block), (1, 1), "{key:?}");
+    }
+    // The forms the key docs give, found by the handle in either layer.
+    for text in ["", &"k".repeat(70), &"k".repeat(71), "\x7facme\\xff"] {
+        let key = Some(text.to_owned());
+        assert!(compact_stats.snapshot(&key).is_some(), "{text:?}");
+        assert_eq!(
+            compact_stats.snapshot(&key).map(|s| s.pass),
+            full_stats.snapshot(&key).map(|s| s.pass)
+        );
+    }
+    // Own limits move hostile keys to the side map and back again.
+    for key in &compact_keys {
+        compact_stats.set_limit(key.clone(), 5);
+        assert_eq!(compact_stats.snapshot(key).map(|s| s.pass), Some(1));
+        assert!(compact_stats.remove_limit(key));
+        assert_eq!(compact_stats.snapshot(key).map(|s| s.pass), Some(1));
+    }
+    let mut again = compact_stats.keys();
+    again.sort();
+    assert_eq!(again, compact_keys);
+}
+
+/// A small compact table flooded, window after window, with distinct keys
+/// of every length (short ones held in their slot, long ones in a block of
+/// their own, and digest forms): idle keys are evicted for new ones, and
+/// every key the handle reads back is one that was sent, in the form a full
+/// layer (holding every key, the oracle) gives it, with the passes the full
+/// layer counts. Keys evicted long ago come back as new keys.
+#[test]
+fn a_flood_of_distinct_keys_of_every_length_reads_back_as_sent() {
+    let clock = clock();
+    let max_keys = 48;
+    let compact = keyed(1)
+        .compact()
+        .max_keys(max_keys)
+        .overflow_limit(65_535)
+        .clock(clock.clone());
+    let full = keyed(1).clock(clock.clone());
+    let (stats, full_stats) = (compact.handle(), full.handle());
+    let mut compact = compact.layer(inner());
+    let mut full = full.layer(inner());
+    let lengths = [0usize, 5, 64, 65, 70, 71, 150, 256, 300];
+    // Distinct per (round, i), `lengths[i % 9]` bytes long (at least its
+    // numbers), mostly two-byte characters.
+    let name = |round: usize, i: usize| -> String {
+        let head = format!("{round}-{i}-");
+        let len = lengths[i % lengths.len()].max(head.len());
+        let mut text = head;
+        while text.len() + 2 <= len {
+            text.push('é');
+        }
+        if text.len() < len {
+            text.push('k');
+        }
+        text
+    };
+    for round in 0..6 {
+        // A round a window (1 s) after the last: every key sent before is
+        // idle, and may be evicted. Rounds 4 and 5 send the keys of rounds
+        // 0 and 1 again.
+        clock.set(20_000 + round as u64 * 2_000);
+        for i in 0..200 {
+            let name = name(round % 4, i);
+            assert_eq!(call_bytes(&mut compact, name.as_bytes()), StatusCode::OK);
+            assert_eq!(call_bytes(&mut full, name.as_bytes()), StatusCode::OK);
+        }
+        let held = stats.keys();
+        assert!(held.len() <= max_keys, "round {round}: {} keys", held.len());
+        let sent: std::collections::HashSet<Option<String>> =
+            full_stats.keys().into_iter().collect();
+        let mut seen = std::collections::HashSet::new();
+        let mut of_this_round = 0;
+        for key in held {
+            assert!(sent.contains(&key), "round {round}: {key:?} was not sent");
+            assert!(seen.insert(key.clone()), "{key:?} twice");
+            let pass = stats.snapshot(&key).expect("a held key reads back").pass;
+            let full_pass = full_stats.snapshot(&key).expect("sent").pass;
+            assert_eq!(pass, full_pass, "round {round}: {key:?}");
+            of_this_round += usize::from(pass == 1);
+        }
+        assert!(
+            of_this_round >= max_keys / 2,
+            "round {round}: {of_this_round} keys of the round held"
+        );
+    }
 }

@@ -6,6 +6,7 @@
 //! - `CompactKeys`: the table of one layer, with its window's shape: what
 //!   the service admits on and the handle reads.
 
+mod form;
 mod hash;
 mod table;
 
@@ -17,7 +18,7 @@ use std::sync::Arc;
 
 pub(crate) use table::{CompactTable, Place, SlotValue};
 
-use super::registry::{Borrowed, Owned, PendingKey};
+use super::registry::{Borrowed, ByRef, Owned, PendingKey};
 use super::{RouteLimit, Routes, Settings, Window};
 use crate::key::KeyVisitor;
 use crate::stat::{CompactShape, CompactWindow, COMPACT_MAX_LIMIT};
@@ -311,6 +312,13 @@ where
         self.keys
             .with(Borrowed(key, to_owned), self.now, self.decide)
     }
+
+    /// The key itself, lent: a slot holding it in another form (a header
+    /// key's text inline) compares with it as it is, making nothing.
+    #[inline]
+    fn referenced(self, key: &K) -> R {
+        self.keys.with(ByRef(key), self.now, self.decide)
+    }
 }
 
 /// `place` under its key's route rule `route`: a key with its own limit
@@ -342,6 +350,7 @@ pub(crate) fn routed<'a>(
 mod tests {
     use std::net::IpAddr;
 
+    use super::form::{InlineText, Plain};
     use super::table::{group_bytes, groups_for, slot_bytes, GROUP};
     use super::*;
 
@@ -351,9 +360,11 @@ mod tests {
     #[test]
     fn the_documented_sizes() {
         assert_eq!(std::mem::size_of::<CompactWindow>(), 28);
-        assert_eq!(slot_bytes::<Option<IpAddr>, CompactWindow>(), 48);
-        assert_eq!(slot_bytes::<Option<String>, CompactWindow>(), 56);
-        let header = group_bytes::<Option<IpAddr>, CompactWindow>();
+        assert_eq!(slot_bytes::<Plain<Option<IpAddr>>, CompactWindow>(), 48);
+        // `Option<String>` keys (`HeaderKey`'s): up to 70 bytes of text in
+        // the slot.
+        assert_eq!(slot_bytes::<InlineText, CompactWindow>(), 104);
+        let header = group_bytes::<Plain<Option<IpAddr>>, CompactWindow>();
         assert!(header <= 48, "{header}");
         let groups = groups_for(crate::store::COMPACT_DEFAULT_MAX_KEYS);
         assert_eq!(groups, 74_899);
@@ -362,12 +373,14 @@ mod tests {
         let bytes = groups * (GROUP * 48 + header + 16);
         let per_key = bytes as f64 / crate::store::COMPACT_DEFAULT_MAX_KEYS as f64;
         assert!(per_key < 64.0, "{per_key} bytes per key");
-        let strings = groups * (GROUP * 56 + header + 16);
+        let strings = groups * (GROUP * slot_bytes::<Plain<String>, CompactWindow>() + header + 16);
+        let inline = groups * (GROUP * 104 + header + 16);
         println!(
             "{header} B per group header ({} B for the default table's), {bytes} B in all with \
-             address keys ({per_key:.1} B per key), {strings} B with string keys and their text \
-             apart",
-            groups * header
+             address keys ({per_key:.1} B per key), {inline} B with header keys of up to 70 bytes \
+             ({:.1} B per key), {strings} B with `String` keys and their text apart",
+            groups * header,
+            inline as f64 / crate::store::COMPACT_DEFAULT_MAX_KEYS as f64
         );
     }
 }

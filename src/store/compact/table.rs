@@ -9,10 +9,30 @@
 //! a pointer to its [`GROUP`] slots, allocated (in one block) when the
 //! group's first key is inserted: a group no key has used costs its
 //! header (about 40 bytes, under 3 bytes a slot), not its slots. A slot is
-//! its key (inline: `Option<K>`, which costs no byte more than `K` for the
-//! key types of the crate's extractors), a tag byte (0: empty; otherwise 7
-//! bits of the key's hash with the high bit set, compared before the key)
-//! and the value `V` (one key's admission state).
+//! its key, a tag byte (0: empty; otherwise 7 bits of the key's hash with
+//! the high bit set, compared before the key) and the value `V` (one key's
+//! admission state).
+//!
+//! A slot holds its key in the form its key type calls for (`form.rs`),
+//! chosen at compile time from `K`:
+//!
+//! - `Option<String>` (`HeaderKey`'s keys): `InlineText`, 72 bytes: the
+//!   text in the slot itself when it is at most 70 bytes long, else a
+//!   `Box<str>` of its own (keys past `MAX_KEY_BYTES` are already a digest
+//!   form of at most 100 bytes). A `String` would cost 24 bytes in the slot
+//!   and a heap block besides (80 bytes for 64 bytes of text on glibc: its
+//!   size header and the rounding to 16). A slot is 104 bytes, a group's
+//!   block 1 664 (1 680 with glibc's header): 120 bytes per key at a load
+//!   of 7/8, whatever the text's length up to 70 bytes.
+//! - Any other type: the key as it is (`Plain<K>`, inline: `Option<Plain<K>>`
+//!   costs no byte more than `K` for the key types of the crate's
+//!   extractors). A slot is 48 bytes with an address key (`Option<IpAddr>`).
+//!
+//! Both forms are looked up by the same hash of the key (as `K`, or the
+//! form a lookup borrows it in): an owned key is compared with an inline
+//! text without making a `String` (`Form::probe`); a borrowed one, which
+//! only an extractor of its own can give for `Option<String>` keys, with
+//! the key made from the slot.
 //!
 //! A table for keys with further windows (`limit_per`) also keeps, made
 //! with it, an array of `further_count` compact windows per slot (the
@@ -67,6 +87,7 @@ use std::hash::Hash;
 
 use super::hash::GatherState;
 
+use super::form::{inline_text, Form, InlineText, Plain};
 use crate::stat::CompactWindow;
 use crate::store::registry::PendingKey;
 use crate::sync::{
@@ -129,29 +150,30 @@ impl Totals {
     }
 }
 
-/// One slot: a key and its value, or nothing (`key` is `None`).
-struct Slot<K, V> {
+/// One slot: a key (in its form `S`, see the module docs) and its value,
+/// or nothing (`key` is `None`).
+struct Slot<S, V> {
     /// 0 when empty; otherwise `0x80 | (hash & 0x7F)` of the key.
     tag: u8,
-    key: Option<K>,
+    key: Option<S>,
     value: V,
 }
 
-type Slots<K, V> = Box<[Slot<K, V>; GROUP]>;
+type Slots<S, V> = Box<[Slot<S, V>; GROUP]>;
 
 /// A group's slots, write-locked.
-type WriteGuard<'a, K, V> = RwLockWriteGuard<'a, Option<Slots<K, V>>>;
+type WriteGuard<'a, S, V> = RwLockWriteGuard<'a, Option<Slots<S, V>>>;
 
 /// A group of slots, allocated on its first key, behind its lock. Tags and
 /// keys are read under the read lock and written under the write lock;
 /// a value's atomics are updated by the caller's closure under the read
 /// lock, so a slot is never emptied or reused while a request uses it.
-struct Group<K, V> {
-    slots: RwLock<Option<Slots<K, V>>>,
+struct Group<S, V> {
+    slots: RwLock<Option<Slots<S, V>>>,
     totals: Totals,
 }
 
-impl<K, V: SlotValue> Group<K, V> {
+impl<S, V: SlotValue> Group<S, V> {
     fn new() -> Self {
         Group {
             slots: RwLock::new(None),
@@ -160,7 +182,7 @@ impl<K, V: SlotValue> Group<K, V> {
     }
 }
 
-fn new_slots<K, V: SlotValue>() -> Slots<K, V> {
+fn new_slots<S, V: SlotValue>() -> Slots<S, V> {
     Box::new(std::array::from_fn(|_| Slot {
         tag: 0,
         key: None,
@@ -251,27 +273,22 @@ impl<T> std::ops::Deref for Padded<T> {
 
 /// A fixed-capacity table of keys `K` with a value `V` each; see the module
 /// docs.
+///
+/// `repr(C)`, in this order: the fields every request of an address key
+/// reads (the groups, the hasher, the default limit, the side map's count,
+/// the further windows' count) fill the table's first cache line (the table
+/// is 64-byte aligned by its padded fields), so a request touches one line
+/// of the table besides its groups' locks and slots.
+#[repr(C)]
 pub(crate) struct CompactTable<K, V> {
-    groups: Box<[Group<K, V>]>,
+    /// The groups of a table whose keys are held as they are; empty (no
+    /// allocation) for a table of `Option<String>` keys.
+    groups: Box<[Group<Plain<K>, V>]>,
     hasher: GatherState,
-    /// Keys in slots, at most `max_keys`: an insert into an empty slot
-    /// first claims one with a compare-and-swap that fails at `max_keys`
-    /// (inserts in other groups race for it), and gives it back if it took
-    /// no empty slot; emptying a slot gives one back. Relaxed: a count, no
-    /// other memory is published through it.
-    occupied: Padded<AtomicUsize>,
-    /// At most this many keys in slots (see `occupied`).
-    max_keys: usize,
     /// The limit of keys in slots. Relaxed: read once per request on its
     /// own; written by a rules document (`apply`), which a request sees
     /// from its next read, as any limit change.
     default_limit: AtomicU64,
-    /// The limit of keys without room. Relaxed, as `default_limit`.
-    overflow_limit: AtomicU64,
-    overflow: Padded<V>,
-    overflow_totals: Padded<Totals>,
-    /// Keys with their own limit.
-    own: Padded<RwLock<HashMap<K, Own<V>>>>,
     /// Entries of `own`, so that a lookup skips the side map while it is
     /// empty. Written under the side map's write lock, which is taken with
     /// the key's group locks held (see `set_limit`); read Relaxed before
@@ -281,10 +298,15 @@ pub(crate) struct CompactTable<K, V> {
     /// which looks in the side map again under the group locks, after the
     /// move.
     own_count: AtomicUsize,
-    /// Lifetime totals of the keys of the side map.
-    own_totals: Padded<Totals>,
     /// Further windows per key (`limit_per`): 0 without them.
     further_count: usize,
+    /// At most this many keys in slots (see `occupied`).
+    max_keys: usize,
+    /// The groups of a table of `Option<String>` keys, held as
+    /// [`InlineText`]; empty for any other key type.
+    text_groups: Box<[Group<InlineText, V>]>,
+    /// The limit of keys without room. Relaxed, as `default_limit`.
+    overflow_limit: AtomicU64,
     /// The further windows of every slot, `further_count` a slot, slot
     /// `at` of group `g` from `(g * GROUP + at) * further_count` on; empty
     /// without further windows, so a layer without them keeps nothing
@@ -296,6 +318,18 @@ pub(crate) struct CompactTable<K, V> {
     further: Box<[CompactWindow]>,
     /// The overflow value's further windows.
     overflow_further: Box<[CompactWindow]>,
+    /// Keys in slots, at most `max_keys`: an insert into an empty slot
+    /// first claims one with a compare-and-swap that fails at `max_keys`
+    /// (inserts in other groups race for it), and gives it back if it took
+    /// no empty slot; emptying a slot gives one back. Relaxed: a count, no
+    /// other memory is published through it.
+    occupied: Padded<AtomicUsize>,
+    overflow: Padded<V>,
+    overflow_totals: Padded<Totals>,
+    /// Keys with their own limit.
+    own: Padded<RwLock<HashMap<K, Own<V>>>>,
+    /// Lifetime totals of the keys of the side map.
+    own_totals: Padded<Totals>,
     /// Slots examined by inserts and limit changes, for the tests that bound
     /// the work of one insert.
     #[cfg(test)]
@@ -321,16 +355,16 @@ fn place_of(hash: u64, n: usize) -> (usize, usize, u8) {
     (first, second, tag)
 }
 
-/// Bytes of one slot with key `K` and value `V`.
+/// Bytes of one slot with a key in form `S` and value `V`.
 #[cfg(test)]
-pub(crate) fn slot_bytes<K, V>() -> usize {
-    std::mem::size_of::<Slot<K, V>>()
+pub(crate) fn slot_bytes<S, V>() -> usize {
+    std::mem::size_of::<Slot<S, V>>()
 }
 
 /// Bytes of a group's header (its lock, totals and pointer to its slots).
 #[cfg(test)]
-pub(crate) fn group_bytes<K, V>() -> usize {
-    std::mem::size_of::<Group<K, V>>()
+pub(crate) fn group_bytes<S, V>() -> usize {
+    std::mem::size_of::<Group<S, V>>()
 }
 
 /// Groups for `max_keys` keys at a load of at most 7/8.
@@ -339,18 +373,57 @@ pub(crate) fn groups_for(max_keys: usize) -> usize {
     slots.div_ceil(GROUP)
 }
 
-/// The index of `key`'s slot among `slots`.
-fn position<K, V, Q>(slots: &Slots<K, V>, tag: u8, key: &Q) -> Option<usize>
+/// The index of `key`'s slot among `slots` (`probe`: the key's probe,
+/// when the lookup has the key owned; see [`Form::is`]).
+#[inline]
+fn position<K, S, V, Q>(
+    slots: &Slots<S, V>,
+    tag: u8,
+    probe: Option<&S::Probe<'_>>,
+    key: &Q,
+) -> Option<usize>
 where
-    K: Borrow<Q>,
+    K: Clone + Borrow<Q>,
+    S: Form<K>,
     Q: Eq + ?Sized,
 {
     slots
         .iter()
-        .position(|slot| slot.tag == tag && slot.key.as_ref().is_some_and(|k| k.borrow() == key))
+        .position(|slot| slot.tag == tag && slot.key.as_ref().is_some_and(|k| k.is(probe, key)))
 }
 
-impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
+/// Write-locks groups `a` and `b` of `groups` (once if they are the same),
+/// the lower index first.
+fn lock_pair<S, V>(
+    groups: &[Group<S, V>],
+    a: usize,
+    b: usize,
+) -> Vec<(usize, WriteGuard<'_, S, V>)> {
+    let (low, high) = (a.min(b), a.max(b));
+    let mut locked = Vec::with_capacity(2);
+    locked.push((low, write(&groups[low].slots)));
+    if high != low {
+        locked.push((high, write(&groups[high].slots)));
+    }
+    locked
+}
+
+/// Runs `$body` with `$groups` bound to the table's groups, in the form
+/// its key type is held in (a choice folded away at compile time: see
+/// [`inline_text`]).
+macro_rules! on_groups {
+    ($table:expr, |$groups:ident| $body:expr) => {
+        if inline_text::<K>() {
+            let $groups = &$table.text_groups[..];
+            $body
+        } else {
+            let $groups = &$table.groups[..];
+            $body
+        }
+    };
+}
+
+impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K, V> {
     /// A table for at most `max_keys` keys in slots, plus the keys of
     /// `rules` with their own limit; keys without a slot are counted on the
     /// overflow value under `overflow_limit`.
@@ -374,8 +447,14 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
                 )
             })
             .collect();
+        let text = inline_text::<K>();
         CompactTable {
-            groups: (0..n).map(|_| Group::new()).collect(),
+            groups: (0..if text { 0 } else { n })
+                .map(|_| Group::new())
+                .collect(),
+            text_groups: (0..if text { n } else { 0 })
+                .map(|_| Group::new())
+                .collect(),
             hasher,
             occupied: Padded(AtomicUsize::new(0)),
             max_keys,
@@ -397,7 +476,13 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
     /// Number of slots.
     #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn capacity(&self) -> usize {
-        self.groups.len() * GROUP
+        self.group_count() * GROUP
+    }
+
+    /// Number of groups.
+    #[inline]
+    fn group_count(&self) -> usize {
+        on_groups!(self, |groups| groups.len())
     }
 
     /// The overflow value, its totals and limit.
@@ -424,12 +509,19 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
         }
     }
 
-    /// The place of slot `at` of group `index`.
+    /// The place of slot `at` of group `index` (whose totals are
+    /// `totals`).
     #[inline]
-    fn slot_place<'a>(&'a self, slots: &'a Slots<K, V>, index: usize, at: usize) -> Place<'a, V> {
+    fn slot_place<'a, S>(
+        &'a self,
+        totals: &'a Totals,
+        slots: &'a Slots<S, V>,
+        index: usize,
+        at: usize,
+    ) -> Place<'a, V> {
         Place {
             value: &slots[at].value,
-            totals: &self.groups[index].totals,
+            totals,
             limit: self.default_limit.load(Ordering::Relaxed),
             tag: None,
             overflow: false,
@@ -475,18 +567,52 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
     where
         K: Borrow<P::Q>,
     {
-        self.with_keyed(pending, idle, false, |place, _| f(place))
+        on_groups!(self, |groups| self.with_in(
+            groups,
+            pending,
+            idle,
+            false,
+            false,
+            |place, _| f(place)
+        ))
     }
 
     /// [`with`](Self::with), with the key as the table holds it: `f` gets
-    /// `Some(key)` for a key in a slot or the side map; for a key sent to
-    /// the overflow value, `Some` of the owned key when `key_on_overflow`
-    /// (made for the call: an allocation for a borrowed key), else `None`.
+    /// `Some(key)` for a key in a slot or the side map (for a key held in
+    /// another form than `K`, the request's own key when it is owned, else
+    /// one made from the slot); for a key sent to the overflow value,
+    /// `Some` of the owned key when `key_on_overflow` (made for the call:
+    /// an allocation for a borrowed key), else `None`.
     #[inline]
     pub(crate) fn with_keyed<P: PendingKey<K>, R>(
         &self,
         pending: P,
         idle: impl Fn(&V, &[CompactWindow]) -> bool,
+        key_on_overflow: bool,
+        f: impl FnOnce(Place<'_, V>, Option<&K>) -> R,
+    ) -> R
+    where
+        K: Borrow<P::Q>,
+    {
+        on_groups!(self, |groups| self.with_in(
+            groups,
+            pending,
+            idle,
+            true,
+            key_on_overflow,
+            f
+        ))
+    }
+
+    /// [`with`](Self::with) and [`with_keyed`](Self::with_keyed) (`keyed`)
+    /// on the table's `groups`.
+    #[inline]
+    fn with_in<S: Form<K>, P: PendingKey<K>, R>(
+        &self,
+        groups: &[Group<S, V>],
+        pending: P,
+        idle: impl Fn(&V, &[CompactWindow]) -> bool,
+        keyed: bool,
         key_on_overflow: bool,
         f: impl FnOnce(Place<'_, V>, Option<&K>) -> R,
     ) -> R
@@ -503,29 +629,43 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
         }
         // `K: Borrow<Q>` promises that `Q` hashes as `K` does.
         let hash = self.hasher.hash_key(key);
-        let (first, second, tag) = place_of(hash, self.groups.len());
+        let (first, second, tag) = place_of(hash, groups.len());
+        let request_key = pending.as_key();
+        let probe = request_key.and_then(S::probe);
         for index in [first, second] {
-            let group = &self.groups[index];
+            let group = &groups[index];
             let slots = read(&group.slots);
             if let Some((slots, at)) = slots
                 .as_ref()
-                .and_then(|slots| Some((slots, position(slots, tag, key)?)))
+                .and_then(|slots| Some((slots, position(slots, tag, probe.as_ref(), key)?)))
             {
-                return f(self.slot_place(slots, index, at), slots[at].key.as_ref());
+                let shown = if keyed {
+                    slots[at].key.as_ref().and_then(|k| k.shown(request_key))
+                } else {
+                    None
+                };
+                return f(
+                    self.slot_place(&group.totals, slots, index, at),
+                    shown.as_deref(),
+                );
             }
             if first == second {
                 break;
             }
         }
-        self.insert(pending, hash, idle, key_on_overflow, f)
+        drop(probe);
+        self.insert(groups, pending, hash, idle, keyed, key_on_overflow, f)
     }
 
     #[cold]
-    fn insert<P: PendingKey<K>, R>(
+    #[allow(clippy::too_many_arguments)]
+    fn insert<S: Form<K>, P: PendingKey<K>, R>(
         &self,
+        groups: &[Group<S, V>],
         pending: P,
         hash: u64,
         idle: impl Fn(&V, &[CompactWindow]) -> bool,
+        keyed: bool,
         key_on_overflow: bool,
         f: impl FnOnce(Place<'_, V>, Option<&K>) -> R,
     ) -> R
@@ -533,18 +673,27 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
         K: Borrow<P::Q>,
     {
         let key = pending.key();
-        let (first, second, tag) = place_of(hash, self.groups.len());
-        let mut locked = self.lock_pair(first, second);
+        let (first, second, tag) = place_of(hash, groups.len());
+        let mut locked = lock_pair(groups, first, second);
         // Another request may have inserted the key, or `set_limit` moved
         // it to the side map, since the lookup.
+        let request_key = pending.as_key();
+        let probe = request_key.and_then(S::probe);
         for (index, slots) in locked.iter() {
             if let Some((slots, at)) = slots
                 .as_ref()
-                .and_then(|slots| Some((slots, position(slots, tag, key)?)))
+                .and_then(|slots| Some((slots, position(slots, tag, probe.as_ref(), key)?)))
             {
-                return f(self.slot_place(slots, *index, at), slots[at].key.as_ref());
+                let shown = if keyed {
+                    slots[at].key.as_ref().and_then(|k| k.shown(request_key))
+                } else {
+                    None
+                };
+                let totals = &groups[*index].totals;
+                return f(self.slot_place(totals, slots, *index, at), shown.as_deref());
             }
         }
+        drop(probe);
         if self.own_count.load(Ordering::Relaxed) != 0 {
             let own = read(&self.own.0);
             if let Some((owned, own)) = own.get_key_value(key) {
@@ -561,6 +710,16 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
             }
             return f(self.overflow_place(), None);
         };
+        // The key in its slot's form, made before the slot is touched.
+        let mut owned = Some(pending.into_owned());
+        let Some(stored) = S::store(&mut owned) else {
+            // A form takes every key of its table's type: not reached.
+            self.unclaim(room);
+            return f(
+                self.overflow_place(),
+                owned.as_ref().filter(|_| key_on_overflow),
+            );
+        };
         let index = locked[which].0;
         let slot = &mut locked[which].1.get_or_insert_with(new_slots)[at];
         if slot.key.is_some() {
@@ -570,10 +729,18 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
             slot.value.reset();
             self.clear_further(index, at);
         }
-        slot.key = Some(pending.into_owned());
+        slot.key = Some(stored);
         slot.tag = tag;
         let slots = locked[which].1.as_ref().expect("allocated above");
-        f(self.slot_place(slots, index, at), slots[at].key.as_ref())
+        let shown = if keyed {
+            slots[at].key.as_ref().and_then(|k| k.shown(None))
+        } else {
+            None
+        };
+        f(
+            self.slot_place(&groups[index].totals, slots, index, at),
+            shown.as_deref(),
+        )
     }
 
     /// Claims room for one more key in a slot; whether there was room.
@@ -593,18 +760,6 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
         }
     }
 
-    /// Write-locks groups `a` and `b` (once if they are the same), the
-    /// lower index first.
-    fn lock_pair(&self, a: usize, b: usize) -> Vec<(usize, WriteGuard<'_, K, V>)> {
-        let (low, high) = (a.min(b), a.max(b));
-        let mut locked = Vec::with_capacity(2);
-        locked.push((low, write(&self.groups[low].slots)));
-        if high != low {
-            locked.push((high, write(&self.groups[high].slots)));
-        }
-        locked
-    }
-
     /// A slot for a new key in the `locked` groups: an empty one of the
     /// group with more empty slots, the key's `first` group on a tie (if
     /// `room`: the table holds fewer than `max_keys` keys), else an idle
@@ -614,9 +769,9 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
     /// Idleness is asked only when no empty slot will do: judging a key
     /// reads its window at the request's clock reading. Examines each slot
     /// of the two groups twice at most (its tag, then its idleness).
-    fn free_slot(
+    fn free_slot<S>(
         &self,
-        locked: &mut [(usize, WriteGuard<'_, K, V>)],
+        locked: &mut [(usize, WriteGuard<'_, S, V>)],
         first: usize,
         room: bool,
         idle: &impl Fn(&V, &[CompactWindow]) -> bool,
@@ -700,20 +855,23 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
             }
         }
         let hash = self.hasher.hash_key(key);
-        let (first, second, tag) = place_of(hash, self.groups.len());
-        for index in [first, second] {
-            let group = &self.groups[index];
-            let slots = read(&group.slots);
-            if let Some((slots, at)) = slots
-                .as_ref()
-                .and_then(|slots| Some((slots, position(slots, tag, key)?)))
-            {
-                if let Some(owned) = slots[at].key.as_ref() {
-                    return Some(f(owned, self.slot_place(slots, index, at)));
+        on_groups!(self, |groups| {
+            let (first, second, tag) = place_of(hash, groups.len());
+            for index in [first, second] {
+                let group = &groups[index];
+                let slots = read(&group.slots);
+                if let Some((slots, at)) = slots
+                    .as_ref()
+                    .and_then(|slots| Some((slots, position::<K, _, _, _>(slots, tag, None, key)?)))
+                {
+                    if let Some(owned) = slots[at].key.as_ref().and_then(Form::key) {
+                        let place = self.slot_place(&group.totals, slots, index, at);
+                        return Some(f(&owned, place));
+                    }
                 }
             }
-        }
-        None
+            None
+        })
     }
 
     /// Calls `read_one` with every key that has a place and its place, and
@@ -736,20 +894,23 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
             );
         }
         buffer.drain(..).for_each(&mut f);
-        for (index, group) in self.groups.iter().enumerate() {
-            {
-                let slots = read(&group.slots);
-                let Some(slots) = slots.as_ref() else {
-                    continue;
-                };
-                for (at, slot) in slots.iter().enumerate() {
-                    if let Some(key) = &slot.key {
-                        buffer.push(read_one(key, self.slot_place(slots, index, at)));
+        on_groups!(self, |groups| {
+            for (index, group) in groups.iter().enumerate() {
+                {
+                    let slots = read(&group.slots);
+                    let Some(slots) = slots.as_ref() else {
+                        continue;
+                    };
+                    for (at, slot) in slots.iter().enumerate() {
+                        if let Some(key) = slot.key.as_ref().and_then(Form::key) {
+                            let place = self.slot_place(&group.totals, slots, index, at);
+                            buffer.push(read_one(&key, place));
+                        }
                     }
                 }
+                buffer.drain(..).for_each(&mut f);
             }
-            buffer.drain(..).for_each(&mut f);
-        }
+        })
     }
 
     /// Keys in slots, and keys in the side map that have had a request.
@@ -774,7 +935,9 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
             sum.0 = sum.0.saturating_add(p);
             sum.1 = sum.1.saturating_add(b);
         };
-        self.groups.iter().for_each(|g| add(g.totals.get()));
+        on_groups!(self, |groups| groups
+            .iter()
+            .for_each(|g| add(g.totals.get())));
         add(self.own_totals.get());
         sum
     }
@@ -791,9 +954,20 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
         limit: u64,
         idle: impl Fn(&V, &[CompactWindow]) -> bool,
     ) {
+        on_groups!(self, |groups| self.set_limit_in(groups, key, limit, idle))
+    }
+
+    /// [`set_limit`](Self::set_limit) on the table's `groups`.
+    fn set_limit_in<S: Form<K>>(
+        &self,
+        groups: &[Group<S, V>],
+        key: K,
+        limit: u64,
+        idle: impl Fn(&V, &[CompactWindow]) -> bool,
+    ) {
         let hash = self.hasher.hash_key(&key);
-        let (first, second, tag) = place_of(hash, self.groups.len());
-        let mut locked = self.lock_pair(first, second);
+        let (first, second, tag) = place_of(hash, groups.len());
+        let mut locked = lock_pair(groups, first, second);
         let mut own = write(&self.own.0);
         if let Some(entry) = own.get(&key) {
             entry.limit.store(limit, Ordering::Relaxed);
@@ -827,9 +1001,23 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
+        on_groups!(self, |groups| self.remove_limit_in(groups, key, idle))
+    }
+
+    /// [`remove_limit`](Self::remove_limit) on the table's `groups`.
+    fn remove_limit_in<S: Form<K>, Q>(
+        &self,
+        groups: &[Group<S, V>],
+        key: &Q,
+        idle: impl Fn(&V, &[CompactWindow]) -> bool,
+    ) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
         let hash = self.hasher.hash_key(key);
-        let (first, second, tag) = place_of(hash, self.groups.len());
-        let mut locked = self.lock_pair(first, second);
+        let (first, second, tag) = place_of(hash, groups.len());
+        let mut locked = lock_pair(groups, first, second);
         let mut own = write(&self.own.0);
         let had = match own.get(key) {
             // A key that never had a request has no window to keep: it
@@ -840,15 +1028,22 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
             }
             Some(entry) if !entry.lapsed() => {
                 let room = self.claim();
-                match self.free_slot(&mut locked, first, room, &idle) {
-                    Some((which, at)) => {
-                        let (owned, entry) =
-                            own.remove_entry(key).expect("the entry was found above");
+                let free = self.free_slot(&mut locked, first, room, &idle);
+                // The key in its slot's form, made before the side map
+                // gives the key up (a form takes every key of its table's
+                // type: `None` only without a free slot).
+                let stored = free.and_then(|_| {
+                    let (owned, _) = own.get_key_value(key)?;
+                    S::store(&mut Some(owned.clone()))
+                });
+                match free.zip(stored) {
+                    Some(((which, at), stored)) => {
+                        let (_, entry) = own.remove_entry(key).expect("the entry was found above");
                         let slot = &mut locked[which].1.get_or_insert_with(new_slots)[at];
                         if slot.key.is_some() {
                             self.unclaim(room);
                         }
-                        slot.key = Some(owned);
+                        slot.key = Some(stored);
                         slot.value = entry.value;
                         slot.tag = tag;
                         let index = locked[which].0;
@@ -913,22 +1108,19 @@ impl<K: Eq + Hash + Clone + Send + Sync, V: SlotValue> CompactTable<K, V> {
     /// Moves `key`'s value out of its slot in the `locked` groups, and its
     /// further windows into `further`, emptying the slot; `None` if it has
     /// none.
-    fn take<Q>(
+    fn take<S: Form<K>>(
         &self,
-        locked: &mut [(usize, WriteGuard<'_, K, V>)],
+        locked: &mut [(usize, WriteGuard<'_, S, V>)],
         tag: u8,
-        key: &Q,
+        key: &K,
         further: &[CompactWindow],
-    ) -> Option<V>
-    where
-        K: Borrow<Q>,
-        Q: Eq + ?Sized,
-    {
+    ) -> Option<V> {
+        let probe = S::probe(key);
         for (index, slots) in locked.iter_mut() {
             let Some(slots) = slots.as_mut() else {
                 continue;
             };
-            if let Some(at) = position(slots, tag, key) {
+            if let Some(at) = position(slots, tag, probe.as_ref(), key) {
                 for (to, from) in further.iter().zip(self.further_of(*index, at)) {
                     to.copy_from(from);
                 }
@@ -948,7 +1140,10 @@ impl<K, V> fmt::Debug for CompactTable<K, V> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CompactTable")
             .field("max_keys", &self.max_keys)
-            .field("slots", &(self.groups.len() * GROUP))
+            .field(
+                "slots",
+                &((self.groups.len() + self.text_groups.len()) * GROUP),
+            )
             .field("keys", &self.occupied.load(Ordering::Relaxed))
             .field("default_limit", &self.default_limit.load(Ordering::Relaxed))
             .field(
@@ -1021,6 +1216,23 @@ mod tests {
         )
     }
 
+    /// The fields a request of an address key reads share the table's
+    /// first cache line.
+    #[test]
+    fn a_request_reads_one_cache_line_of_the_table() {
+        type T = CompactTable<Option<std::net::IpAddr>, CompactWindow>;
+        assert_eq!(std::mem::align_of::<T>(), 64);
+        for end in [
+            std::mem::offset_of!(T, groups) + 16,
+            std::mem::offset_of!(T, hasher) + std::mem::size_of::<GatherState>(),
+            std::mem::offset_of!(T, default_limit) + 8,
+            std::mem::offset_of!(T, own_count) + 8,
+            std::mem::offset_of!(T, further_count) + 8,
+        ] {
+            assert!(end <= 64, "{end}");
+        }
+    }
+
     #[test]
     fn groups_hold_max_keys_at_seven_eighths() {
         assert_eq!(groups_for(1), 1);
@@ -1037,7 +1249,11 @@ mod tests {
     fn in_group(table: &Table, index: usize, key: u64) -> bool {
         read(&table.groups[index].slots)
             .as_ref()
-            .is_some_and(|slots| slots.iter().any(|slot| slot.key == Some(key)))
+            .is_some_and(|slots| {
+                slots
+                    .iter()
+                    .any(|slot| slot.key.as_ref().is_some_and(|k| k.0 == key))
+            })
     }
 
     #[test]
@@ -1246,6 +1462,45 @@ mod tests {
         }
         assert_eq!(MADE.load(SeqCst), 1);
         assert_eq!(table.get("k", |p| p.value.passes()), Some(4));
+    }
+
+    /// A table of `Option<String>` keys (held as inline text) looked up by
+    /// reference, as an extractor of its own may offer its key: the key is
+    /// made only when inserted, found again in its slot by reference and
+    /// owned, and read back as it was, short or long.
+    #[test]
+    fn option_string_keys_looked_up_by_reference_are_made_only_when_inserted() {
+        static MADE: StdU64 = StdU64::new(0);
+        fn to_owned(key: &Option<String>) -> Option<String> {
+            MADE.fetch_add(1, SeqCst);
+            key.clone()
+        }
+        let table: CompactTable<Option<String>, Fixed> =
+            CompactTable::new(8, 5, 5, &HashMap::new(), 0);
+        assert!(table.groups.is_empty());
+        let keys = [Some("k".to_owned()), Some("l".repeat(200)), None];
+        for key in &keys {
+            for _ in 0..3 {
+                table.with(
+                    Borrowed(key, to_owned),
+                    |v, _| v.idle(5),
+                    |p| p.value.admit(5, p.limit),
+                );
+            }
+            table.with(
+                Owned(key.clone()),
+                |v, _| v.idle(5),
+                |p| p.value.admit(5, p.limit),
+            );
+            assert_eq!(table.get(key, |p| p.value.passes()), Some(4), "{key:?}");
+        }
+        assert_eq!(MADE.load(SeqCst), 3);
+        let mut held = Vec::new();
+        table.for_each(|key, _| key.clone(), |key| held.push(key));
+        held.sort();
+        let mut expected = keys.to_vec();
+        expected.sort();
+        assert_eq!(held, expected);
     }
 
     #[test]

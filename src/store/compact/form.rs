@@ -1,0 +1,274 @@
+//! How a slot of a `CompactTable` holds its key: the key itself
+//! ([`Plain`]), or, for `Option<String>` keys (`HeaderKey`'s), the text
+//! inline in the slot ([`InlineText`]), which spares a short key the heap
+//! block of its own a `String` needs (a 64-byte value costs an 80-byte
+//! block on glibc: its size header and the rounding to 16 bytes).
+//!
+//! The table picks the form from its key type (see [`inline_text`]): the
+//! choice is made by the compiler for each key type (a comparison of two
+//! constant type ids), so a table of address keys has no branch for it.
+
+use std::any::{Any, TypeId};
+use std::borrow::{Borrow, Cow};
+
+/// How a slot holds a key of type `K`.
+pub(crate) trait Form<K: Clone>: Sized + Send + Sync {
+    /// What a lookup with the key at hand (owned) compares slots with,
+    /// made once per lookup.
+    type Probe<'a>
+    where
+        K: 'a;
+
+    /// The probe of `key`; `None` when this form compares with the lookup
+    /// form of the key instead.
+    fn probe(key: &K) -> Option<Self::Probe<'_>>;
+
+    /// The key in `key` in this form, taking it; `None`, leaving it, if
+    /// this form cannot hold it (a key of another type: never, as the table
+    /// picks the form from the type).
+    fn store(key: &mut Option<K>) -> Option<Self>;
+
+    /// Whether this is the key `key` (with `probe`, its probe, when the
+    /// lookup has it).
+    fn is<Q: Eq + ?Sized>(&self, probe: Option<&Self::Probe<'_>>, key: &Q) -> bool
+    where
+        K: Borrow<Q>;
+
+    /// The key, borrowed when the slot holds it as it is, else made from
+    /// the slot (`None` only for a form that does not hold a `K`, never).
+    fn key(&self) -> Option<Cow<'_, K>>;
+
+    /// The key to show a request: `own` (the request's own key, equal to
+    /// this one) when the form would have to make it, else this one.
+    #[inline]
+    fn shown<'a>(&'a self, own: Option<&'a K>) -> Option<Cow<'a, K>> {
+        match own {
+            Some(own) => Some(Cow::Borrowed(own)),
+            None => self.key(),
+        }
+    }
+}
+
+/// A key held as it is.
+#[derive(Debug)]
+pub(crate) struct Plain<K>(pub(crate) K);
+
+impl<K: Clone + Eq + Send + Sync> Form<K> for Plain<K> {
+    type Probe<'a>
+        = ()
+    where
+        K: 'a;
+
+    #[inline]
+    fn probe(_: &K) -> Option<()> {
+        None
+    }
+
+    #[inline]
+    fn store(key: &mut Option<K>) -> Option<Self> {
+        key.take().map(Plain)
+    }
+
+    #[inline]
+    fn is<Q: Eq + ?Sized>(&self, _: Option<&()>, key: &Q) -> bool
+    where
+        K: Borrow<Q>,
+    {
+        self.0.borrow() == key
+    }
+
+    #[inline]
+    fn key(&self) -> Option<Cow<'_, K>> {
+        Some(Cow::Borrowed(&self.0))
+    }
+
+    #[inline]
+    fn shown<'a>(&'a self, _: Option<&'a K>) -> Option<Cow<'a, K>> {
+        // The slot's own copy, as the table always showed it.
+        Some(Cow::Borrowed(&self.0))
+    }
+}
+
+/// Bytes of text an [`InlineText`] holds in the slot: as many as fit
+/// beside its two bytes of length and variant in the 72 bytes the
+/// variant holding a longer key's pointer needs anyway (8-byte aligned).
+pub(crate) const INLINE_BYTES: usize = 70;
+
+/// An `Option<String>` key in a slot: `None`, the text inline when it is at
+/// most [`INLINE_BYTES`] long, else the text in a heap block of its own
+/// (`Box<str>`: its length, not a `String`'s capacity too). A key has one
+/// form only: inline exactly when short enough.
+#[derive(Debug)]
+pub(crate) enum InlineText {
+    /// `None`.
+    Absent,
+    /// `Some` of the first `len` bytes of `bytes` (valid UTF-8, copied
+    /// from a `str`).
+    Inline { len: u8, bytes: [u8; INLINE_BYTES] },
+    /// `Some` of a text longer than [`INLINE_BYTES`].
+    Heap(Box<str>),
+}
+
+impl InlineText {
+    /// The form of `key`: inline (copied, and the `String` dropped) when
+    /// short enough, else the `String` as the heap form (no copy when its
+    /// capacity is its length, as the crate's extractors make it).
+    pub(crate) fn of(key: Option<String>) -> Self {
+        match key {
+            None => InlineText::Absent,
+            Some(text) if text.len() <= INLINE_BYTES => {
+                let mut bytes = [0u8; INLINE_BYTES];
+                bytes[..text.len()].copy_from_slice(text.as_bytes());
+                InlineText::Inline {
+                    // At most `INLINE_BYTES` (70): fits a byte.
+                    len: text.len() as u8,
+                    bytes,
+                }
+            }
+            Some(text) => InlineText::Heap(text.into_boxed_str()),
+        }
+    }
+
+    /// The key as `Option<&str>`.
+    pub(crate) fn text(&self) -> Option<Cow<'_, str>> {
+        match self {
+            InlineText::Absent => None,
+            InlineText::Inline { len, bytes } => {
+                // Copied from a `str` whole: always valid, borrowed.
+                Some(String::from_utf8_lossy(&bytes[..usize::from(*len)]))
+            }
+            InlineText::Heap(text) => Some(Cow::Borrowed(text)),
+        }
+    }
+
+    /// Whether this is the key `key`, without making a `String`.
+    #[inline]
+    fn is_text(&self, key: Option<&str>) -> bool {
+        match (self, key) {
+            (InlineText::Absent, None) => true,
+            (InlineText::Inline { len, bytes }, Some(text)) => {
+                bytes[..usize::from(*len)] == *text.as_bytes()
+            }
+            (InlineText::Heap(held), Some(text)) => **held == *text,
+            _ => false,
+        }
+    }
+}
+
+/// Whether a table with keys `K` holds them as [`InlineText`]: exactly
+/// for `Option<String>`. Both type ids are constants of the build, so the
+/// comparison is folded away.
+#[inline(always)]
+pub(crate) fn inline_text<K: 'static>() -> bool {
+    TypeId::of::<K>() == TypeId::of::<Option<String>>()
+}
+
+impl<K: Clone + 'static> Form<K> for InlineText {
+    type Probe<'a>
+        = Option<&'a str>
+    where
+        K: 'a;
+
+    #[inline]
+    fn probe(key: &K) -> Option<Option<&str>> {
+        (key as &dyn Any)
+            .downcast_ref::<Option<String>>()
+            .map(Option::as_deref)
+    }
+
+    fn store(key: &mut Option<K>) -> Option<Self> {
+        let key = (key as &mut dyn Any).downcast_mut::<Option<Option<String>>>()?;
+        key.take().map(InlineText::of)
+    }
+
+    #[inline]
+    fn is<Q: Eq + ?Sized>(&self, probe: Option<&Option<&str>>, key: &Q) -> bool
+    where
+        K: Borrow<Q>,
+    {
+        match probe {
+            Some(probe) => self.is_text(*probe),
+            // A lookup by another form of the key (not made by the crate's
+            // extractors): compared with the key made from the slot.
+            None => <Self as Form<K>>::key(self).is_some_and(|held| (*held).borrow() == key),
+        }
+    }
+
+    fn key(&self) -> Option<Cow<'_, K>> {
+        let mut key = Some(self.text().map(Cow::into_owned));
+        (&mut key as &mut dyn Any)
+            .downcast_mut::<Option<K>>()
+            .and_then(Option::take)
+            .map(Cow::Owned)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_inline_text_is_no_larger_than_a_pointer_variant_needs() {
+        assert_eq!(std::mem::size_of::<InlineText>(), 72);
+        assert_eq!(std::mem::size_of::<Option<InlineText>>(), 72);
+    }
+
+    type Key = Option<String>;
+
+    fn stored(key: &Key) -> InlineText {
+        <InlineText as Form<Key>>::store(&mut Some(key.clone())).expect("an Option<String>")
+    }
+
+    /// Texts around the inline limit (70 bytes), multi-byte characters
+    /// ending at and across it, and the absent key: each is stored in the
+    /// form its length calls for, reads back as it was, and is found by
+    /// its probe and by reference, and by no other key's.
+    #[test]
+    fn option_string_keys_read_back_as_stored_in_either_form() {
+        let mut keys: Vec<Key> = [0usize, 1, 63, 64, 65, 69, 70, 71, 72, 255, 256, 4096]
+            .into_iter()
+            .map(|len| Some("k".repeat(len)))
+            .collect();
+        keys.push(Some("é".repeat(35)));
+        keys.push(Some(format!("k{}", "é".repeat(35))));
+        keys.push(Some("\x7facme\\xff".to_owned()));
+        keys.push(None);
+        for key in &keys {
+            let held = stored(key);
+            let inline = key.as_ref().is_some_and(|text| text.len() <= INLINE_BYTES);
+            assert_eq!(matches!(held, InlineText::Inline { .. }), inline, "{key:?}");
+            assert_eq!(
+                matches!(held, InlineText::Heap(_)),
+                key.as_ref().is_some_and(|text| text.len() > INLINE_BYTES),
+                "{key:?}"
+            );
+            assert_eq!(<InlineText as Form<Key>>::key(&held).as_deref(), Some(key));
+            for other in &keys {
+                let probe = <InlineText as Form<Key>>::probe(other);
+                assert!(probe.is_some());
+                let by_probe = <InlineText as Form<Key>>::is(&held, probe.as_ref(), other);
+                let by_reference = <InlineText as Form<Key>>::is(&held, None, other);
+                assert_eq!(by_probe, key == other, "{key:?} against {other:?}");
+                assert_eq!(by_reference, key == other, "{key:?} against {other:?}");
+            }
+        }
+    }
+
+    /// A form is never given a key of another type (the table picks it from
+    /// the type); if it were, it would leave the key where it was.
+    #[test]
+    fn an_inline_text_takes_no_key_of_another_type() {
+        let mut key = Some(String::from("k"));
+        assert!(<InlineText as Form<String>>::store(&mut key).is_none());
+        assert_eq!(key.as_deref(), Some("k"));
+        assert!(<InlineText as Form<String>>::probe(&"k".to_owned()).is_none());
+    }
+
+    #[test]
+    fn only_option_string_keys_are_held_inline() {
+        assert!(inline_text::<Option<String>>());
+        assert!(!inline_text::<String>());
+        assert!(!inline_text::<Option<std::net::IpAddr>>());
+        assert!(!inline_text::<Option<Box<str>>>());
+    }
+}
