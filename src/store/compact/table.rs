@@ -50,7 +50,9 @@
 //! emptied or reused while it runs. A new key write-locks both groups
 //! (lower index first, so two inserts never deadlock), checks again that
 //! nobody inserted it meanwhile, and takes an empty slot of the group with
-//! more empty slots; with none, an idle slot (as the caller's `idle` judges
+//! more empty slots (the first from the key's home slot, four bits of its
+//! hash, where lookups start, so that a key is usually found on the first
+//! slot read); with none, an idle slot (as the caller's `idle` judges
 //! it) of either group, whose key is dropped and whose value is reset
 //! (idleness is asked only when no empty slot will do). Each of the
 //! `2 * GROUP` slots of the two groups is examined twice at most: a new key
@@ -376,8 +378,16 @@ pub(crate) fn groups_for(max_keys: usize) -> usize {
 /// The index of `key`'s slot among `slots` (`probe`: the key's probe,
 /// when the lookup has the key owned; see [`Form::is`]).
 #[inline]
+///
+/// The search starts at the key's home slot (see [`home_of`]) and wraps
+/// around: a key took the first empty slot from its home when it was
+/// inserted, so it is usually found there, on the first cache line read,
+/// where a search from the group's first slot would read on through the
+/// slots of other keys. Every slot is still examined before a key is
+/// declared absent (an eviction may have left a hole before it).
 fn position<K, S, V, Q>(
     slots: &Slots<S, V>,
+    home: usize,
     tag: u8,
     probe: Option<&S::Probe<'_>>,
     key: &Q,
@@ -387,9 +397,18 @@ where
     S: Form<K>,
     Q: Eq + ?Sized,
 {
-    slots
-        .iter()
-        .position(|slot| slot.tag == tag && slot.key.as_ref().is_some_and(|k| k.is(probe, key)))
+    (0..GROUP).map(|i| (home + i) % GROUP).find(|&at| {
+        let slot = &slots[at];
+        slot.tag == tag && slot.key.as_ref().is_some_and(|k| k.is(probe, key))
+    })
+}
+
+/// A key's home slot in either of its groups: four bits of its hash that
+/// neither its tag (the low seven) nor its groups (the high bits of each
+/// half, which the scaling keeps) are made of.
+#[inline]
+fn home_of(hash: u64) -> usize {
+    (hash >> 7) as usize % GROUP
 }
 
 /// Write-locks groups `a` and `b` of `groups` (once if they are the same),
@@ -637,7 +656,7 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
             let slots = read(&group.slots);
             if let Some((slots, at)) = slots
                 .as_ref()
-                .and_then(|slots| Some((slots, position(slots, tag, probe.as_ref(), key)?)))
+                .and_then(|slots| Some((slots, position(slots, home_of(hash), tag, probe.as_ref(), key)?)))
             {
                 let shown = if keyed {
                     slots[at].key.as_ref().and_then(|k| k.shown(request_key))
@@ -682,7 +701,7 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
         for (index, slots) in locked.iter() {
             if let Some((slots, at)) = slots
                 .as_ref()
-                .and_then(|slots| Some((slots, position(slots, tag, probe.as_ref(), key)?)))
+                .and_then(|slots| Some((slots, position(slots, home_of(hash), tag, probe.as_ref(), key)?)))
             {
                 let shown = if keyed {
                     slots[at].key.as_ref().and_then(|k| k.shown(request_key))
@@ -702,7 +721,7 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
             }
         }
         let room = self.claim();
-        let Some((which, at)) = self.free_slot(&mut locked, first, room, &idle) else {
+        let Some((which, at)) = self.free_slot(&mut locked, first, home_of(hash), room, &idle) else {
             self.unclaim(room);
             if key_on_overflow {
                 let owned = pending.into_owned();
@@ -773,6 +792,7 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
         &self,
         locked: &mut [(usize, WriteGuard<'_, S, V>)],
         first: usize,
+        home: usize,
         room: bool,
         idle: &impl Fn(&V, &[CompactWindow]) -> bool,
     ) -> Option<(usize, usize)> {
@@ -791,14 +811,18 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
                     None => {
                         #[cfg(test)]
                         self.examined.fetch_add(1, Ordering::Relaxed);
-                        (GROUP, 0)
+                        (GROUP, home)
                     }
                     Some(slots) => {
                         #[cfg(test)]
                         self.examined.fetch_add(GROUP, Ordering::Relaxed);
                         let empties = slots.iter().filter(|slot| slot.key.is_none()).count();
-                        let first = slots.iter().position(|slot| slot.key.is_none());
-                        (empties, first.unwrap_or(0))
+                        // The first empty slot from the key's home on,
+                        // where a lookup starts (see `position`).
+                        let first = (0..GROUP)
+                            .map(|i| (home + i) % GROUP)
+                            .find(|&at| slots[at].key.is_none());
+                        (empties, first.unwrap_or(home))
                     }
                 };
                 if empties > 0 && best.is_none_or(|(most, _, _)| empties > most) {
@@ -862,7 +886,7 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
                 let slots = read(&group.slots);
                 if let Some((slots, at)) = slots
                     .as_ref()
-                    .and_then(|slots| Some((slots, position::<K, _, _, _>(slots, tag, None, key)?)))
+                    .and_then(|slots| Some((slots, position::<K, _, _, _>(slots, home_of(hash), tag, None, key)?)))
                 {
                     if let Some(owned) = slots[at].key.as_ref().and_then(Form::key) {
                         let place = self.slot_place(&group.totals, slots, index, at);
@@ -976,7 +1000,7 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
                 .store(u64::from(hash as u32), Ordering::Relaxed);
         } else {
             let further = windows(self.further_count);
-            let taken = self.take(&mut locked, tag, &key, &further);
+            let taken = self.take(&mut locked, home_of(hash), tag, &key, &further);
             let seen = taken.is_some();
             let value = taken.unwrap_or_else(V::empty);
             own.insert(key, Own::new(limit, hash as u32, value, further, seen));
@@ -1028,7 +1052,7 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
             }
             Some(entry) if !entry.lapsed() => {
                 let room = self.claim();
-                let free = self.free_slot(&mut locked, first, room, &idle);
+                let free = self.free_slot(&mut locked, first, home_of(hash), room, &idle);
                 // The key in its slot's form, made before the side map
                 // gives the key up (a form takes every key of its table's
                 // type: `None` only without a free slot).
@@ -1111,6 +1135,7 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
     fn take<S: Form<K>>(
         &self,
         locked: &mut [(usize, WriteGuard<'_, S, V>)],
+        home: usize,
         tag: u8,
         key: &K,
         further: &[CompactWindow],
@@ -1120,7 +1145,7 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
             let Some(slots) = slots.as_mut() else {
                 continue;
             };
-            if let Some(at) = position(slots, tag, probe.as_ref(), key) {
+            if let Some(at) = position(slots, home, tag, probe.as_ref(), key) {
                 for (to, from) in further.iter().zip(self.further_of(*index, at)) {
                     to.copy_from(from);
                 }
