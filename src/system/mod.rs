@@ -42,9 +42,9 @@
 //! max_in_flight = floor(max_pass × buckets_per_second × min_rt / 1000 + 0.5)
 //! ```
 //!
-//! `max_pass` is the most completions in one 100 ms bucket over the last
-//! second and `min_rt` the shortest response time (ms) over the last 10 s
-//! (Kratos's window): by Little's law,
+//! `max_pass` is the most completions in one 100 ms bucket and `min_rt`
+//! the shortest response time (ms), both over the last 10 s (Kratos's
+//! window): by Little's law,
 //! the requests the service can hold when it runs at its best throughput
 //! and its best latency. Anything above that is queueing, which only adds
 //! latency. The check keeps running for 1 s after its last refusal made
@@ -53,14 +53,19 @@
 //! started; here it is from the last drop). Unlike Sentinel's, the CPU is
 //! a gate of BBR, never a refusal of its own.
 //!
-//! Differences from the originals: `max_pass` is over one second of 10
-//! buckets of 100 ms (Kratos keeps 10 s of 100 buckets; Sentinel one
-//! second of 2), `min_rt` is the shortest response time rather than the
-//! shortest bucket average, and while nothing has completed in the last
-//! second the estimate is 0, so BBR lets only one request in flight when
-//! the CPU is busy. Over one second, `min_rt` was the queue's once an
-//! overload had run unchecked for that long, and the estimate kept the
-//! queue; over 10 s it is still the unloaded one.
+//! Differences from the originals: the window is the last second's 10
+//! buckets of 100 ms plus, for each of the seconds before it that started
+//! within 10 s, its busiest bucket's completions and its shortest response
+//! time, kept as the buckets roll up into the minute window (Kratos keeps
+//! 10 s of 100 buckets; Sentinel takes both over one second of 2);
+//! `min_rt` is the shortest response time rather than the shortest bucket
+//! average; and while nothing has completed in the last 10 s the estimate
+//! is 0, so BBR lets only one request in flight when the CPU is busy.
+//! Over one second, `min_rt` was the queue's once an overload had run
+//! unchecked for that long, and the estimate kept the queue; and
+//! `max_pass` followed the throughput down, since the refusals of one
+//! second cut the completions the next second's estimate was made of.
+//! Over 10 s both are still the service's unloaded figures.
 //!
 //! One addition, at the onset of an overload: while the CPU reads below the
 //! threshold but at least half of it, a request is refused when more than

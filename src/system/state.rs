@@ -16,9 +16,10 @@ use crate::stat::StatisticNode;
 const SAMPLE_COUNT: usize = 10;
 const INTERVAL_MS: u64 = 1000;
 
-/// How far back the BBR estimate looks for the shortest response time
-/// (Kratos BBR keeps its whole window, 10 s of 100 buckets).
-pub(crate) const MIN_RT_WINDOW_MS: u64 = 10_000;
+/// How far back the BBR estimate looks for its busiest bucket and its
+/// shortest response time (Kratos BBR takes both over its whole window,
+/// 10 s of 100 buckets).
+pub(crate) const BBR_WINDOW_MS: u64 = 10_000;
 
 /// The onset check (a departure from Kratos, see [`System::onset`]): while
 /// the CPU reads below the threshold but at least half of it, a request is
@@ -99,8 +100,8 @@ pub struct SystemStatus {
     pub max_in_flight: u64,
     /// Requests the layer passed in the last second.
     pub pass_qps: u64,
-    /// The busiest 100 ms bucket's completions in the last second, scaled
-    /// to a second.
+    /// The busiest 100 ms bucket's completions in the last 10 s, scaled
+    /// to a second, which the BBR estimate is made of.
     pub max_success_qps: u64,
     /// The shortest response time in the last 10 s, which the BBR
     /// estimate is made of.
@@ -175,8 +176,14 @@ impl System {
             max_avg_rt: rule.max_avg_rt,
             cpu_threshold: rule.cpu_threshold,
             cpu,
-            node: StatisticNode::build(clock, SAMPLE_COUNT, INTERVAL_MS, false)
-                .expect("the system window is valid"),
+            node: StatisticNode::build_with_peaks(
+                clock,
+                SAMPLE_COUNT,
+                INTERVAL_MS,
+                false,
+                BBR_WINDOW_MS,
+            )
+            .expect("the system window is valid"),
             last_drop: AtomicU64::new(0),
             refusals: Default::default(),
         }
@@ -287,13 +294,12 @@ impl System {
     /// Kratos BBR's `maxInFlight`: the busiest bucket's completions per
     /// second times the shortest response time, rounded to the nearest
     /// whole request: `floor(max_success × buckets_per_second × min_rt_ms
-    /// / 1000 + 0.5)`, the busiest bucket over the last second and the
-    /// shortest response time over the last 10 s (see
-    /// [`min_rt`](Self::min_rt)), in microseconds. 0 while nothing has
-    /// completed in the last second.
+    /// / 1000 + 0.5)`, both over Kratos's window, the last 10 s (see
+    /// [`max_success`](Self::max_success) and [`min_rt`](Self::min_rt)),
+    /// the response time in microseconds. 0 while nothing has completed in
+    /// the last 10 s.
     pub(crate) fn max_in_flight(&self) -> u64 {
-        let window = self.node.second_window();
-        let max_success = window.max_success();
+        let max_success = self.max_success();
         if max_success == 0 {
             return 0;
         }
@@ -303,6 +309,21 @@ impl System {
         let buckets_per_second = (SAMPLE_COUNT as u64 * 1000 / INTERVAL_MS) as f64;
         let per_second = max_success as f64 * buckets_per_second;
         (per_second * min_rt.as_micros() as f64 / 1_000_000.0 + 0.5).floor() as u64
+    }
+
+    /// The most completions of one 100 ms bucket over the last 10 s: the
+    /// peaks the node's per-second roll-up keeps for the seconds that
+    /// started within 10 s, and the buckets not rolled up yet (Kratos BBR's
+    /// `maxPASS`, over its whole window). Over one second the estimate
+    /// could follow the throughput down: the refusals of one second cut
+    /// the completions the next second's estimate is made of. The busiest
+    /// bucket of the last 10 s is the service's throughput before them.
+    /// Reads at most 11 peaks and the 10 buckets, without allocating; read
+    /// only while BBR runs.
+    fn max_success(&self) -> u64 {
+        let now = self.node.now();
+        let since = now.saturating_sub(BBR_WINDOW_MS);
+        self.node.second_window().array().peak_success(now, since)
     }
 
     /// The shortest response time over the last 10 s: the second window's
@@ -315,7 +336,7 @@ impl System {
     fn min_rt(&self) -> Option<Duration> {
         let window = self.node.second_window();
         let now = self.node.now();
-        let since = now.saturating_sub(MIN_RT_WINDOW_MS);
+        let since = now.saturating_sub(BBR_WINDOW_MS);
         let recent = window
             .array()
             .rollup_fold(now, u64::MAX, |min, start, counts| {
@@ -368,7 +389,7 @@ impl System {
             in_flight: node.cur_concurrency(),
             max_in_flight: self.max_in_flight(),
             pass_qps: window.pass(),
-            max_success_qps: window.max_success() * (SAMPLE_COUNT as u64 * 1000 / INTERVAL_MS),
+            max_success_qps: self.max_success() * (SAMPLE_COUNT as u64 * 1000 / INTERVAL_MS),
             min_rt: self.min_rt(),
             avg_rt: node.avg_rt(),
             refusals: std::array::from_fn(|i| self.refusals[i].load(Ordering::Relaxed)),
@@ -476,6 +497,49 @@ mod tests {
         clock.set(20_400);
         assert_eq!(system.status().min_rt, Some(Duration::from_millis(300)));
         assert_eq!(system.max_in_flight(), 60);
+    }
+
+    #[test]
+    fn the_busiest_bucket_of_the_last_ten_seconds_sets_the_estimate() {
+        let clock = crate::clock::ManualClock::new(10_000);
+        let rule = SystemRule::bbr().cpu_source(|| 1.0);
+        let system = System::new(&rule, SharedClock::new(clock.clone()));
+        // Busy: 30 completions of 10 ms in one bucket, 30 × 10 × 0.01 s = 3.
+        completed(&system, &clock, 10_000, 30, 10);
+        // Two seconds on, nothing since: the bucket has left the last second
+        // but not its slot (not rolled up yet).
+        clock.set(12_000);
+        assert_eq!(system.max_in_flight(), 3);
+        // Five seconds on, 5 completions of 10 ms in the same slot (over one
+        // second, 5 × 10 × 0.01 s = 0.5, rounded to 1): the busy bucket
+        // moves into the roll-up and its peak with it.
+        completed(&system, &clock, 15_000, 5, 10);
+        clock.set(15_100);
+        assert_eq!(system.max_in_flight(), 3);
+        assert_eq!(system.status().max_success_qps, 300);
+        // 3 in flight is not above 3: one more passes; 4 is above.
+        for in_flight in 0..4 {
+            assert_eq!(system.check(), Ok(()), "{in_flight} in flight");
+            system.enter();
+        }
+        assert_eq!(system.check(), Err(Refused(SystemCheck::Bbr)));
+        for _ in 0..4 {
+            system.leave();
+        }
+        // Its second still starts within 10 s at 20 000 ms, no longer at
+        // 20 001: then the 5 completions are the busiest. At 21 100 the
+        // peak's entry is the one second 21 000 would take: it holds
+        // second 10 000, not 21 000, and reads as nothing.
+        clock.set(20_000);
+        assert_eq!(system.max_in_flight(), 3);
+        clock.set(20_001);
+        assert_eq!(system.max_in_flight(), 1);
+        clock.set(21_100);
+        assert_eq!(system.max_in_flight(), 1);
+        assert_eq!(system.status().max_success_qps, 50);
+        // Nothing completed in the last 10 s: no estimate.
+        clock.set(25_001);
+        assert_eq!(system.max_in_flight(), 0);
     }
 
     #[test]
