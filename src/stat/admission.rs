@@ -571,8 +571,9 @@ impl MetricArray {
                     let moving = rollup.begin_move();
                     let counts = bucket.take();
                     let previous = rotation.previous(idx);
+                    rollup.roll_up(&moving, idx, previous, counts, reserved, start);
                     let slots = self.main.sample_count();
-                    rollup.roll_up(&moving, idx, previous, counts, reserved, start, slots);
+                    rollup.raise_peak(&moving, slots, previous, counts.success, start);
                     Some(moving)
                 }
                 None => {

@@ -255,7 +255,6 @@ impl Rollup {
         mut counts: Counts,
         prefill: u64,
         now: u64,
-        main_sample_count: usize,
     ) {
         // Lifetime totals take the bucket as it was, prefilled passes
         // included, and whatever window it held (module docs).
@@ -270,9 +269,6 @@ impl Rollup {
             // A bucket older than the rollup's window has nothing to add.
             if !counts.is_empty() && self.ring.in_window(second, now) {
                 self.ring.current_window(previous).value().absorb(&counts);
-                if counts.success != 0 {
-                    self.raise_peak(main_sample_count, second, counts.success);
-                }
             }
         }
     }
@@ -283,12 +279,29 @@ impl Rollup {
         self.prefilled.get(main_sample_count..).unwrap_or_default()
     }
 
-    /// Inside a [`Move`]: raises the peak of the rollup bucket starting at
-    /// `start` to `success`, the completions of one admission bucket moved
-    /// into it. Nothing without a peak window.
-    fn raise_peak(&self, main_sample_count: usize, start: u64, success: u64) {
+    /// Inside a [`Move`], after [`roll_up`](Self::roll_up) of the same
+    /// bucket: raises the peak (module docs) of the rollup bucket that the
+    /// admission bucket `previous` (if any) belongs to, to `success`, that
+    /// bucket's completions, when it is in the rollup's window at `now`.
+    /// Nothing without a peak window (the admission ring has
+    /// `main_sample_count` slots).
+    pub(crate) fn raise_peak(
+        &self,
+        _move: &Move<'_>,
+        main_sample_count: usize,
+        previous: Option<u64>,
+        success: u64,
+        now: u64,
+    ) {
         let peaks = self.peaks(main_sample_count);
-        if peaks.is_empty() {
+        let Some(previous) = previous else {
+            return;
+        };
+        if peaks.is_empty() || success == 0 {
+            return;
+        }
+        let start = self.ring.start_of(previous);
+        if !self.ring.in_window(start, now) {
             return;
         }
         let index = start / self.ring.window_length_ms();
