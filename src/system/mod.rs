@@ -64,9 +64,9 @@
 //! is 0.
 //! Over one second, `min_rt` was the queue's once an overload had run
 //! unchecked for that long, and the estimate kept the queue; and
-//! `max_pass` followed the throughput down, since the refusals of one
-//! second cut the completions the next second's estimate was made of.
-//! Over 10 s both are still the service's unloaded figures.
+//! `max_pass` could follow the throughput down, the refusals of one second
+//! cutting the completions the next second's estimate is made of. Over
+//! 10 s both are still the service's unloaded figures.
 //!
 //! And one departure: BBR refuses only beyond two requests in flight
 //! whatever the estimate, where Kratos refuses beyond one. On a service
