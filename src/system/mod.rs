@@ -73,11 +73,12 @@
 //! whose requests each keep a CPU busy for most of their time the
 //! estimate is about one per CPU, rounded from anything between 0.5 and
 //! 1.5; its requests arrive in batches, and the two let in finish about
-//! together, so under overload its CPU idled until the next batch.
+//! together, so under overload its CPU presumably idled until the next
+//! batch.
 //! Measured in the `perf` harness's `overload` mode on one CPU (a shared
 //! machine: single runs scatter), the rule's median goodput at 4x went
-//! from 66 to 89 % of the capacity, and the runs where it kept under 90 %
-//! of its goodput at 1x from 4 of 11 to 1 of 9, with about the same
+//! from 66 to 91 % of the capacity, and the runs where it kept under 90 %
+//! of its goodput at 1x from 4 of 11 to 1 of 13, with about the same
 //! admitted p99.
 //!
 //! One addition, at the onset of an overload: while the CPU reads below the

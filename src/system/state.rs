@@ -289,14 +289,15 @@ impl System {
     /// Such a service's requests arrive in batches (a worker reads every
     /// socket that is ready before it runs the handlers again), and the two
     /// let in share the CPU and finish about together, so under overload
-    /// the CPU idled until the next batch. In the `perf` harness's
+    /// the CPU presumably idled until the next batch (the runs below show
+    /// the goodput, not the idle time). In the `perf` harness's
     /// `overload` mode (CPU workload on one CPU, a machine shared with
     /// other work, so each figure is of one run and they scatter), with a
     /// limit of 1 the rule's goodput at 4x was 49 to 102 % of the capacity
     /// measured in the same run (median 66 %, 11 runs) and under 90 % of
     /// its goodput at 1x in 4 of them; with a limit of at least 2, 55 to
-    /// 138 % (median 89 %, 9 runs), under 90 % of 1x in 1. The admitted
-    /// p99 of the worst level was about the same (median 10.3 and 11.2 ms).
+    /// 138 % (median 91 %, 13 runs), under 90 % of 1x in 1. The admitted
+    /// p99 of the worst level was about the same (median 10.3 and 9.9 ms).
     /// At least 3 or 4 kept less of 1x at 4x in the runs made (63 to 86 %,
     /// 3 runs); at least 8 made the admitted p50 12 ms at every level, the
     /// handlers sharing one CPU.
