@@ -624,3 +624,41 @@ fn header_keys_allocate_nothing_for_a_key_seen_before_on_full_and_compact_layers
         );
     }
 }
+
+// The BBR estimate folds the layer-wide node's last 10 s (the peaks and the
+// shortest response times of its per-second roll-up) on every check made
+// while the CPU is busy beyond two requests in flight: no allocation.
+#[cfg(feature = "axum")]
+#[test]
+fn reading_the_bbr_estimate_allocates_nothing() {
+    use axum::routing::get;
+    use tower_sliding_window::system::SystemRule;
+    use tower_sliding_window::SlidingWindowLayer;
+
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime");
+    let clock = ManualClock::new(1_000_000);
+    let layer = SlidingWindowLayer::qps(1_000_000)
+        .clock(clock.clone())
+        .system(SystemRule::bbr().cpu_source(|| 1.0));
+    let stats = layer.handle();
+    let app = axum::Router::new()
+        .route("/", get(|| async { "hi" }))
+        .route_layer(layer);
+    // Completions over 12 s, so that buckets roll up with their peaks and
+    // some leave the 10 s.
+    for step in 0..120 {
+        clock.set(1_000_000 + step * 100);
+        for _ in 0..3 {
+            request_allocations(&app, &rt, "/", http::StatusCode::OK);
+        }
+    }
+    let status = stats.system().expect("a system rule");
+    assert_eq!(
+        status.max_success_qps, 30,
+        "3 completions per 100 ms bucket"
+    );
+    let (status, allocated) = allocated_by(|| stats.system());
+    assert_eq!(allocated, NOTHING, "{status:?}");
+}

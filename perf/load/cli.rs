@@ -215,8 +215,10 @@ modes:
              .max_concurrency(16); each server in a child
              process pinned to CPU 0 (the client on CPU 1); reads
              --server-threads, --open-connections, --overload-secs,
-             --overload-warmup-secs, --only cpu|dependency; fails when the
-             system rule misses its targets on the CPU workload
+             --overload-warmup-secs, --only (workloads cpu, dependency
+             and contenders none, tower, tower-acc, system,
+             system-concurrency, each set all when none is named); fails
+             when the system rule misses its targets on the CPU workload
 
 options (defaults in brackets):
   --out DIR               charts and report [target/load]

@@ -718,20 +718,68 @@ impl WorkloadResult {
     }
 }
 
-/// Runs both workloads (or the one `--only` names); also whether the
-/// server and the client were pinned to a CPU each.
+/// What `--only` keeps of an overload run: the workloads it names (both
+/// when it names none) and the contenders it names (all when it names
+/// none). A slug that is neither is an error.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Selection {
+    /// The workloads to run, in the order they run.
+    pub workloads: Vec<Workload>,
+    /// The contenders to run on each, in the order they run.
+    pub guards: Vec<Guard>,
+}
+
+impl Selection {
+    /// Reads `--only` (`config.only`).
+    pub fn of(only: &[String]) -> Result<Selection, String> {
+        for slug in only {
+            if Workload::from_slug(slug).is_none() && Guard::from_slug(slug).is_none() {
+                return Err(format!(
+                    "`--only {slug}`: not a workload ({}) nor a contender ({})",
+                    Workload::ALL.map(Workload::slug).join(", "),
+                    Guard::ALL.map(Guard::slug).join(", ")
+                ));
+            }
+        }
+        let named = |slug: &str| only.iter().any(|s| s == slug);
+        let workloads: Vec<Workload> = Workload::ALL
+            .into_iter()
+            .filter(|w| named(w.slug()))
+            .collect();
+        let guards: Vec<Guard> = Guard::ALL.into_iter().filter(|g| named(g.slug())).collect();
+        Ok(Selection {
+            workloads: if workloads.is_empty() {
+                Workload::ALL.to_vec()
+            } else {
+                workloads
+            },
+            guards: if guards.is_empty() {
+                Guard::ALL.to_vec()
+            } else {
+                guards
+            },
+        })
+    }
+}
+
+/// Runs both workloads with every contender, or what `--only` names (see
+/// [`Selection`]); also whether the server and the client were pinned to
+/// a CPU each.
 pub fn run(config: &Config) -> Result<(Vec<WorkloadResult>, bool), String> {
+    let selection = Selection::of(&config.only)?;
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let pinning = Pinning {
         pinned: cores >= 2 && pin_self_to_cpu_1(),
     };
     let runtime = client::runtime(config.client_threads)?;
     let mut results = Vec::new();
-    for workload in Workload::ALL {
-        if !config.only.is_empty() && !config.only.iter().any(|s| s == workload.slug()) {
-            continue;
-        }
-        results.push(runtime.block_on(run_workload(config, workload, pinning))?);
+    for &workload in &selection.workloads {
+        results.push(runtime.block_on(run_workload(
+            config,
+            workload,
+            &selection.guards,
+            pinning,
+        ))?);
     }
     runtime.shutdown_background();
     Ok((results, pinning.pinned))
@@ -751,6 +799,7 @@ fn pin_self_to_cpu_1() -> bool {
 async fn run_workload(
     config: &Config,
     workload: Workload,
+    guards: &[Guard],
     pinning: Pinning,
 ) -> Result<WorkloadResult, String> {
     let workers = config.server_threads;
@@ -796,7 +845,7 @@ async fn run_workload(
         (capacity, unloaded)
     };
     let mut runs = Vec::new();
-    for guard in Guard::ALL {
+    for &guard in guards {
         let server = Server::start(workload, guard, workers, pinning)?;
         let slows = workload == Workload::Dependency;
         // The warm-up: 1x, unmeasured, the dependency at its usual speed.
@@ -1238,6 +1287,34 @@ mod tests {
         assert_eq!((s.cpu, s.active, s.max_in_flight), (0.875, true, 3));
         assert!(Status::parse("overload-status 0.8 1").is_none());
         assert!(Status::parse("something else").is_none());
+    }
+
+    #[test]
+    fn only_picks_workloads_and_contenders_by_their_slugs() {
+        let only = |slugs: &[&str]| {
+            Selection::of(&slugs.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>())
+        };
+        assert_eq!(
+            only(&[]),
+            Ok(Selection {
+                workloads: Workload::ALL.to_vec(),
+                guards: Guard::ALL.to_vec()
+            })
+        );
+        // Named in any order, run in the usual one.
+        assert_eq!(
+            only(&["system-concurrency", "cpu", "none", "system"]),
+            Ok(Selection {
+                workloads: vec![Workload::Cpu],
+                guards: vec![Guard::None, Guard::System, Guard::SystemConcurrency]
+            })
+        );
+        assert_eq!(
+            only(&["tower"]).map(|s| s.workloads),
+            Ok(Workload::ALL.to_vec())
+        );
+        let error = only(&["cpu", "bare"]).unwrap_err();
+        assert!(error.contains("`--only bare`"), "{error}");
     }
 
     #[test]

@@ -398,7 +398,9 @@ impl MetricArray {
     /// Like [`new`](Self::new), rolling buckets up into a ring of
     /// `rollup_sample_count` buckets over `rollup_interval_ms`; `strict`
     /// makes admission count the bucket that has just left the window too
-    /// (module docs).
+    /// (module docs); a `peak_window_ms` above 0 keeps the busiest bucket's
+    /// completions per rollup bucket over that long (see
+    /// [`peak_success`](Self::peak_success)).
     pub(crate) fn with_rollup(
         sample_count: usize,
         interval_ms: u64,
@@ -406,10 +408,16 @@ impl MetricArray {
         rollup_sample_count: usize,
         rollup_interval_ms: u64,
         strict: bool,
+        peak_window_ms: u64,
     ) -> Result<Self, ConfigError> {
         // Validate before sizing the rollup's bookkeeping by the sample count.
         validate(sample_count, interval_ms)?;
-        let rollup = Rollup::new(rollup_sample_count, rollup_interval_ms, sample_count)?;
+        let rollup = Rollup::new(
+            rollup_sample_count,
+            rollup_interval_ms,
+            sample_count,
+            peak_window_ms,
+        )?;
         Self::build(sample_count, interval_ms, occupiable, Some(rollup), strict)
     }
 
@@ -564,6 +572,8 @@ impl MetricArray {
                     let counts = bucket.take();
                     let previous = rotation.previous(idx);
                     rollup.roll_up(&moving, idx, previous, counts, reserved, start);
+                    let slots = self.main.sample_count();
+                    rollup.raise_peak(&moving, slots, previous, counts.success, start);
                     Some(moving)
                 }
                 None => {

@@ -33,6 +33,17 @@
 //! lock, so every event is counted exactly once. The totals are kept in a
 //! table beside the rollups ([`totals`]); until an exporter asks, nothing is
 //! kept and a rotation pays one relaxed load.
+//!
+//! ## Peaks
+//!
+//! A rollup bucket sums the admission buckets it took in, so the busiest of
+//! them is lost. A rollup built with a peak window also keeps, per rollup
+//! bucket within that window, the most completions of one admission bucket
+//! moved into it: one word per rollup bucket, written by the opener inside
+//! the [`Move`] (one compare and store per rotation), read under the same
+//! sequence lock. The layer-wide node of a system rule keeps them for the
+//! BBR estimate, whose busiest bucket spans 10 s (Kratos BBR's window);
+//! every other node's rollup has none and pays nothing for them.
 
 use std::sync::atomic::AtomicBool;
 
@@ -45,10 +56,13 @@ use crate::sync::{backoff, fence, AtomicU64, Ordering};
 /// A coarser ring the admission ring rolls its buckets into.
 pub(crate) struct Rollup {
     ring: LeapArray<MetricBucket>,
-    /// Per admission-ring slot: the passes its current bucket started with
-    /// from matured reservations. Sentinel counts borrowed quota in the
-    /// minute window when it is granted (`StatisticNode::add_occupied_pass`),
-    /// so these are left out of the roll-up. Written inside a [`Move`].
+    /// The first word per admission-ring slot: the passes its current
+    /// bucket started with from matured reservations. Sentinel counts
+    /// borrowed quota in the minute window when it is granted
+    /// (`StatisticNode::add_occupied_pass`), so these are left out of the
+    /// roll-up. Then, with a peak window, one word per peak entry (module
+    /// docs, "Peaks"; see [`peak`]): its length is the setting, so a rollup
+    /// without peaks pays nothing for them. Written inside a [`Move`].
     prefilled: Box<[AtomicU64]>,
     /// The sequence lock (module docs): odd while a bucket moves.
     seq: AtomicU64,
@@ -117,6 +131,32 @@ mod totals {
     }
 }
 
+/// A peak entry's word: the index of its rollup bucket (its start over the
+/// bucket length) in the high 32 bits, modulo 2^32, and the most
+/// completions of one admission bucket moved into that rollup bucket in the
+/// low 32, saturating. An entry whose index differs from the bucket asked
+/// for holds an older bucket (or none: the empty word is index 0 with 0
+/// completions, which reads as nothing).
+mod peak {
+    const INDEX_SHIFT: u32 = 32;
+    const PEAK_MASK: u64 = (1 << INDEX_SHIFT) - 1;
+
+    /// The word of rollup bucket number `index` with `peak` completions.
+    pub(super) fn pack(index: u64, peak: u64) -> u64 {
+        (index << INDEX_SHIFT) | peak.min(PEAK_MASK)
+    }
+
+    /// The completions `word` holds for rollup bucket number `index`, 0 when
+    /// it holds another bucket.
+    pub(super) fn of(word: u64, index: u64) -> u64 {
+        if word >> INDEX_SHIFT == index & PEAK_MASK {
+            word & PEAK_MASK
+        } else {
+            0
+        }
+    }
+}
+
 /// One bucket moving into the rollup: the write side of the sequence lock.
 /// The admission ring's opener holds it from before it takes the old
 /// bucket's counts until after it published the new window.
@@ -143,15 +183,29 @@ impl Drop for Move<'_> {
 
 impl Rollup {
     /// A rollup of `sample_count` buckets over `interval_ms` for an
-    /// admission ring of `main_sample_count` slots.
+    /// admission ring of `main_sample_count` slots; with a `peak_window_ms`
+    /// above 0 it keeps the peaks (module docs) of the rollup buckets that
+    /// start within that long before a read.
     pub(crate) fn new(
         sample_count: usize,
         interval_ms: u64,
         main_sample_count: usize,
+        peak_window_ms: u64,
     ) -> Result<Self, ConfigError> {
+        let ring = LeapArray::new(sample_count, interval_ms)?;
+        // The buckets that start in [now - window, now]: one more than fit
+        // in the window when it starts on a bucket's start.
+        let peaks = match peak_window_ms {
+            0 => 0,
+            window => usize::try_from(window.div_ceil(ring.window_length_ms()) + 1)
+                .unwrap_or(usize::MAX)
+                .min(sample_count),
+        };
         Ok(Rollup {
-            ring: LeapArray::new(sample_count, interval_ms)?,
-            prefilled: (0..main_sample_count).map(|_| AtomicU64::new(0)).collect(),
+            ring,
+            prefilled: (0..main_sample_count + peaks)
+                .map(|_| AtomicU64::new(0))
+                .collect(),
             seq: AtomicU64::new(0),
         })
     }
@@ -217,6 +271,71 @@ impl Rollup {
                 self.ring.current_window(previous).value().absorb(&counts);
             }
         }
+    }
+
+    /// The peak entries (module docs): the words after the admission-ring
+    /// slots' prefilled passes; empty without a peak window.
+    fn peaks(&self, main_sample_count: usize) -> &[AtomicU64] {
+        self.prefilled.get(main_sample_count..).unwrap_or_default()
+    }
+
+    /// Inside a [`Move`], after [`roll_up`](Self::roll_up) of the same
+    /// bucket: raises the peak (module docs) of the rollup bucket that the
+    /// admission bucket `previous` (if any) belongs to, to `success`, that
+    /// bucket's completions, when it is in the rollup's window at `now`.
+    /// Nothing without a peak window (the admission ring has
+    /// `main_sample_count` slots).
+    pub(crate) fn raise_peak(
+        &self,
+        _move: &Move<'_>,
+        main_sample_count: usize,
+        previous: Option<u64>,
+        success: u64,
+        now: u64,
+    ) {
+        let peaks = self.peaks(main_sample_count);
+        let Some(previous) = previous else {
+            return;
+        };
+        if peaks.is_empty() || success == 0 {
+            return;
+        }
+        let start = self.ring.start_of(previous);
+        if !self.ring.in_window(start, now) {
+            return;
+        }
+        let index = start / self.ring.window_length_ms();
+        let entry = &peaks[(index % peaks.len() as u64) as usize];
+        // Relaxed: inside the sequence lock, which orders it for readers;
+        // writers are serialised by the admission ring's rotation lock.
+        let held = peak::of(entry.load(Ordering::Relaxed), index);
+        if success > held {
+            entry.store(peak::pack(index, success), Ordering::Relaxed);
+        }
+    }
+
+    /// The most completions of one admission bucket moved into a rollup
+    /// bucket that starts in `[since, now]` (no sequence lock: call inside
+    /// [`read`](Self::read)); 0 without a peak window. Reads one word per
+    /// rollup bucket in the range, at most the entries kept.
+    pub(crate) fn peak_since(&self, main_sample_count: usize, since: u64, now: u64) -> u64 {
+        let peaks = self.peaks(main_sample_count);
+        if peaks.is_empty() || since > now {
+            return 0;
+        }
+        let length = self.ring.window_length_ms();
+        let first = since.div_ceil(length);
+        let last = self.ring.start_of(now) / length;
+        let mut best = 0;
+        // More buckets than entries only for a range longer than the peak
+        // window: the newest are the ones kept.
+        let first = first.max(last.saturating_sub(peaks.len() as u64 - 1));
+        for index in first..=last {
+            let entry = &peaks[(index % peaks.len() as u64) as usize];
+            // Relaxed: inside `read`, whose fences order it.
+            best = best.max(peak::of(entry.load(Ordering::Relaxed), index));
+        }
+        best
     }
 
     /// Passes the admission ring's slot `slot` started with from matured
@@ -299,7 +418,7 @@ mod tests {
     /// changed while it ran) runs again, and returns the later result.
     #[test]
     fn a_read_that_overlaps_a_move_runs_again() {
-        let rollup = Rollup::new(60, 60_000, 2).unwrap();
+        let rollup = Rollup::new(60, 60_000, 2, 0).unwrap();
         let mut runs = 0;
         let last = rollup.read(|| {
             runs += 1;
@@ -320,7 +439,7 @@ mod tests {
     /// move to end.
     #[test]
     fn a_read_waits_for_a_move_to_end() {
-        let rollup = Rollup::new(60, 60_000, 2).unwrap();
+        let rollup = Rollup::new(60, 60_000, 2, 0).unwrap();
         let moving = rollup.begin_move();
         let ran = AtomicBool::new(false);
         std::thread::scope(|s| {
@@ -336,13 +455,43 @@ mod tests {
         );
     }
 
+    /// A rollup with a peak window keeps, per second within it, the most
+    /// completions of one admission bucket moved into that second; one
+    /// without keeps none.
+    #[test]
+    fn a_moved_bucket_leaves_its_completions_as_the_peak_of_its_second() {
+        // Four buckets of 250 ms, a peak window of 3 s.
+        let ring = MetricArray::with_rollup(4, 1_000, true, 60, 60_000, false, 3_000).unwrap();
+        let plain = MetricArray::with_rollup(4, 1_000, true, 60, 60_000, false, 0).unwrap();
+        for ring in [&ring, &plain] {
+            for (at, n) in [(0, 7), (250, 9), (500, 2), (1_000, 4)] {
+                ring.current(at).tallies().add_success(n);
+            }
+            // The buckets of second 0 move into the rollup as their slots
+            // are reused.
+            for at in [1_250, 1_500, 1_750] {
+                ring.current(at);
+            }
+        }
+        // The peak of second 0 (9, from the rollup), then of second 1 (4,
+        // still in the admission ring).
+        assert_eq!(ring.peak_success(1_750, 0), 9);
+        assert_eq!(ring.peak_success(1_750, 1), 4);
+        assert_eq!(plain.peak_success(1_750, 0), 4, "only the ring's buckets");
+        // Four seconds on, second 4's entry is the one second 0 took: it
+        // reads as nothing for second 4.
+        assert_eq!(ring.peak_success(4_100, 1_100), 0);
+        // A range longer than the peak window reads its newest seconds.
+        assert_eq!(ring.peak_success(4_100, 0), 4);
+    }
+
     /// A bucket the admission ring reuses moves into the rollup once: reads
     /// before and after the move see the same minute, and passes the bucket
     /// started with from matured reservations are left out of it.
     #[test]
     fn a_moved_bucket_is_counted_once() {
         // Two buckets of 500 ms rolling up into seconds.
-        let ring = MetricArray::with_rollup(2, 1_000, true, 60, 60_000, false).unwrap();
+        let ring = MetricArray::with_rollup(2, 1_000, true, 60, 60_000, false, 0).unwrap();
         ring.add_pass(0, 5);
         ring.add_pass(500, 1);
         ring.add_waiting(Some(500), 1_200, 4);

@@ -136,6 +136,20 @@ impl StatisticNode {
         interval_ms: u64,
         strict: bool,
     ) -> Result<Self, ConfigError> {
+        Self::build_with_peaks(clock, sample_count, interval_ms, strict, 0)
+    }
+
+    /// Like [`build`](Self::build); a `peak_window_ms` above 0 also keeps,
+    /// per second of the minute window within that long, the busiest
+    /// second-window bucket's completions (read with
+    /// `second_window().array().peak_success`).
+    pub(crate) fn build_with_peaks(
+        clock: SharedClock,
+        sample_count: usize,
+        interval_ms: u64,
+        strict: bool,
+        peak_window_ms: u64,
+    ) -> Result<Self, ConfigError> {
         Ok(StatisticNode {
             second: ArrayMetric::from_array(
                 MetricArray::with_rollup(
@@ -145,6 +159,7 @@ impl StatisticNode {
                     MINUTE_SAMPLE_COUNT,
                     MINUTE_INTERVAL_MS,
                     strict,
+                    peak_window_ms,
                 )?,
                 clock,
             ),

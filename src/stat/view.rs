@@ -391,6 +391,29 @@ impl MetricArray {
         })
     }
 
+    /// The most completions of one bucket of this ring among those that
+    /// belong to a rollup bucket starting in `[since, now]`: the peaks of the
+    /// buckets already rolled up, and every bucket not rolled up yet.
+    /// 0 without a rollup or when it keeps no peaks (see
+    /// `MetricArray::with_rollup`). No allocation.
+    pub(crate) fn peak_success(&self, now: u64, since: u64) -> u64 {
+        let Some(rollup) = &self.rollup else {
+            return 0;
+        };
+        let slots = self.main.sample_count();
+        rollup.read(|| {
+            let mut best = rollup.peak_since(slots, since, now);
+            let newest_main = self.main.start_of(now);
+            for (_, start, bucket) in self.main.held_slots() {
+                let second = rollup.start_of(start);
+                if start <= newest_main && second >= since && rollup.in_window(second, now) {
+                    best = best.max(bucket.tallies().success());
+                }
+            }
+            best
+        })
+    }
+
     /// The rollup's window at `now`, one entry per rollup bucket (a second,
     /// for a `StatisticNode`), oldest first, empty ones left out.
     pub(crate) fn rollup_buckets(&self, now: u64) -> Vec<(u64, Counts)> {

@@ -49,11 +49,12 @@ impl SystemRule {
     /// The CPU-gated in-flight check (BBR) at Kratos's defaults: while the
     /// CPU use (an average, sampled every 500 ms and raised by a busier
     /// reading every 50 ms) is at or above 80 %, and for 1 s after the last
-    /// refusal that made, a request is refused when more than one request
-    /// is in flight and more than the layer's recent throughput times its
-    /// shortest response time of the last 10 s; with the CPU at 40 % or
-    /// more, when more than 16 times that are in flight (see the
-    /// [module docs](super)). No other check until a modifier adds it.
+    /// refusal that made, a request is refused when more than two requests
+    /// are in flight and more than the layer's best throughput (its busiest
+    /// 100 ms bucket) times its shortest response time, both of the last
+    /// 10 s; with the CPU at 40 % or more, when more than 16 times that are
+    /// in flight (see the [module docs](super)). No other check until a
+    /// modifier adds it.
     ///
     /// ```
     /// use tower_sliding_window::{system::SystemRule, SlidingWindowLayer};

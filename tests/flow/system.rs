@@ -304,13 +304,13 @@ async fn bbr_keeps_checking_for_a_second_after_its_last_busy_refusal_then_stops(
 }
 
 #[tokio::test]
-async fn bbr_lets_one_more_than_one_in_flight_before_anything_completed() {
+async fn bbr_lets_two_in_flight_before_anything_completed() {
     // Nothing completed yet: the estimate is 0, and BBR never refuses
-    // while at most one request is in flight.
+    // while at most two requests are in flight.
     let h = Harness::new(Cpu::new(1.0).rule());
     assert_eq!(h.stats.system().expect("a system rule").max_in_flight, 0);
-    let held = h.hold(2).await;
-    assert_system_refusal(&h.enter().await.expect_err("2 in flight > 1 and > 0"));
+    let held = h.hold(3).await;
+    assert_system_refusal(&h.enter().await.expect_err("3 in flight > 2 and > 0"));
     h.complete(held).await;
 }
 

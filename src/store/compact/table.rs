@@ -654,10 +654,12 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
         for index in [first, second] {
             let group = &groups[index];
             let slots = read(&group.slots);
-            if let Some((slots, at)) = slots
-                .as_ref()
-                .and_then(|slots| Some((slots, position(slots, home_of(hash), tag, probe.as_ref(), key)?)))
-            {
+            if let Some((slots, at)) = slots.as_ref().and_then(|slots| {
+                Some((
+                    slots,
+                    position(slots, home_of(hash), tag, probe.as_ref(), key)?,
+                ))
+            }) {
                 let shown = if keyed {
                     slots[at].key.as_ref().and_then(|k| k.shown(request_key))
                 } else {
@@ -699,10 +701,12 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
         let request_key = pending.as_key();
         let probe = request_key.and_then(S::probe);
         for (index, slots) in locked.iter() {
-            if let Some((slots, at)) = slots
-                .as_ref()
-                .and_then(|slots| Some((slots, position(slots, home_of(hash), tag, probe.as_ref(), key)?)))
-            {
+            if let Some((slots, at)) = slots.as_ref().and_then(|slots| {
+                Some((
+                    slots,
+                    position(slots, home_of(hash), tag, probe.as_ref(), key)?,
+                ))
+            }) {
                 let shown = if keyed {
                     slots[at].key.as_ref().and_then(|k| k.shown(request_key))
                 } else {
@@ -721,7 +725,8 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
             }
         }
         let room = self.claim();
-        let Some((which, at)) = self.free_slot(&mut locked, first, home_of(hash), room, &idle) else {
+        let Some((which, at)) = self.free_slot(&mut locked, first, home_of(hash), room, &idle)
+        else {
             self.unclaim(room);
             if key_on_overflow {
                 let owned = pending.into_owned();
@@ -884,10 +889,12 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
             for index in [first, second] {
                 let group = &groups[index];
                 let slots = read(&group.slots);
-                if let Some((slots, at)) = slots
-                    .as_ref()
-                    .and_then(|slots| Some((slots, position::<K, _, _, _>(slots, home_of(hash), tag, None, key)?)))
-                {
+                if let Some((slots, at)) = slots.as_ref().and_then(|slots| {
+                    Some((
+                        slots,
+                        position::<K, _, _, _>(slots, home_of(hash), tag, None, key)?,
+                    ))
+                }) {
                     if let Some(owned) = slots[at].key.as_ref().and_then(Form::key) {
                         let place = self.slot_place(&group.totals, slots, index, at);
                         return Some(f(&owned, place));
