@@ -60,8 +60,10 @@
 //! time, kept as the buckets roll up into the minute window (Kratos keeps
 //! 10 s of 100 buckets; Sentinel takes both over one second of 2);
 //! `min_rt` is the shortest response time rather than the shortest bucket
-//! average; and while nothing has completed in the last 10 s the estimate
-//! is 0.
+//! average (Kratos's is a bucket's average in whole milliseconds, at least
+//! 1); the estimate is rounded to the nearest whole request (Kratos's
+//! expression adds its 0.5 after the floor, so it rounds down); and while
+//! nothing has completed in the last 10 s the estimate is 0.
 //! Over one second, `min_rt` was the queue's once an overload had run
 //! unchecked for that long, and the estimate kept the queue; and
 //! `max_pass` could follow the throughput down, the refusals of one second

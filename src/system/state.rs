@@ -326,8 +326,9 @@ impl System {
 
     /// Kratos BBR's `maxInFlight`: the busiest bucket's completions per
     /// second times the shortest response time, rounded to the nearest
-    /// whole request: `floor(max_success × buckets_per_second × min_rt_ms
-    /// / 1000 + 0.5)`, both over Kratos's window, the last 10 s (see
+    /// whole request (Kratos rounds down; see the module docs):
+    /// `floor(max_success × buckets_per_second × min_rt_ms / 1000 + 0.5)`,
+    /// both over Kratos's window, the last 10 s (see
     /// [`max_success`](Self::max_success) and [`min_rt`](Self::min_rt)),
     /// the response time in microseconds. 0 while nothing has completed in
     /// the last 10 s.
