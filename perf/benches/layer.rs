@@ -59,6 +59,7 @@
 //!   no-op layer.
 
 mod common;
+mod governor_setup;
 pub(crate) mod paired;
 pub(crate) mod sequential;
 
@@ -72,16 +73,10 @@ use axum::extract::ConnectInfo;
 use axum::http::{HeaderName, HeaderValue, Request, StatusCode};
 use axum::routing::get;
 use axum::Router;
-use governor::clock::QuantaInstant;
-use governor::middleware::NoOpMiddleware;
 use http_body_util::BodyExt;
 use tokio::runtime::Runtime;
 use tower::ServiceExt;
-use tower_governor::governor::GovernorConfigBuilder;
-use tower_governor::key_extractor::{
-    GlobalKeyExtractor, KeyExtractor as GovernorKeyExtractor, PeerIpKeyExtractor,
-};
-use tower_governor::{GovernorError, GovernorLayer};
+use tower_governor::key_extractor::{GlobalKeyExtractor, PeerIpKeyExtractor};
 use tower_sliding_window::breaker::Breaker;
 use tower_sliding_window::system::SystemRule;
 use tower_sliding_window::{HeaderKey, KeyExtractor, PeerIpKey, SlidingWindowLayer};
@@ -267,17 +262,19 @@ impl Contender {
             Contender::OursPeerIp => {
                 app.layer(SlidingWindowLayer::qps(NEVER_REJECT).key(PeerIpKey))
             }
-            Contender::TowerGovernor => app.layer(governor_never_rejecting(GlobalKeyExtractor)),
+            Contender::TowerGovernor => {
+                app.layer(governor_setup::never_rejecting(GlobalKeyExtractor))
+            }
             Contender::TowerGovernorPeerIp => {
-                app.layer(governor_never_rejecting(PeerIpKeyExtractor))
+                app.layer(governor_setup::never_rejecting(PeerIpKeyExtractor))
             }
             Contender::OursCompactHeader => {
                 app.layer(compact_never_rejecting(HeaderKey::new(API_KEY)))
             }
             Contender::OursCompactPeerIp => app.layer(compact_never_rejecting(PeerIpKey)),
-            Contender::TowerGovernorHeader => {
-                app.layer(governor_never_rejecting(HeaderString(API_KEY)))
-            }
+            Contender::TowerGovernorHeader => app.layer(governor_setup::never_rejecting(
+                governor_setup::HeaderString(API_KEY),
+            )),
         };
         // What `axum::serve` does once per connection. Without it, a router
         // called as a service turns each handler into a route on every
@@ -341,40 +338,6 @@ fn huge_header_value() -> &'static [u8] {
         value.resize(HUGE_HEADER_BYTES, b'x');
         value
     })
-}
-
-/// A tower_governor key extractor keying by one header's value, read into a
-/// `String` (what a user writes for an API-key limit); a request without it
-/// (or with a value that is not visible ASCII) is refused.
-#[derive(Debug, Clone)]
-struct HeaderString(HeaderName);
-
-impl GovernorKeyExtractor for HeaderString {
-    type Key = String;
-
-    fn extract<T>(&self, request: &Request<T>) -> Result<String, GovernorError> {
-        request
-            .headers()
-            .get(&self.0)
-            .and_then(|value| value.to_str().ok())
-            .map(str::to_owned)
-            .ok_or(GovernorError::UnableToExtractKey)
-    }
-}
-
-/// tower_governor keyed by `key` with a quota no bench can exhaust: a new
-/// cell every nanosecond and a burst of `u32::MAX` cells (its
-/// `per_second(n)` would mean one cell every `n` seconds, hence `period`).
-fn governor_never_rejecting<K: GovernorKeyExtractor>(
-    key: K,
-) -> GovernorLayer<K, NoOpMiddleware<QuantaInstant>, Body> {
-    let config = GovernorConfigBuilder::default()
-        .period(Duration::from_nanos(1))
-        .burst_size(u32::MAX)
-        .key_extractor(key)
-        .finish()
-        .expect("a non-zero period and burst");
-    GovernorLayer::new(config)
 }
 
 /// Sends `contender`'s request through `app` and reads the response body

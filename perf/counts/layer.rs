@@ -22,6 +22,8 @@
 
 #[path = "../benches/layer/common.rs"]
 mod common;
+#[path = "../benches/layer/governor_setup.rs"]
+mod governor_setup;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
@@ -31,12 +33,8 @@ use axum::extract::ConnectInfo;
 use axum::http::{HeaderName, HeaderValue, Request, StatusCode};
 use axum::routing::get;
 use axum::Router;
-use governor::clock::QuantaInstant;
-use governor::middleware::NoOpMiddleware;
 use tokio::runtime::Runtime;
-use tower_governor::governor::GovernorConfigBuilder;
-use tower_governor::key_extractor::{KeyExtractor as GovernorKeyExtractor, PeerIpKeyExtractor};
-use tower_governor::{GovernorError, GovernorLayer};
+use tower_governor::key_extractor::PeerIpKeyExtractor;
 use tower_sliding_window::{HeaderKey, KeyExtractor, PeerIpKey, SlidingWindowLayer};
 
 /// Requests per contender.
@@ -76,34 +74,6 @@ fn compact<X: KeyExtractor>(key: X) -> SlidingWindowLayer<X> {
         .window(Duration::from_millis(10), 10)
         .key(key)
         .compact()
-}
-
-#[derive(Debug, Clone)]
-struct HeaderString(HeaderName);
-
-impl GovernorKeyExtractor for HeaderString {
-    type Key = String;
-
-    fn extract<T>(&self, request: &Request<T>) -> Result<String, GovernorError> {
-        request
-            .headers()
-            .get(&self.0)
-            .and_then(|value| value.to_str().ok())
-            .map(str::to_owned)
-            .ok_or(GovernorError::UnableToExtractKey)
-    }
-}
-
-fn governor<K: GovernorKeyExtractor>(
-    key: K,
-) -> GovernorLayer<K, NoOpMiddleware<QuantaInstant>, Body> {
-    let config = GovernorConfigBuilder::default()
-        .period(Duration::from_nanos(1))
-        .burst_size(u32::MAX)
-        .key_extractor(key)
-        .finish()
-        .expect("a non-zero period and burst");
-    GovernorLayer::new(config)
 }
 
 /// Serves the requests; `name` keeps the linker from folding the
@@ -181,10 +151,14 @@ fn main() {
     );
     tower_governor_header(
         &runtime,
-        &mut app(|r| r.layer(governor(HeaderString(API_KEY)))),
+        &mut app(|r| {
+            r.layer(governor_setup::never_rejecting(
+                governor_setup::HeaderString(API_KEY),
+            ))
+        }),
     );
     tower_governor_peer_ip(
         &runtime,
-        &mut app(|r| r.layer(governor(PeerIpKeyExtractor))),
+        &mut app(|r| r.layer(governor_setup::never_rejecting(PeerIpKeyExtractor))),
     );
 }
