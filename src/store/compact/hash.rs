@@ -46,8 +46,15 @@ impl BuildHasher for GatherState {
 
     #[inline]
     fn build_hasher(&self) -> Gathered {
+        // Under loom, SipHash's fixed keys: a model must take the same
+        // path on every execution it explores, and a key's groups and home
+        // slot come from its hash.
+        #[cfg(loom)]
+        let inner = DefaultHasher::new();
+        #[cfg(not(loom))]
+        let inner = self.0.build_hasher();
         Gathered {
-            inner: self.0.build_hasher(),
+            inner,
             buffer: [0; GATHER],
             len: 0,
         }
