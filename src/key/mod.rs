@@ -950,6 +950,25 @@ mod tests {
                 of_request(&MatchedPathKey, &request),
                 Some(MatchedPathKey.extract(head))
             );
+            // A pair reads itself from the request when both its parts can.
+            let pairs = (
+                ClientRouteKey::new(PeerIpKey, MethodPathKey),
+                ClientRouteKey::new(forwarded.clone(), PathKey),
+                ClientRouteKey::new(header.clone(), MethodPathKey),
+            );
+            assert_eq!(of_request(&pairs.0, &request), Some(pairs.0.extract(head)));
+            assert_eq!(of_request(&pairs.1, &request), Some(pairs.1.extract(head)));
+            assert_eq!(of_request(&pairs.2, &request), Some(pairs.2.extract(head)));
+            #[cfg(feature = "axum")]
+            {
+                let matched = ClientRouteKey::new(PeerIpKey, MatchedPathKey);
+                assert_eq!(of_request(&matched, &request), Some(matched.extract(head)));
+            }
+            // And declines when either part cannot.
+            let closure_route = ClientRouteKey::new(PeerIpKey, |p: &Parts| p.uri.path().to_owned());
+            assert_eq!(of_request(&closure_route, &request), None);
+            let closure_client = ClientRouteKey::new(|p: &Parts| p.uri.path().len(), PathKey);
+            assert_eq!(of_request(&closure_client, &request), None);
         }
     }
 

@@ -1,12 +1,15 @@
 //! `ClientRouteKey`: a key with a client part and a route part, so that one
 //! rule can name a route and apply to every client of it separately.
 
+use std::any::Any;
 use std::borrow::Borrow;
 use std::hash::{Hash, Hasher};
 
 use http::request::Parts;
+use http::Request;
 
-use super::{KeyExtractor, KeyVisitor};
+use super::head::Head;
+use super::{KeyExtractor, KeyVisitor, ToOwnedKey};
 
 /// Keys each request by its client **and** its route: the key is the pair
 /// `(client, route)`, for example `(Some(10.0.0.7), "POST /login")`.
@@ -125,14 +128,91 @@ where
     #[inline]
     fn visit<V: KeyVisitor<Self::Key>>(&self, parts: &Parts, visitor: V) -> V::Output {
         let client = self.client.extract(parts);
-        self.route.visit_route(parts, |route| {
-            let pair = PairRef {
-                client: &client,
-                route,
-            };
-            let pair: &dyn PairKey<C::Key> = &pair;
-            visitor.borrowed(pair, pair_to_owned::<C::Key>)
-        })
+        self.route
+            .visit_route(parts, |route| visit_pair(&client, route, visitor))
+    }
+
+    /// Reads the pair from the whole request when the route part is one of
+    /// the crate's route extractors (`MatchedPathKey`, `MethodPathKey`,
+    /// `PathKey`) and the client part reads its key from a whole request
+    /// too; gives the visitor back otherwise.
+    #[inline]
+    fn visit_request<B, V: KeyVisitor<Self::Key>>(
+        &self,
+        request: &Request<B>,
+        visitor: V,
+    ) -> Result<V::Output, V> {
+        let Some(route) = BuiltinRoute::of(&self.route) else {
+            return Err(visitor);
+        };
+        let Ok(client) = self.client.visit_request(request, ToOwnedKey) else {
+            return Err(visitor);
+        };
+        Ok(route.visit(request, |route| visit_pair(&client, route, visitor)))
+    }
+}
+
+/// Visits the pair `(client, route)` by reference.
+#[inline]
+fn visit_pair<C: Clone + Hash + Eq, V: KeyVisitor<(C, String)>>(
+    client: &C,
+    route: &str,
+    visitor: V,
+) -> V::Output {
+    let pair = PairRef { client, route };
+    let pair: &dyn PairKey<C> = &pair;
+    visitor.borrowed(pair, pair_to_owned::<C>)
+}
+
+/// The crate's route extractors, each read from a request's head as its
+/// `visit_route` reads it from `Parts`.
+#[derive(Debug, Clone, Copy)]
+enum BuiltinRoute {
+    Path,
+    MethodPath,
+    #[cfg(feature = "axum")]
+    MatchedPath,
+}
+
+impl BuiltinRoute {
+    /// Which one `route` is, if it is one of them. The type ids are
+    /// constants of the build: the answer is folded away.
+    #[inline]
+    fn of<R: RouteExtractor>(route: &R) -> Option<BuiltinRoute> {
+        let route: &dyn Any = route;
+        #[cfg(feature = "axum")]
+        if route.is::<super::MatchedPathKey>() {
+            return Some(BuiltinRoute::MatchedPath);
+        }
+        if route.is::<super::MethodPathKey>() {
+            Some(BuiltinRoute::MethodPath)
+        } else if route.is::<super::PathKey>() {
+            Some(BuiltinRoute::Path)
+        } else {
+            None
+        }
+    }
+
+    /// Calls `f` with the route of `head`.
+    #[inline]
+    fn visit<H: Head, T>(self, head: &H, f: impl FnOnce(&str) -> T) -> T {
+        match self {
+            BuiltinRoute::Path => {
+                let path = head.uri().path();
+                if path.len() > super::MAX_KEY_BYTES {
+                    return f(&super::bounded::text_key(&[path]));
+                }
+                f(path)
+            }
+            BuiltinRoute::MethodPath => super::with_method_and(head.method(), head.uri().path(), f),
+            #[cfg(feature = "axum")]
+            BuiltinRoute::MatchedPath => {
+                match head.extensions().get::<axum::extract::MatchedPath>() {
+                    Some(path) => super::with_method_and(head.method(), path.as_str(), f),
+                    None => f(super::MatchedPathKey::UNMATCHED),
+                }
+            }
+        }
     }
 }
 
@@ -185,18 +265,14 @@ impl<F> RouteExtractor for F where F: Fn(&Parts) -> String + Clone + Send + Sync
 impl RouteExtractor for super::PathKey {
     #[inline]
     fn visit_route<T>(&self, parts: &Parts, f: impl FnOnce(&str) -> T) -> T {
-        let path = parts.uri.path();
-        if path.len() > super::MAX_KEY_BYTES {
-            return f(&super::bounded::text_key(&[path]));
-        }
-        f(path)
+        BuiltinRoute::Path.visit(parts, f)
     }
 }
 
 impl RouteExtractor for super::MethodPathKey {
     #[inline]
     fn visit_route<T>(&self, parts: &Parts, f: impl FnOnce(&str) -> T) -> T {
-        super::with_method_and(&parts.method, parts.uri.path(), f)
+        BuiltinRoute::MethodPath.visit(parts, f)
     }
 }
 
@@ -204,10 +280,7 @@ impl RouteExtractor for super::MethodPathKey {
 impl RouteExtractor for super::MatchedPathKey {
     #[inline]
     fn visit_route<T>(&self, parts: &Parts, f: impl FnOnce(&str) -> T) -> T {
-        match parts.extensions.get::<axum::extract::MatchedPath>() {
-            Some(path) => super::with_method_and(&parts.method, path.as_str(), f),
-            None => f(Self::UNMATCHED),
-        }
+        BuiltinRoute::MatchedPath.visit(parts, f)
     }
 }
 
