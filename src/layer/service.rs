@@ -57,7 +57,7 @@ use crate::store::redis::RemoteWindow;
 use crate::store::RemoteLookup;
 use crate::store::{
     effective_now, CompactKeys, CompactLookup, Entry, Lookup, Place, RecordBlocked, Registry,
-    RemoteSlot, Store, Window,
+    RemoteSlot, Store, Totals, Window,
 };
 /// Limits requests per key with a sliding window; made by
 /// [`SlidingWindowLayer`](crate::SlidingWindowLayer).
@@ -385,31 +385,7 @@ impl<S, X: KeyExtractor, M: MakeClassifier, R> SlidingWindow<S, X, M, R> {
             overflow: place.overflow,
             further: None,
         };
-        match decision {
-            Decision::Pass(pass) => {
-                place.totals.add_pass();
-                CompactOutcome::Pass(self.shared.response.headers_on_pass.then(|| {
-                    let window_pass = pass
-                        .window_pass
-                        .unwrap_or_else(|| window.window_counts(shape, at).0);
-                    let reset = pass.reset_ms.unwrap_or_else(|| {
-                        window.pass_reset_ms(shape, at, behind, pass.limit, window_pass)
-                    });
-                    Box::new(quota(
-                        &counted,
-                        &self.shared.response,
-                        pass.limit,
-                        window_pass,
-                        reset,
-                    ))
-                }))
-            }
-            Decision::Block(refusal) => {
-                place.totals.add_block();
-                CompactOutcome::Refused(self.refused_compact(&counted, at, refusal), at)
-            }
-            Decision::Wait(never) => match never {},
-        }
+        self.compact_answer(&counted, place.totals, (at, behind), decision)
     }
 
     /// The decision on a request of a compact key with further windows
@@ -478,10 +454,27 @@ impl<S, X: KeyExtractor, M: MakeClassifier, R> SlidingWindow<S, X, M, R> {
                 limits: further_limits,
             }),
         };
+        self.compact_answer(&counted, place.totals, (at, behind), decision)
+    }
+
+    /// The answer to the decision on a compact key (one window or several),
+    /// counted in its place's lifetime totals: the RateLimit fields of a
+    /// pass, when the layer sends them on passes (every window's, for a key
+    /// with further windows), or the refusal's response. `at` is the
+    /// decision's time, `behind` how far it was moved past the clock.
+    #[inline]
+    fn compact_answer(
+        &self,
+        counted: &CompactCounted<'_>,
+        totals: &Totals,
+        (at, behind): (u64, u64),
+        decision: Decision<Pass>,
+    ) -> CompactOutcome {
         match decision {
             Decision::Pass(pass) => {
-                place.totals.add_pass();
+                totals.add_pass();
                 CompactOutcome::Pass(self.shared.response.headers_on_pass.then(|| {
+                    let (window, shape) = (counted.window, counted.shape);
                     let window_pass = pass
                         .window_pass
                         .unwrap_or_else(|| window.window_counts(shape, at).0);
@@ -489,19 +482,20 @@ impl<S, X: KeyExtractor, M: MakeClassifier, R> SlidingWindow<S, X, M, R> {
                         window.pass_reset_ms(shape, at, behind, pass.limit, window_pass)
                     });
                     let mut quota = quota(
-                        &counted,
+                        counted,
                         &self.shared.response,
                         pass.limit,
                         window_pass,
                         reset,
                     );
+                    // Nothing for a key without further windows.
                     counted.further_windows(&mut quota, at, behind);
                     Box::new(quota)
                 }))
             }
             Decision::Block(refusal) => {
-                place.totals.add_block();
-                CompactOutcome::Refused(self.refused_compact(&counted, at, refusal), at)
+                totals.add_block();
+                CompactOutcome::Refused(self.refused_compact(counted, at, refusal), at)
             }
             Decision::Wait(never) => match never {},
         }

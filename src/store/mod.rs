@@ -38,7 +38,7 @@ pub use self::redis::{
 
 pub(crate) use blocked::{Record as RecordBlocked, TopBlocked};
 pub(crate) use cell::{Settings, Store, Window, COMPACT_DEFAULT_MAX_KEYS};
-pub(crate) use compact::{shape_of, CompactKeys, CompactLookup, Place};
+pub(crate) use compact::{shape_of, CompactKeys, CompactLookup, Place, Totals};
 pub(crate) use entry::{Entry, Probe};
 pub(crate) use registry::{effective_now, Lookup, Registry};
 #[cfg(feature = "redis")]

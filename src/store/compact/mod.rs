@@ -16,7 +16,7 @@ use std::fmt;
 use std::hash::Hash;
 use std::sync::Arc;
 
-pub(crate) use table::{CompactTable, Place, SlotValue};
+pub(crate) use table::{CompactTable, Place, SlotValue, Totals};
 
 use super::registry::{Borrowed, ByRef, Owned, PendingKey};
 use super::{RouteLimit, Routes, Settings, Window};
