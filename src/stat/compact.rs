@@ -341,8 +341,8 @@ impl Grid {
     }
 
     #[inline]
-    fn of(shape: &CompactShape) -> Grid {
-        shape.grid
+    fn of(shape: &CompactShape) -> &Grid {
+        &shape.grid
     }
 
     /// How many buckets before the newest admission counts: the window's
@@ -577,7 +577,7 @@ impl CompactWindow {
             if newest - now <= grid.interval {
                 return (newest, 0);
             }
-            if self.reanchor(&grid, head, now) {
+            if self.reanchor(grid, head, now) {
                 return (now, newest - now);
             }
             backoff(&mut round);
@@ -664,7 +664,7 @@ impl CompactWindow {
             Decision::Block(Refusal {
                 reason: Reason::of_window(overflow),
                 retry_after_ms: view
-                    .retry(&grid, at, behind, 1, limit)
+                    .retry(grid, at, behind, 1, limit)
                     .unwrap_or(shape.interval_ms),
                 limit,
                 window_pass: Some(window_pass),
@@ -692,7 +692,7 @@ impl CompactWindow {
                 // `at` is past the newest bucket (or nothing was opened):
                 // rotate, deciding under the lock.
                 match self.lock(head) {
-                    Some(locked) => match self.rotate(&grid, locked, at, limit) {
+                    Some(locked) => match self.rotate(grid, locked, at, limit) {
                         Some((view, before, true)) => return (passed(before + 1), view.newest),
                         Some((view, before, false)) => return (refuse(&view, before), None),
                         None => continue 'fresh,
@@ -703,7 +703,7 @@ impl CompactWindow {
                     }
                 }
             };
-            match self.in_newest(&grid, head, newest, limit) {
+            match self.in_newest(grid, head, newest, limit) {
                 InNewest::Passed(window_pass) => return (passed(window_pass), Some(newest)),
                 InNewest::Refused(view, window_pass) => return (refuse(&view, window_pass), None),
                 InNewest::Changed => continue 'fresh,
@@ -726,8 +726,7 @@ impl CompactWindow {
         limit: u64,
         overflow: bool,
     ) -> (u64, u64, Decision<Pass>) {
-        // By reference: the fast path reads a few of its fields.
-        let grid = &shape.grid;
+        let grid = Grid::of(shape);
         // Acquire: as in `decide`.
         let head = self.head.load(Ordering::Acquire);
         if head & LOCKED == 0 && now <= MAX_TIME {
@@ -841,7 +840,7 @@ impl CompactWindow {
                 continue;
             }
             if let Some(locked) = self.lock(head) {
-                if self.rotate_block(&grid, locked, at) {
+                if self.rotate_block(grid, locked, at) {
                     return;
                 }
             }
@@ -941,7 +940,7 @@ impl CompactWindow {
         limit: u64,
     ) -> Option<u64> {
         let grid = Grid::of(shape);
-        self.view(&grid, at).retry(&grid, at, behind, n, limit)
+        self.view(grid, at).retry(grid, at, behind, n, limit)
     }
 
     /// As `flow::pass_reset_ms`: the `reset` of a pass at `at` (moved
@@ -957,8 +956,8 @@ impl CompactWindow {
     ) -> u64 {
         let grid = Grid::of(shape);
         let more = limit.saturating_sub(window_pass).saturating_add(1);
-        self.view(&grid, at)
-            .retry(&grid, at, behind, more, limit)
+        self.view(grid, at)
+            .retry(grid, at, behind, more, limit)
             .unwrap_or(0)
     }
 
@@ -970,9 +969,9 @@ impl CompactWindow {
     pub(crate) fn window_counts(&self, shape: &CompactShape, now: u64) -> (u64, u64) {
         let grid = Grid::of(shape);
         let at = self.effective_now(shape, now);
-        let view = self.view(&grid, at);
-        let pass = view.sum(&grid, at, grid.sample_count - 1);
-        let block = if view.newest_in_window(&grid, at) {
+        let view = self.view(grid, at);
+        let pass = view.sum(grid, at, grid.sample_count - 1);
+        let block = if view.newest_in_window(grid, at) {
             u64::from(view.block)
         } else {
             0
@@ -999,8 +998,8 @@ impl CompactWindow {
         if self.head.load(Ordering::Relaxed) != head {
             return false;
         }
-        let view = View::from_words(&grid, head, stamp, &ring, at);
-        view.sum(&grid, at, grid.depth()) == 0
+        let view = View::from_words(grid, head, stamp, &ring, at);
+        view.sum(grid, at, grid.depth()) == 0
     }
 
     /// Empties the window (all zero bits again), for a slot that is given
