@@ -397,10 +397,17 @@ where
     S: Form<K>,
     Q: Eq + ?Sized,
 {
-    (0..GROUP).map(|i| (home + i) % GROUP).find(|&at| {
+    from_home(home).find(|&at| {
         let slot = &slots[at];
         slot.tag == tag && slot.key.as_ref().is_some_and(|k| k.is(probe, key))
     })
+}
+
+/// The slots of a group in the order a key with home slot `home` examines
+/// them: from its home on, wrapping around.
+#[inline]
+fn from_home(home: usize) -> impl Iterator<Item = usize> {
+    (0..GROUP).map(move |i| (home + i) % GROUP)
 }
 
 /// A key's home slot in either of its groups: four bits of its hash that
@@ -824,9 +831,7 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
                         let empties = slots.iter().filter(|slot| slot.key.is_none()).count();
                         // The first empty slot from the key's home on,
                         // where a lookup starts (see `position`).
-                        let first = (0..GROUP)
-                            .map(|i| (home + i) % GROUP)
-                            .find(|&at| slots[at].key.is_none());
+                        let first = from_home(home).find(|&at| slots[at].key.is_none());
                         (empties, first.unwrap_or(home))
                     }
                 };
