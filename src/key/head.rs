@@ -9,11 +9,10 @@ use http::{Extensions, HeaderMap, Method, Request, Uri};
 
 /// What a key is read from.
 pub(crate) trait Head {
-    // Read by `MatchedPathKey` only, which needs the `axum` feature.
-    #[cfg_attr(not(feature = "axum"), allow(dead_code))]
     fn method(&self) -> &Method;
     fn uri(&self) -> &Uri;
     fn headers(&self) -> &HeaderMap;
+    // Read by `MatchedPathKey` only, which needs the `axum` feature.
     #[cfg_attr(not(feature = "axum"), allow(dead_code))]
     fn extensions(&self) -> &Extensions;
 }
