@@ -238,9 +238,9 @@ impl System {
         let cpu = self.cpu();
         let busy = cpu >= self.cpu_threshold;
         if !busy && !self.cooling_down(now) {
-            return self.onset(in_flight, cpu);
+            return self.onset(in_flight, cpu, now);
         }
-        if in_flight > self.bbr_limit() {
+        if in_flight > self.bbr_limit(now) {
             if busy {
                 self.last_drop
                     .fetch_max(now.saturating_add(1), Ordering::Relaxed);
@@ -268,11 +268,11 @@ impl System {
     /// or set `max_concurrency` instead for such a service. The estimate
     /// (a fold of the windows) is read only beyond `ONSET_FACTOR` in
     /// flight.
-    fn onset(&self, in_flight: u64, cpu: f64) -> Result<(), Refused> {
+    fn onset(&self, in_flight: u64, cpu: f64, now: u64) -> Result<(), Refused> {
         if in_flight <= ONSET_FACTOR || cpu < self.cpu_threshold / 2.0 {
             return Ok(());
         }
-        if in_flight > ONSET_FACTOR.saturating_mul(self.max_in_flight().max(1)) {
+        if in_flight > ONSET_FACTOR.saturating_mul(self.max_in_flight_at(now).max(1)) {
             return Err(Refused(SystemCheck::Bbr));
         }
         Ok(())
@@ -301,8 +301,8 @@ impl System {
     /// At least 3 or 4 kept less of 1x at 4x in the runs made (63 to 86 %,
     /// 3 runs); at least 8 made the admitted p50 12 ms at every level, the
     /// handlers sharing one CPU.
-    fn bbr_limit(&self) -> u64 {
-        self.max_in_flight().max(MIN_BBR_LIMIT)
+    fn bbr_limit(&self, now: u64) -> u64 {
+        self.max_in_flight_at(now).max(MIN_BBR_LIMIT)
     }
 
     /// The CPU use, 0 for a reading that is not a number.
@@ -331,13 +331,14 @@ impl System {
     /// both over Kratos's window, the last 10 s (see
     /// [`max_success`](Self::max_success) and [`min_rt`](Self::min_rt)),
     /// the response time in microseconds. 0 while nothing has completed in
-    /// the last 10 s.
-    pub(crate) fn max_in_flight(&self) -> u64 {
-        let max_success = self.max_success();
+    /// the last 10 s. At `now`, the clock reading of the check or the
+    /// status that asks, so that the estimate reads no clock of its own.
+    fn max_in_flight_at(&self, now: u64) -> u64 {
+        let max_success = self.max_success(now);
         if max_success == 0 {
             return 0;
         }
-        let Some(min_rt) = self.min_rt() else {
+        let Some(min_rt) = self.min_rt(now) else {
             return 0;
         };
         let buckets_per_second = (SAMPLE_COUNT as u64 * 1000 / INTERVAL_MS) as f64;
@@ -354,8 +355,7 @@ impl System {
     /// bucket of the last 10 s is the service's throughput before them.
     /// Reads at most 11 peaks and the 10 buckets, without allocating; read
     /// only while BBR runs.
-    fn max_success(&self) -> u64 {
-        let now = self.node.now();
+    fn max_success(&self, now: u64) -> u64 {
         let since = now.saturating_sub(BBR_WINDOW_MS);
         self.node.second_window().array().peak_success(now, since)
     }
@@ -367,9 +367,8 @@ impl System {
     /// response time, so the estimate let that queue stay a second or two
     /// longer; the shortest of the last 10 s is still the unloaded one.
     /// Folds the roll-up without allocating; read only while BBR runs.
-    fn min_rt(&self) -> Option<Duration> {
+    fn min_rt(&self, now: u64) -> Option<Duration> {
         let window = self.node.second_window();
-        let now = self.node.now();
         let since = now.saturating_sub(BBR_WINDOW_MS);
         let recent = window
             .array()
@@ -421,10 +420,10 @@ impl System {
             cpu_threshold: self.cpu_threshold,
             bbr_active: cpu >= self.cpu_threshold || self.cooling_down(now),
             in_flight: node.cur_concurrency(),
-            max_in_flight: self.max_in_flight(),
+            max_in_flight: self.max_in_flight_at(now),
             pass_qps: window.pass(),
-            max_success_qps: self.max_success() * (SAMPLE_COUNT as u64 * 1000 / INTERVAL_MS),
-            min_rt: self.min_rt(),
+            max_success_qps: self.max_success(now) * (SAMPLE_COUNT as u64 * 1000 / INTERVAL_MS),
+            min_rt: self.min_rt(now),
             avg_rt: node.avg_rt(),
             refusals: std::array::from_fn(|i| self.refusals[i].load(Ordering::Relaxed)),
         }
@@ -440,6 +439,14 @@ impl fmt::Debug for System {
             .field("cpu_threshold", &self.cpu_threshold)
             .field("in_flight", &self.node.cur_concurrency())
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+impl System {
+    /// The estimate now.
+    fn max_in_flight(&self) -> u64 {
+        self.max_in_flight_at(self.node.now())
     }
 }
 
