@@ -1,46 +1,161 @@
-//! The compact table's key hash: the table's randomly seeded SipHash, fed
-//! in one write.
+//! The compact table's key hash: SipHash-1-3 under a random key, the
+//! function and strength of std's `RandomState`, computed over a key's
+//! bytes gathered in one buffer.
 //!
 //! A key's `Hash` impl makes several small writes: `Option<IpAddr>` writes
 //! two discriminants and the address, `Option<String>` a discriminant, the
-//! bytes and a terminator. SipHash pays a call and its tail bookkeeping for
-//! each. [`Gathered`] copies the writes of a short key into a buffer on the
-//! stack and hands SipHash the lot in one write when the hash is taken, so
-//! that a key costs one pass; a key longer than the buffer is written as it
-//! comes. Both forms of a key (owned and borrowed) go through the same
-//! gathering, so they still hash alike, as `K: Borrow<Q>` requires.
+//! bytes and a terminator. std's SipHash takes each write through its
+//! byte-stream bookkeeping (a call, the carried-over tail, the length).
+//! [`Gathered`] copies the writes into a buffer on the stack instead, and
+//! SipHash runs once over whole 8-byte words when the hash is taken: a key
+//! of up to [`GATHER`] bytes (every address key, and the string keys most
+//! clients send) costs its rounds and a few stores. A longer key is
+//! compressed a buffer at a time as it comes.
+//!
+//! The hash is the SipHash-1-3 of the bytes the key writes, in order,
+//! however the writes are cut, so a key and its borrowed form hash alike,
+//! as `K: Borrow<Q>` requires. The key of the function is drawn once per
+//! table from std's `RandomState` (the system's randomness), so a client
+//! cannot choose keys that land in one group.
 
-use std::hash::{BuildHasher, DefaultHasher, Hash, Hasher, RandomState};
+use std::hash::{BuildHasher, Hash, Hasher};
 
-/// Bytes gathered before they are written: room for any address key and
-/// for the string keys most clients send.
+/// Bytes gathered before they are compressed: room for any address key
+/// and for the string keys most clients send. A multiple of 8.
 const GATHER: usize = 64;
 
-/// Builds [`Gathered`] hashers on one random SipHash key.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct GatherState(
-    // Unread under loom, whose models hash with fixed keys.
-    #[cfg_attr(loom, allow(dead_code))] RandomState,
-);
+/// SipHash's initial state constants ("somepseudorandomlygeneratedbytes").
+const INIT: [u64; 4] = [
+    0x736f_6d65_7073_6575,
+    0x646f_7261_6e64_6f6d,
+    0x6c79_6765_6e65_7261,
+    0x7465_6462_7974_6573,
+];
 
-impl GatherState {
-    pub(crate) fn new() -> Self {
-        GatherState(RandomState::new())
+/// The four words of SipHash's state.
+#[derive(Clone, Copy)]
+struct Sip([u64; 4]);
+
+impl Sip {
+    #[inline]
+    fn new([k0, k1]: [u64; 2]) -> Sip {
+        Sip([INIT[0] ^ k0, INIT[1] ^ k1, INIT[2] ^ k0, INIT[3] ^ k1])
     }
 
-    /// The hash of `key`: what `hash_one` gives, without the copy of
-    /// SipHash's state that `Hasher::finish` (which borrows) must make.
-    #[inline]
+    /// One SipRound.
+    #[inline(always)]
+    fn round(&mut self) {
+        let [v0, v1, v2, v3] = &mut self.0;
+        *v0 = v0.wrapping_add(*v1);
+        *v1 = v1.rotate_left(13) ^ *v0;
+        *v0 = v0.rotate_left(32);
+        *v2 = v2.wrapping_add(*v3);
+        *v3 = v3.rotate_left(16) ^ *v2;
+        *v0 = v0.wrapping_add(*v3);
+        *v3 = v3.rotate_left(21) ^ *v0;
+        *v2 = v2.wrapping_add(*v1);
+        *v1 = v1.rotate_left(17) ^ *v2;
+        *v2 = v2.rotate_left(32);
+    }
+
+    /// Absorbs one message word with `C` rounds.
+    #[inline(always)]
+    fn compress<const C: usize>(&mut self, m: u64) {
+        self.0[3] ^= m;
+        for _ in 0..C {
+            self.round();
+        }
+        self.0[0] ^= m;
+    }
+
+    /// Absorbs the whole words of `words` (a multiple of 8 bytes).
+    #[inline(always)]
+    fn compress_words<const C: usize>(&mut self, words: &[u8]) {
+        for word in words.chunks_exact(8) {
+            let word: [u8; 8] = word.try_into().expect("chunks of 8 bytes");
+            self.compress::<C>(u64::from_le_bytes(word));
+        }
+    }
+
+    /// Absorbs the final block (`tail`: the message's last `len % 8`
+    /// bytes, in the low bytes of a word whose other bytes may be
+    /// anything, and the low byte of the message's length) and finishes
+    /// with `D` rounds.
+    #[inline(always)]
+    fn finish<const C: usize, const D: usize>(mut self, tail: u64, len: usize) -> u64 {
+        let kept = (len % 8) as u32 * 8;
+        let tail = tail & ((1u64 << kept) - 1);
+        let last = tail | ((len as u64) << 56);
+        self.compress::<C>(last);
+        self.0[2] ^= 0xff;
+        for _ in 0..D {
+            self.round();
+        }
+        let [v0, v1, v2, v3] = self.0;
+        v0 ^ v1 ^ v2 ^ v3
+    }
+}
+
+#[cfg(test)]
+/// The word at `at` of `bytes`, little-endian, with zeros past the end.
+#[inline(always)]
+fn word_at(bytes: &[u8], at: usize) -> u64 {
+    let mut word = [0u8; 8];
+    let end = bytes.len().min(at + 8);
+    word[..end - at].copy_from_slice(&bytes[at..end]);
+    u64::from_le_bytes(word)
+}
+
+/// Builds [`Gathered`] hashers on one random SipHash key.
+#[derive(Clone)]
+pub(crate) struct GatherState {
+    key: [u64; 2],
+}
+
+impl std::fmt::Debug for GatherState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The key stays out of logs: with it, keys that share a group
+        // could be searched for offline.
+        f.debug_struct("GatherState").finish_non_exhaustive()
+    }
+}
+
+impl Default for GatherState {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl GatherState {
+    /// A state on a fresh random key; under loom, on the zero key (a
+    /// model must take the same path on every execution it explores, and
+    /// a key's groups and home slot come from its hash).
+    pub(crate) fn new() -> Self {
+        #[cfg(loom)]
+        let key = [0, 0];
+        #[cfg(not(loom))]
+        let key = {
+            // Two outputs of std's randomly keyed SipHash: 128 bits no
+            // one outside the process can predict.
+            let random = std::hash::RandomState::new();
+            [random.hash_one(0u8), random.hash_one(1u8)]
+        };
+        GatherState { key }
+    }
+
+    /// The state on a given key: for checking the hash against known
+    /// values.
+    #[cfg(test)]
+    fn with_key(key: [u64; 2]) -> Self {
+        GatherState { key }
+    }
+
+    /// The hash of `key`: what `hash_one` gives.
+    #[inline(never)]
     pub(crate) fn hash_key<Q: Hash + ?Sized>(&self, key: &Q) -> u64 {
         let mut hasher = self.build_hasher();
         key.hash(&mut hasher);
-        let Gathered {
-            mut inner,
-            buffer,
-            len,
-        } = hasher;
-        inner.write(&buffer[..len]);
-        inner.finish()
+        hasher.hash()
     }
 }
 
@@ -49,61 +164,112 @@ impl BuildHasher for GatherState {
 
     #[inline]
     fn build_hasher(&self) -> Gathered {
-        // Under loom, SipHash's fixed keys: a model must take the same
-        // path on every execution it explores, and a key's groups and home
-        // slot come from its hash.
-        #[cfg(loom)]
-        let inner = DefaultHasher::new();
-        #[cfg(not(loom))]
-        let inner = self.0.build_hasher();
         Gathered {
-            inner,
+            sip: Sip::new(self.key),
             buffer: [0; GATHER],
             len: 0,
+            spilled: 0,
         }
     }
 }
 
-/// A SipHash hasher that gathers short writes (see the module docs).
+/// A SipHash-1-3 hasher that gathers short writes (see the module docs).
 pub(crate) struct Gathered {
-    inner: DefaultHasher,
+    /// The state after every full buffer compressed so far.
+    sip: Sip,
+    /// Bytes not compressed yet: `buffer[..len]`.
     buffer: [u8; GATHER],
-    /// Bytes of `buffer` in use.
     len: usize,
+    /// Bytes compressed so far (whole buffers).
+    spilled: usize,
 }
 
 impl Gathered {
-    /// Writes what was gathered.
-    #[inline]
-    fn flush(&mut self) {
-        self.inner.write(&self.buffer[..self.len]);
-        self.len = 0;
+    /// The hash of the bytes written so far.
+    #[inline(always)]
+    fn hash(&self) -> u64 {
+        let mut sip = self.sip;
+        let whole = self.len - self.len % 8;
+        sip.compress_words::<1>(&self.buffer[..whole]);
+        // `len < GATHER`, a multiple of 8: the word at `whole` is within
+        // the buffer, and `finish` keeps only its first `len % 8` bytes
+        // (the message's length is `spilled + len`, and `spilled` is a
+        // multiple of `GATHER`).
+        let tail: [u8; 8] = self.buffer[whole..whole + 8]
+            .try_into()
+            .expect("a word within the buffer");
+        sip.finish::<1, 3>(
+            u64::from_le_bytes(tail),
+            self.spilled.wrapping_add(self.len),
+        )
+    }
+
+    /// Writes `bytes`, which do not fit in the buffer's room: fills the
+    /// buffer and compresses it whole (its length is a multiple of 8, so
+    /// the byte stream is cut on a word boundary), as often as it takes.
+    #[cold]
+    #[inline(never)]
+    fn spill(&mut self, mut bytes: &[u8]) {
+        while bytes.len() >= GATHER - self.len {
+            let (now, rest) = bytes.split_at(GATHER - self.len);
+            self.buffer[self.len..].copy_from_slice(now);
+            self.sip.compress_words::<1>(&self.buffer);
+            self.spilled = self.spilled.wrapping_add(GATHER);
+            self.len = 0;
+            bytes = rest;
+        }
+        self.buffer[..bytes.len()].copy_from_slice(bytes);
+        self.len = bytes.len();
+    }
+}
+
+/// Writes an integer's bytes as `Hasher`'s provided methods do (native
+/// order), with a copy of a fixed size.
+macro_rules! write_int {
+    ($($method:ident($ty:ty)),* $(,)?) => {$(
+        #[inline(always)]
+        fn $method(&mut self, value: $ty) {
+            self.put(value.to_ne_bytes());
+        }
+    )*};
+}
+
+impl Gathered {
+    /// [`write`](Hasher::write) for a fixed number of bytes: one store
+    /// while they fit.
+    #[inline(always)]
+    fn put<const N: usize>(&mut self, bytes: [u8; N]) {
+        let end = self.len + N;
+        if end < GATHER {
+            self.buffer[self.len..end].copy_from_slice(&bytes);
+            self.len = end;
+        } else {
+            self.spill(&bytes);
+        }
     }
 }
 
 impl Hasher for Gathered {
-    #[inline]
+    #[inline(always)]
     fn write(&mut self, bytes: &[u8]) {
         let end = self.len + bytes.len();
-        if end <= GATHER {
+        if end < GATHER {
             self.buffer[self.len..end].copy_from_slice(bytes);
             self.len = end;
-            return;
-        }
-        self.flush();
-        if bytes.len() <= GATHER {
-            self.buffer[..bytes.len()].copy_from_slice(bytes);
-            self.len = bytes.len();
         } else {
-            self.inner.write(bytes);
+            self.spill(bytes);
         }
+    }
+
+    write_int! {
+        write_u8(u8), write_u16(u16), write_u32(u32), write_u64(u64),
+        write_u128(u128), write_usize(usize), write_i8(i8), write_i16(i16),
+        write_i32(i32), write_i64(i64), write_i128(i128), write_isize(isize),
     }
 
     #[inline]
     fn finish(&self) -> u64 {
-        let mut inner = self.inner.clone();
-        inner.write(&self.buffer[..self.len]);
-        inner.finish()
+        self.hash()
     }
 }
 
@@ -112,6 +278,66 @@ mod tests {
     use std::net::IpAddr;
 
     use super::*;
+
+    /// SipHash-2-4 of `bytes` on `key`, on this module's rounds, written
+    /// in pieces of `piece` bytes through a gathering hasher's buffering.
+    fn sip24(key: [u64; 2], bytes: &[u8]) -> u64 {
+        let mut sip = Sip::new(key);
+        let whole = bytes.len() - bytes.len() % 8;
+        sip.compress_words::<2>(&bytes[..whole]);
+        sip.finish::<2, 4>(word_at(bytes, whole), bytes.len())
+    }
+
+    #[test]
+    fn the_rounds_give_the_reference_siphash_2_4_values() {
+        // The reference vectors of the SipHash paper (Aumasson and
+        // Bernstein, appendix A): key 00 01 .. 0f, messages 00 01 .. (n-1).
+        let key = [0x0706_0504_0302_0100, 0x0f0e_0d0c_0b0a_0908];
+        let message: Vec<u8> = (0..64).collect();
+        let expected: [(usize, u64); 4] = [
+            (0, 0x726f_db47_dd0e_0e31),
+            (1, 0x74f8_39c5_93dc_67fd),
+            (8, 0x93f5_f579_9a93_2462),
+            (15, 0xa129_ca61_49be_45e5),
+        ];
+        for (len, hash) in expected {
+            assert_eq!(sip24(key, &message[..len]), hash, "length {len}");
+        }
+    }
+
+    #[test]
+    #[allow(deprecated)]
+    fn siphash_2_4_agrees_with_std_at_every_length() {
+        // std still exposes SipHash-2-4 (`SipHasher`, deprecated): the
+        // same rounds and padding at every length and key.
+        let message: Vec<u8> = (0..300u32).map(|i| (i * 7 + 3) as u8).collect();
+        for key in [[0, 0], [1, 2], [u64::MAX, 0x0123_4567_89ab_cdef]] {
+            for len in 0..message.len() {
+                let mut std = std::hash::SipHasher::new_with_keys(key[0], key[1]);
+                std.write(&message[..len]);
+                assert_eq!(sip24(key, &message[..len]), std.finish(), "length {len}");
+            }
+        }
+    }
+
+    #[test]
+    fn on_the_zero_key_the_hash_is_stds_default_hasher() {
+        // std's `DefaultHasher::new()` is SipHash-1-3 on the zero key
+        // today; the gathered hash of any cut of any message is the same.
+        let state = GatherState::with_key([0, 0]);
+        let message: Vec<u8> = (0..300u32).map(|i| (i * 13 + 1) as u8).collect();
+        for len in 0..message.len() {
+            let mut std = std::hash::DefaultHasher::new();
+            std.write(&message[..len]);
+            let mut ours = state.build_hasher();
+            ours.write(&message[..len]);
+            assert_eq!(ours.finish(), std.finish(), "length {len}");
+        }
+        let text = Some(String::from("client-42"));
+        let mut std = std::hash::DefaultHasher::new();
+        text.hash(&mut std);
+        assert_eq!(state.hash_key(&text), std.finish());
+    }
 
     #[test]
     fn a_key_and_its_borrowed_form_hash_alike_whatever_their_length() {
@@ -167,5 +393,15 @@ mod tests {
         assert_ne!(state.hash_one(a), state.hash_one(b));
         assert_ne!(state.hash_one(a), state.hash_one(None::<IpAddr>));
         assert_ne!(GatherState::new().hash_one(a), state.hash_one(a));
+    }
+
+    #[test]
+    fn the_debug_form_shows_no_key() {
+        let state = GatherState::with_key([0x1234_5678, 0x9abc_def0]);
+        let shown = format!("{state:?}");
+        assert!(
+            !shown.contains("305419896") && !shown.contains("12345678"),
+            "{shown}"
+        );
     }
 }
