@@ -176,9 +176,14 @@ impl<F, C, R> ResponseFuture<F, C, R> {
     }
 
     pub(crate) fn blocked(response: Response<Bytes>) -> Self {
+        Self::blocked_boxed(Box::new(response))
+    }
+
+    /// [`blocked`](Self::blocked), for a response boxed already.
+    pub(crate) fn blocked_boxed(response: Box<Response<Bytes>>) -> Self {
         ResponseFuture {
             kind: Kind::Blocked {
-                response: Some(Box::new(response)),
+                response: Some(response),
             },
             body: PhantomData,
         }

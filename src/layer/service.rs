@@ -254,7 +254,7 @@ where
                         request,
                         RecordBlocked { blocked, now: at }
                     );
-                    ResponseFuture::blocked(response)
+                    ResponseFuture::blocked_boxed(response)
                 }
             };
         }
@@ -346,7 +346,10 @@ where
 /// refusal, already recorded as a block of its window at the time given.
 enum CompactOutcome {
     Pass(Option<Box<Quota>>),
-    Refused(Response<Bytes>, u64),
+    // Boxed here rather than in the future: the outcome is handed back
+    // through the table's lookup, and a pass moves two words, not a
+    // response head.
+    Refused(Box<Response<Bytes>>, u64),
 }
 
 /// # The compact path
@@ -509,8 +512,8 @@ impl<S, X: KeyExtractor, M: MakeClassifier, R> SlidingWindow<S, X, M, R> {
         key: &CompactCounted<'_>,
         at: u64,
         refusal: Refusal,
-    ) -> Response<Bytes> {
-        refuse(key, at, refusal, &self.shared.response)
+    ) -> Box<Response<Bytes>> {
+        Box::new(refuse(key, at, refusal, &self.shared.response))
     }
 }
 
