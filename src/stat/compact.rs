@@ -713,12 +713,13 @@ impl CompactWindow {
 
     /// [`effective_now`](Self::effective_now), [`lag`](Self::lag) and
     /// [`decide`](Self::decide) for a request whose clock reads `now`:
-    /// `(at, behind, decision)`, as the three in turn give them. A reading
-    /// in the newest bucket (the common case: every request but the first
-    /// of a bucket) is decided there at once, with `at = now`, on one read
-    /// of the words and one decode of the stamp; any other reading takes
-    /// the three in turn.
-    #[inline]
+    /// `(at, behind, decision)`, as the three in turn give them. A pass in
+    /// the newest bucket (the common case: every request but the first of
+    /// a bucket, while the key is under its limit) is decided at once, with
+    /// `at = now`, on one read of the words and one decode of the stamp;
+    /// anything else (a refusal included) takes the three in turn, out of
+    /// line.
+    #[inline(always)]
     pub(crate) fn admit(
         &self,
         shape: &CompactShape,
@@ -726,33 +727,29 @@ impl CompactWindow {
         limit: u64,
         overflow: bool,
     ) -> (u64, u64, Decision<Pass>) {
-        let grid = Grid::of(shape);
-        // Acquire: as in `decide`.
-        let head = self.head.load(Ordering::Acquire);
-        if head & LOCKED == 0 && now <= MAX_TIME {
-            let stamp = self.stamp.load(Ordering::Acquire);
-            if let Some(newest) = grid.decode(stamp_of(head, stamp), now) {
-                // `effective_now` gives `now` itself for a reading at or
-                // after the newest bucket's start, and `decide` at `now`
-                // stays in that bucket if `now` is before its end.
-                if newest <= now && now < newest + grid.len {
-                    let passed = |window_pass: u64| {
-                        Decision::Pass(Pass {
-                            limit,
-                            window_pass: Some(window_pass),
-                            reset_ms: None,
-                        })
-                    };
-                    match self.in_newest(grid, head, newest, limit) {
-                        InNewest::Passed(window_pass) => return (now, 0, passed(window_pass)),
-                        // A refusal's answer (its wait) is computed as
-                        // `decide` computes it; a change of the words
-                        // meanwhile is read again there.
-                        InNewest::Refused(..) | InNewest::Changed => {}
-                    }
-                }
-            }
+        match self.pass_in_newest(Grid::of(shape), now, limit) {
+            Some(window_pass) => (
+                now,
+                0,
+                Decision::Pass(Pass {
+                    limit,
+                    window_pass: Some(window_pass),
+                    reset_ms: None,
+                }),
+            ),
+            None => self.admit_in_turn(shape, now, limit, overflow),
         }
+    }
+
+    /// [`admit`](Self::admit) for a reading it did not pass at once.
+    #[inline(never)]
+    fn admit_in_turn(
+        &self,
+        shape: &CompactShape,
+        now: u64,
+        limit: u64,
+        overflow: bool,
+    ) -> (u64, u64, Decision<Pass>) {
         let at = self.effective_now(shape, now);
         let behind = self.lag(shape, now, at);
         (
@@ -760,6 +757,65 @@ impl CompactWindow {
             behind,
             self.decide(shape, (at, behind), limit, overflow),
         )
+    }
+
+    /// A pass at `now`, if `now` is in the newest bucket and the window
+    /// admits it: recorded by a compare-and-swap of the head, with the
+    /// passes it leaves in the window. `None` for anything else (a reading
+    /// outside the newest bucket, a refusal, a rotation under way or
+    /// overlapping the reads), which [`decide`](Self::decide) answers.
+    ///
+    /// `effective_now` gives `now` itself for a reading at or after the
+    /// newest bucket's start, and `decide` at `now` stays in that bucket
+    /// if `now` is before its end: a pass here is the pass `decide` would
+    /// record, and the head's swap validates the reads (module docs).
+    #[inline(always)]
+    fn pass_in_newest(&self, grid: &Grid, now: u64, limit: u64) -> Option<u64> {
+        // Acquire: as in `decide`.
+        let mut head = self.head.load(Ordering::Acquire);
+        if head & LOCKED != 0 || now > MAX_TIME {
+            return None;
+        }
+        let stamp = self.stamp.load(Ordering::Acquire);
+        let newest = grid.decode(stamp_of(head, stamp), now)?;
+        if now < newest || now >= newest + grid.len {
+            return None;
+        }
+        let before = self.ring_sum(grid.depth());
+        loop {
+            let pass = head & COUNT_MASK;
+            let window_pass = before + u64::from(pass);
+            if window_pass >= limit || pass >= COUNT_MASK {
+                return None;
+            }
+            // AcqRel, and a failure that keeps the tag: as in `in_newest`.
+            match self
+                .head
+                .compare_exchange(head, head + 1, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return Some(window_pass + 1),
+                Err(actual) if actual & STATE_MASK == head & STATE_MASK => head = actual,
+                Err(_) => return None,
+            }
+        }
+    }
+
+    /// The sum of the ring's first `entries` pass counts, read as
+    /// [`load_ring`](Self::load_ring) reads them, without unpacking them.
+    #[inline(always)]
+    fn ring_sum(&self, entries: usize) -> u64 {
+        let mut sum = 0u64;
+        let mut last = 0u32;
+        for word in self.ring.iter().take(entries.div_ceil(2)) {
+            // Acquire: as in `load_ring`.
+            last = word.load(Ordering::Acquire);
+            sum += u64::from(last & 0xFFFF) + u64::from(last >> 16);
+        }
+        // An odd count read the high half of its last word too.
+        if entries % 2 == 1 {
+            sum -= u64::from(last >> 16);
+        }
+        sum
     }
 
     /// One request in the newest bucket (starting at `newest`, read with
