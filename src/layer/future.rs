@@ -234,6 +234,13 @@ where
                 quota,
                 legacy_headers,
             } => {
+                if quota.is_none() {
+                    // Nothing to write: the inner poll's result is handed
+                    // on as it comes.
+                    return future
+                        .poll(cx)
+                        .map(|result| result.map(|response| R::passed_response(response, None)));
+                }
                 let mut result = ready!(future.poll(cx));
                 if let (Ok(response), Some(quota)) = (&mut result, quota.take()) {
                     quota.write(response.headers_mut(), *legacy_headers);
