@@ -147,11 +147,35 @@ impl InlineText {
         match (self, key) {
             (InlineText::Absent, None) => true,
             (InlineText::Inline { len, bytes }, Some(text)) => {
-                bytes[..usize::from(*len)] == *text.as_bytes()
+                equal_short(&bytes[..usize::from(*len)], text.as_bytes())
             }
             (InlineText::Heap(held), Some(text)) => **held == *text,
             _ => false,
         }
+    }
+}
+
+/// `a == b` without a call for up to 32 bytes: two overlapping
+/// comparisons of a fixed size, as `memcmp` does inside. Every lookup of
+/// a string key compares it with the slot's text this way.
+#[inline(always)]
+fn equal_short(a: &[u8], b: &[u8]) -> bool {
+    fn word<const N: usize>(bytes: &[u8], at: usize) -> [u8; N] {
+        bytes[at..at + N].try_into().expect("N bytes from `at`")
+    }
+    let n = a.len();
+    if b.len() != n {
+        return false;
+    }
+    match n {
+        0 => true,
+        1..=3 => a[0] == b[0] && a[n / 2] == b[n / 2] && a[n - 1] == b[n - 1],
+        4..=7 => word::<4>(a, 0) == word::<4>(b, 0) && word::<4>(a, n - 4) == word::<4>(b, n - 4),
+        8..=16 => word::<8>(a, 0) == word::<8>(b, 0) && word::<8>(a, n - 8) == word::<8>(b, n - 8),
+        17..=32 => {
+            word::<16>(a, 0) == word::<16>(b, 0) && word::<16>(a, n - 16) == word::<16>(b, n - 16)
+        }
+        _ => a == b,
     }
 }
 
@@ -262,6 +286,23 @@ mod tests {
         assert!(<InlineText as Form<String>>::store(&mut key).is_none());
         assert_eq!(key.as_deref(), Some("k"));
         assert!(<InlineText as Form<String>>::probe(&"k".to_owned()).is_none());
+    }
+
+    #[test]
+    fn a_short_comparison_agrees_with_slice_equality_at_every_length() {
+        let a: Vec<u8> = (1..=80).collect();
+        for n in 0..=80 {
+            assert!(equal_short(&a[..n], &a[..n]), "length {n}");
+            // One byte changed anywhere, and one byte more or less.
+            for i in 0..n {
+                let mut b = a[..n].to_vec();
+                b[i] ^= 0x80;
+                assert!(!equal_short(&a[..n], &b), "length {n}, byte {i}");
+            }
+            if n > 0 {
+                assert!(!equal_short(&a[..n], &a[..n - 1]), "length {n}");
+            }
+        }
     }
 
     #[test]
