@@ -377,6 +377,12 @@ impl<S, X: KeyExtractor, M: MakeClassifier, R> SlidingWindow<S, X, M, R> {
             return self.compact_several(keys, place, shape, key, now);
         }
         let window = place.value;
+        if !self.shared.response.headers_on_pass && window.pass_now(shape, now, place.limit) {
+            // A pass in the newest bucket with nothing to answer but the
+            // pass itself: what `compact_answer` makes of it.
+            place.totals.add_pass();
+            return CompactOutcome::Pass(None);
+        }
         // As for a full key (see `call`): a reading behind the key's
         // newest bucket is moved forward to it (`at`, `behind` later
         // than the clock).

@@ -741,6 +741,15 @@ impl CompactWindow {
         }
     }
 
+    /// Whether [`admit`](Self::admit) passes a request at `now` at once (a
+    /// pass in the newest bucket, recorded), for a caller that needs no
+    /// more of the decision; `false` records nothing, and the request is
+    /// then to be decided by `admit`.
+    #[inline(always)]
+    pub(crate) fn pass_now(&self, shape: &CompactShape, now: u64, limit: u64) -> bool {
+        self.pass_in_newest(Grid::of(shape), now, limit).is_some()
+    }
+
     /// [`admit`](Self::admit) for a reading it did not pass at once.
     #[inline(never)]
     fn admit_in_turn(
