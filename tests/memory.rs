@@ -276,10 +276,11 @@ fn a_further_window_of_a_compact_layer_costs_one_compact_window_per_slot() {
     for per_key in [first, second] {
         assert!((28.0..=32.5).contains(&per_key), "{per_key}");
     }
-    // Without further windows, the built table is the slots' headers: no
-    // byte per key for windows it does not have.
+    // Without further windows, the built table is the groups' headers (64
+    // bytes per 16 slots, at a load of 7/8: 4.6 bytes per key): no byte
+    // per key for windows it does not have.
     assert!(
-        (none as f64 / max_keys as f64) < 4.0,
+        (none as f64 / max_keys as f64) < 5.0,
         "{none} bytes for {max_keys} keys"
     );
 }

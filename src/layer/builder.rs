@@ -400,14 +400,15 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
     /// [`MAX_KEY_BYTES`](crate::key::MAX_KEY_BYTES) or its digest form, in a
     /// heap block of its own besides); and 56 bytes with a `String` key
     /// ([`PathKey`](crate::PathKey)), whose text is on the heap besides. The
-    /// key's window is 28 of those bytes. A group of 16 slots adds a 40-byte
-    /// header (its lock, its lifetime counters, the pointer to its slots)
-    /// and the allocator's header of its block of slots. The default table
-    /// (2^20 keys: 74 899 groups, 1 198 384 slots) costs 3.0 MB of headers
-    /// when the layer is built, and at most 61.7 MB (58.9 bytes per key)
-    /// with address keys once every group is in use, 128.8 MB (122.9 bytes
-    /// per key) with header keys of up to 70 bytes whatever their length,
-    /// and 71.3 MB with `String` keys plus their text (`cargo test --lib
+    /// key's window is 28 of those bytes. A group of 16 slots adds a 64-byte
+    /// header, one cache line (its lock, its slots' tags, its lifetime
+    /// counters, the pointer to its slots), and the allocator's header of
+    /// its block of slots. The default table (2^20 keys: 74 899 groups,
+    /// 1 198 384 slots) costs 4.8 MB of headers when the layer is built,
+    /// and at most 63.5 MB (60.6 bytes per key) with address keys once
+    /// every group is in use, 130.6 MB (124.6 bytes per key) with header
+    /// keys of up to 70 bytes whatever their length, and 73.1 MB with
+    /// `String` keys plus their text (`cargo test --lib
     /// the_documented_sizes -- --nocapture` prints these figures). Each further window
     /// ([`limit_per`](Self::limit_per)) adds one 28-byte compact window per
     /// slot, made with the table: 32.0 bytes per key of `max_keys`.

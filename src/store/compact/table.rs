@@ -5,13 +5,17 @@
 //!
 //! The table is an array of groups, made when the table is built: a
 //! group is its read-write lock, two lifetime counters (passes and blocks
-//! of every key that has lived in the group, for exporters' counters) and
-//! a pointer to its [`GROUP`] slots, allocated (in one block) when the
-//! group's first key is inserted: a group no key has used costs its
-//! header (about 40 bytes, under 3 bytes a slot), not its slots. A slot is
-//! its key, a tag byte (0: empty; otherwise 7 bits of the key's hash with
-//! the high bit set, compared before the key) and the value `V` (one key's
-//! admission state).
+//! of every key that has lived in the group, for exporters' counters), its
+//! slots' tags and a pointer to its [`GROUP`] slots, allocated (in one
+//! block) when the group's first key is inserted: a group no key has used
+//! costs its header (64 bytes, one cache line: 4 bytes a slot), not its
+//! slots. A
+//! slot is its key and the value `V` (one key's admission state). Its tag,
+//! a byte in the header (0: empty; otherwise 7 bits of the key's hash with
+//! the high bit set), is compared before the key: a lookup compares the 16
+//! tags of a group at once, on the header's cache line, and reads only the
+//! slots whose tag matches, so a key that lives in its second group costs
+//! no read of its first group's slots.
 //!
 //! A slot holds its key in the form its key type calls for (`form.rs`),
 //! chosen at compile time from `K`:
@@ -51,8 +55,7 @@
 //! (lower index first, so two inserts never deadlock), checks again that
 //! nobody inserted it meanwhile, and takes an empty slot of the group with
 //! more empty slots (the first from the key's home slot, four bits of its
-//! hash, where lookups start, so that a key is usually found on the first
-//! slot read); with none, an idle slot (as the caller's `idle` judges
+//! hash); with none, an idle slot (as the caller's `idle` judges
 //! it) of either group, whose key is dropped and whose value is reset
 //! (idleness is asked only when no empty slot will do). Each of the
 //! `2 * GROUP` slots of the two groups is examined twice at most: a new key
@@ -155,8 +158,6 @@ impl Totals {
 /// One slot: a key (in its form `S`, see the module docs) and its value,
 /// or nothing (`key` is `None`).
 struct Slot<S, V> {
-    /// 0 when empty; otherwise `0x80 | (hash & 0x7F)` of the key.
-    tag: u8,
     key: Option<S>,
     value: V,
 }
@@ -170,8 +171,13 @@ type WriteGuard<'a, S, V> = RwLockWriteGuard<'a, Option<Slots<S, V>>>;
 /// keys are read under the read lock and written under the write lock;
 /// a value's atomics are updated by the caller's closure under the read
 /// lock, so a slot is never emptied or reused while a request uses it.
+///
+/// Aligned to a cache line, which its header fills: a lookup's lock, tags
+/// and pointer to the slots are one line.
+#[repr(align(64))]
 struct Group<S, V> {
     slots: RwLock<Option<Slots<S, V>>>,
+    tags: Tags,
     totals: Totals,
 }
 
@@ -179,14 +185,70 @@ impl<S, V: SlotValue> Group<S, V> {
     fn new() -> Self {
         Group {
             slots: RwLock::new(None),
+            tags: Tags::new(),
             totals: Totals::new(),
         }
     }
 }
 
+/// The tags of a group's slots, a byte each, slot `i` in byte `i % 8` of
+/// word `i / 8`: 0 for an empty slot, else `0x80 | (hash & 0x7F)` of its
+/// key. Written only under the group's write lock and read only under its
+/// read lock (or write lock), which order every access: the atomics are
+/// `Relaxed`, and atomics at all only because a reader and the lock's
+/// holder are different threads.
+struct Tags([AtomicU64; 2]);
+
+/// Every byte of a word.
+const BYTES: u64 = 0x0101_0101_0101_0101;
+/// The high bit of every byte of a word.
+const HIGH: u64 = 0x8080_8080_8080_8080;
+
+impl Tags {
+    fn new() -> Self {
+        Tags([AtomicU64::new(0), AtomicU64::new(0)])
+    }
+
+    /// Sets slot `at`'s tag (under the write lock).
+    fn set(&self, at: usize, tag: u8) {
+        let word = &self.0[at / 8];
+        let shift = (at % 8) * 8;
+        let bytes = word.load(Ordering::Relaxed);
+        word.store(
+            (bytes & !(0xFF << shift)) | (u64::from(tag) << shift),
+            Ordering::Relaxed,
+        );
+    }
+
+    /// The slots whose tag is `tag`, bit `i` for slot `i` (under a lock).
+    #[inline]
+    fn matching(&self, tag: u8) -> u16 {
+        let mut slots = 0u16;
+        for (w, word) in self.0.iter().enumerate() {
+            // Bytes equal to `tag` are the zero bytes of `x`. Per byte,
+            // `(b & 0x7F) + 0x7F` sets the high bit exactly when `b & 0x7F`
+            // is not 0, and never carries into the next byte; or-ed with
+            // `b`, the high bit is set exactly when `b` is not 0.
+            let x = word.load(Ordering::Relaxed) ^ (u64::from(tag) * BYTES);
+            let zero = !(((x & !HIGH) + !HIGH) | x) & HIGH;
+            slots |= u16::from(high_bits(zero)) << (8 * w);
+        }
+        slots
+    }
+}
+
+/// The high bit of each byte of `word` (whose other bits are 0), byte `i`'s
+/// as bit `i`. Bit `8i` of `word >> 7` times bit `56 - 7j` of the constant
+/// lands on bit `56 + 8i - 7j`: on `56 + i` for `j = i`; below 56, each on
+/// a place of its own (so nothing carries), for `i < j`; past 63 for
+/// `i > j`.
+#[inline]
+fn high_bits(word: u64) -> u8 {
+    ((word >> 7).wrapping_mul(0x0102_0408_1020_4080) >> 56) as u8
+}
+
 fn new_slots<S, V: SlotValue>() -> Slots<S, V> {
     Box::new(std::array::from_fn(|_| Slot {
-        tag: 0,
         key: None,
         value: V::empty(),
     }))
@@ -375,20 +437,14 @@ pub(crate) fn groups_for(max_keys: usize) -> usize {
     slots.div_ceil(GROUP)
 }
 
-/// The index of `key`'s slot among `slots` (`probe`: the key's probe,
-/// when the lookup has the key owned; see [`Form::is`]).
+/// The index of `key`'s slot among `slots`, of those whose tag matched
+/// (`candidates`, from [`Tags::matching`]; `probe`: the key's probe, when
+/// the lookup has the key owned; see [`Form::is`]). A key is in one slot
+/// of a group at most.
 #[inline]
-///
-/// The search starts at the key's home slot (see [`home_of`]) and wraps
-/// around: a key took the first empty slot from its home when it was
-/// inserted, so it is usually found there, on the first cache line read,
-/// where a search from the group's first slot would read on through the
-/// slots of other keys. Every slot is still examined before a key is
-/// declared absent (an eviction may have left a hole before it).
 fn position<K, S, V, Q>(
     slots: &Slots<S, V>,
-    home: usize,
-    tag: u8,
+    mut candidates: u16,
     probe: Option<&S::Probe<'_>>,
     key: &Q,
 ) -> Option<usize>
@@ -397,14 +453,18 @@ where
     S: Form<K>,
     Q: Eq + ?Sized,
 {
-    from_home(home).find(|&at| {
-        let slot = &slots[at];
-        slot.tag == tag && slot.key.as_ref().is_some_and(|k| k.is(probe, key))
-    })
+    while candidates != 0 {
+        let at = candidates.trailing_zeros() as usize;
+        if slots[at].key.as_ref().is_some_and(|k| k.is(probe, key)) {
+            return Some(at);
+        }
+        candidates &= candidates - 1;
+    }
+    None
 }
 
-/// The slots of a group in the order a key with home slot `home` examines
-/// them: from its home on, wrapping around.
+/// The slots of a group in the order a new key with home slot `home`
+/// looks for an empty one: from its home on, wrapping around.
 #[inline]
 fn from_home(home: usize) -> impl Iterator<Item = usize> {
     (0..GROUP).map(move |i| (home + i) % GROUP)
@@ -658,14 +718,13 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
         let (first, second, tag) = place_of(hash, groups.len());
         let request_key = pending.as_key();
         let probe = request_key.and_then(S::probe);
-        for index in [first, second] {
+        let order = [first, second];
+        for index in order {
             let group = &groups[index];
             let slots = read(&group.slots);
             if let Some((slots, at)) = slots.as_ref().and_then(|slots| {
-                Some((
-                    slots,
-                    position(slots, home_of(hash), tag, probe.as_ref(), key)?,
-                ))
+                let candidates = group.tags.matching(tag);
+                Some((slots, position(slots, candidates, probe.as_ref(), key)?))
             }) {
                 let shown = if keyed {
                     slots[at].key.as_ref().and_then(|k| k.shown(request_key))
@@ -709,10 +768,8 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
         let probe = request_key.and_then(S::probe);
         for (index, slots) in locked.iter() {
             if let Some((slots, at)) = slots.as_ref().and_then(|slots| {
-                Some((
-                    slots,
-                    position(slots, home_of(hash), tag, probe.as_ref(), key)?,
-                ))
+                let candidates = groups[*index].tags.matching(tag);
+                Some((slots, position(slots, candidates, probe.as_ref(), key)?))
             }) {
                 let shown = if keyed {
                     slots[at].key.as_ref().and_then(|k| k.shown(request_key))
@@ -761,7 +818,7 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
             self.clear_further(index, at);
         }
         slot.key = Some(stored);
-        slot.tag = tag;
+        groups[index].tags.set(at, tag);
         let slots = locked[which].1.as_ref().expect("allocated above");
         let shown = if keyed {
             slots[at].key.as_ref().and_then(|k| k.shown(None))
@@ -895,10 +952,8 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
                 let group = &groups[index];
                 let slots = read(&group.slots);
                 if let Some((slots, at)) = slots.as_ref().and_then(|slots| {
-                    Some((
-                        slots,
-                        position::<K, _, _, _>(slots, home_of(hash), tag, None, key)?,
-                    ))
+                    let candidates = group.tags.matching(tag);
+                    Some((slots, position::<K, _, _, _>(slots, candidates, None, key)?))
                 }) {
                     if let Some(owned) = slots[at].key.as_ref().and_then(Form::key) {
                         let place = self.slot_place(&group.totals, slots, index, at);
@@ -1012,7 +1067,7 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
                 .store(u64::from(hash as u32), Ordering::Relaxed);
         } else {
             let further = windows(self.further_count);
-            let taken = self.take(&mut locked, home_of(hash), tag, &key, &further);
+            let taken = self.take(groups, &mut locked, tag, &key, &further);
             let seen = taken.is_some();
             let value = taken.unwrap_or_else(V::empty);
             own.insert(key, Own::new(limit, hash as u32, value, further, seen));
@@ -1081,8 +1136,8 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
                         }
                         slot.key = Some(stored);
                         slot.value = entry.value;
-                        slot.tag = tag;
                         let index = locked[which].0;
+                        groups[index].tags.set(at, tag);
                         for (to, from) in self.further_of(index, at).iter().zip(&entry.further[..])
                         {
                             to.copy_from(from);
@@ -1146,8 +1201,8 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
     /// none.
     fn take<S: Form<K>>(
         &self,
+        groups: &[Group<S, V>],
         locked: &mut [(usize, WriteGuard<'_, S, V>)],
-        home: usize,
         tag: u8,
         key: &K,
         further: &[CompactWindow],
@@ -1157,14 +1212,15 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
             let Some(slots) = slots.as_mut() else {
                 continue;
             };
-            if let Some(at) = position(slots, home, tag, probe.as_ref(), key) {
+            let candidates = groups[*index].tags.matching(tag);
+            if let Some(at) = position(slots, candidates, probe.as_ref(), key) {
                 for (to, from) in further.iter().zip(self.further_of(*index, at)) {
                     to.copy_from(from);
                 }
                 self.clear_further(*index, at);
                 let slot = &mut slots[at];
                 slot.key = None;
-                slot.tag = 0;
+                groups[*index].tags.set(at, 0);
                 self.occupied.fetch_sub(1, Ordering::Relaxed);
                 return Some(std::mem::replace(&mut slot.value, V::empty()));
             }
@@ -1255,6 +1311,47 @@ mod tests {
 
     /// The fields a request of an address key reads share the table's
     /// first cache line.
+    #[test]
+    fn a_groups_tags_match_exactly_the_slots_with_the_tag() {
+        // Against a byte-by-byte oracle: every slot empty, full, or mixed
+        // with tags that differ from the one sought by one bit (the high
+        // bit, the low bit), over every slot position.
+        let tags = Tags::new();
+        let mut held = [0u8; GROUP];
+        let mut state = 0x9E37_79B9_7F4A_7C15u64;
+        for round in 0..4_000 {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            let at = (state % GROUP as u64) as usize;
+            let tag = match round % 5 {
+                0 => 0,
+                1 => 0x80,
+                2 => 0xFF,
+                3 => 0x81,
+                _ => 0x80 | (state >> 20) as u8,
+            };
+            tags.set(at, tag);
+            held[at] = tag;
+            for sought in [0x80u8, 0x81, 0xFF, 0xFE, 0x80 | (state >> 40) as u8, tag] {
+                let expected = (0..GROUP)
+                    .filter(|&i| held[i] == sought)
+                    .fold(0u16, |bits, i| bits | 1 << i);
+                assert_eq!(tags.matching(sought), expected, "{held:?} for {sought:#x}");
+            }
+        }
+    }
+
+    #[test]
+    fn high_bits_gathers_every_pattern() {
+        for pattern in 0..=255u8 {
+            let word = (0..8)
+                .filter(|i| pattern & (1 << i) != 0)
+                .fold(0u64, |word, i| word | 0x80 << (8 * i));
+            assert_eq!(high_bits(word), pattern);
+        }
+    }
+
     #[test]
     fn a_request_reads_one_cache_line_of_the_table() {
         type T = CompactTable<Option<std::net::IpAddr>, CompactWindow>;
