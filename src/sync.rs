@@ -29,6 +29,19 @@ pub(crate) use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 /// result is ignored allows exactly the executions a `store` does, and loom
 /// models its atomicity correctly. Normal builds use `std`'s type directly;
 /// nothing changes outside `--cfg loom`.
+/// Stores `value` in a `u32` that other threads change by
+/// read-modify-write at the same time: a plain store, which loom models as
+/// a `swap` whose result is ignored (why: `AtomicU64` below). The two allow
+/// the same executions; the store costs an x86 `mov` where the swap is a
+/// locked `xchg`.
+#[inline]
+pub(crate) fn store_racing_rmw(atomic: &AtomicU32, value: u32, order: Ordering) {
+    #[cfg(loom)]
+    atomic.swap(value, order);
+    #[cfg(not(loom))]
+    atomic.store(value, order);
+}
+
 #[cfg(loom)]
 mod loom_store_as_swap {
     use loom::sync::atomic::{AtomicU64 as Inner, Ordering};

@@ -87,8 +87,8 @@
 //! - **Blocks** are added to the stamp word by compare-and-swap, checked
 //!   against the head as reads are. A block racing a rotation counts in the
 //!   bucket it was recorded in (and leaves with it) or in the new one; the
-//!   rotation replaces the stamp with a `swap` so that loom models it
-//!   faithfully (a plain `store` racing a read-modify-write is mis-modelled
+//!   rotation replaces the stamp with a plain store, which loom models as
+//!   a `swap` (a plain `store` racing a read-modify-write is mis-modelled
 //!   by loom 0.7; see `sync.rs`). A re-anchoring keeps the bucket, so it
 //!   rewrites only the stamp half, by compare-and-swap, and keeps every
 //!   block added meanwhile.
@@ -121,7 +121,7 @@
 use super::leap_array::MAX_TIME;
 use crate::error::ConfigError;
 use crate::flow::{Decision, Pass, Reason, Refusal};
-use crate::sync::{backoff, AtomicU32, Ordering};
+use crate::sync::{backoff, store_racing_rmw, AtomicU32, Ordering};
 
 /// The most buckets a compact window has.
 pub(crate) const COMPACT_MAX_BUCKETS: usize = 10;
@@ -259,11 +259,16 @@ impl Divisor {
         }
     }
 
+    /// `n / d`, for `n < 2^63`.
+    #[inline]
+    fn quotient(&self, n: u64) -> u64 {
+        ((u128::from(n) * u128::from(self.magic)) >> self.shift) as u64
+    }
+
     /// `n % d`, for `n < 2^63`.
     #[inline]
     fn rem(&self, n: u64) -> u64 {
-        let quotient = ((u128::from(n) * u128::from(self.magic)) >> self.shift) as u64;
-        n - quotient * self.d
+        n - self.quotient(n) * self.d
     }
 }
 
@@ -311,6 +316,10 @@ struct Grid {
     period: u64,
     /// Remainders by `period`, without a division.
     by_period: Divisor,
+    /// Quotients by `len` and remainders by `rounds` (a rotation's
+    /// arithmetic), without a division.
+    by_len: Divisor,
+    by_rounds: Divisor,
 }
 
 impl Grid {
@@ -337,6 +346,8 @@ impl Grid {
             rounds,
             period,
             by_period: Divisor::new(period),
+            by_len: Divisor::new(len),
+            by_rounds: Divisor::new(rounds),
         }
     }
 
@@ -352,11 +363,14 @@ impl Grid {
         self.sample_count - 1 + usize::from(self.strict)
     }
 
-    /// The stamp of a bucket starting at `start` on the clock (never 0).
+    /// The stamp of a bucket starting at `start` (at most `MAX_TIME`) on
+    /// the clock (never 0).
     #[inline]
     fn encode(&self, start: u64) -> u32 {
-        let number = (start / self.len) % self.rounds + 1;
-        let phase = start % self.len;
+        debug_assert!(start <= MAX_TIME);
+        let bucket = self.by_len.quotient(start);
+        let number = self.by_rounds.rem(bucket) + 1;
+        let phase = start - bucket * self.len;
         ((number | (phase << self.q)) & 0x7FFF_FFFF) as u32
     }
 
@@ -394,10 +408,10 @@ impl Grid {
     }
 
     /// The start of the bucket holding `t` on the grid of `newest`, for
-    /// `t >= newest`.
+    /// `newest <= t <= MAX_TIME`.
     #[inline]
     fn advance(&self, newest: u64, t: u64) -> u64 {
-        newest + (t - newest) / self.len * self.len
+        newest + self.by_len.quotient(t - newest) * self.len
     }
 }
 
@@ -787,8 +801,11 @@ impl CompactWindow {
         }
         let stamp = self.stamp.load(Ordering::Acquire);
         let newest = grid.decode(stamp_of(head, stamp), now)?;
-        if now < newest || now >= newest + grid.len {
+        if now < newest {
             return None;
+        }
+        if now >= newest + grid.len {
+            return self.pass_rotating(grid, (head, stamp), newest, now, limit);
         }
         let before = self.ring_sum(grid.depth());
         loop {
@@ -807,6 +824,43 @@ impl CompactWindow {
                 Err(_) => return None,
             }
         }
+    }
+
+    /// [`pass_in_newest`](Self::pass_in_newest) for a reading at or past
+    /// the end of the newest bucket (starting at `newest`, decoded from
+    /// the unlocked `head` and `stamp`): the first request of a new bucket,
+    /// and the common case of a client seen less often than a bucket.
+    /// Takes the rotation lock, moves the window to the bucket of `now` and
+    /// records the pass there, as [`decide`](Self::decide) would, in one
+    /// pass over the words. `None`, with nothing changed, if the lock is
+    /// not to be had, if a re-anchoring moved the newest bucket since the
+    /// read, or if the window refuses (`decide` then rotates and answers
+    /// the refusal).
+    #[inline(never)]
+    fn pass_rotating(
+        &self,
+        grid: &Grid,
+        (head, stamp): (u32, u32),
+        newest: u64,
+        now: u64,
+        limit: u64,
+    ) -> Option<u64> {
+        let head = self.lock(head)?;
+        // Relaxed: see `rotated`. A re-anchoring may keep the tag, so the
+        // head alone does not say that `newest` still holds: the stamp's
+        // half does, as only a holder of the lock writes it.
+        if self.stamp.load(Ordering::Relaxed) >> TAG_SHIFT != stamp >> TAG_SHIFT {
+            self.unlock(head);
+            return None;
+        }
+        let ring = self.shifted(grid, head, newest, now);
+        let before: u64 = ring[..grid.depth()].iter().map(|&p| u64::from(p)).sum();
+        if before >= limit {
+            self.unlock(head);
+            return None;
+        }
+        self.publish(grid, grid.advance(newest, now), &ring, 1, 0);
+        Some(before + 1)
     }
 
     /// The sum of the ring's first `entries` pass counts, read as
@@ -1221,19 +1275,30 @@ impl CompactWindow {
             self.unlock(head);
             return None;
         }
-        let moved = (at - newest) / grid.len;
-        let old = self.load_ring(grid.sample_count);
+        Some((
+            grid.advance(newest, at),
+            self.shifted(grid, head, newest, at),
+        ))
+    }
+
+    /// Under the lock taken from `head`: the ring once the window has moved
+    /// from the newest bucket (starting at `newest`) to the bucket of `at`,
+    /// at least one bucket later.
+    #[inline]
+    fn shifted(&self, grid: &Grid, head: u32, newest: u64, at: u64) -> [u16; COMPACT_MAX_BUCKETS] {
+        let moved = grid.by_len.quotient(at - newest);
         let mut ring = [0u16; COMPACT_MAX_BUCKETS];
         // Bucket `moved` buckets before the new newest is the old newest;
         // the old ring follows it, and the buckets skipped over are empty.
         let count = grid.sample_count;
         if let Ok(moved) = usize::try_from(moved) {
             if moved <= count {
+                let old = self.load_ring(count);
                 ring[moved - 1] = (head & COUNT_MASK) as u16;
                 ring[moved..count].copy_from_slice(&old[..count - moved]);
             }
         }
-        Some((grid.advance(newest, at), ring))
+        ring
     }
 
     /// Moves the newest bucket's start to `anchored` with its counts kept,
@@ -1297,10 +1362,9 @@ impl CompactWindow {
             word.store(value, Ordering::Release);
         }
         let stamp = grid.encode(newest);
-        // A swap whose result is ignored is a store (Release, as above);
-        // loom 0.7 mis-models a plain store racing the blocks'
-        // compare-and-swap on this word (see `sync.rs`).
-        self.stamp.swap(stamp_word(stamp, block), Ordering::Release);
+        // A store (Release, as above) racing the blocks' compare-and-swap
+        // on this word, which loom sees as a swap (see `sync.rs`).
+        store_racing_rmw(&self.stamp, stamp_word(stamp, block), Ordering::Release);
         // Release: the unlock publishes everything above.
         self.unlock(head_word(stamp, pass));
     }
@@ -2039,6 +2103,7 @@ mod tests {
                 (1 << 63) - 1,
             ] {
                 assert_eq!(by.rem(n), n % d, "{n} % {d}");
+                assert_eq!(by.quotient(n), n / d, "{n} / {d}");
             }
         }
     }
@@ -2064,6 +2129,24 @@ mod tests {
             n in 0u64..=MAX_TIME,
         ) {
             prop_assert_eq!(Divisor::new(d).rem(n), n % d);
+            prop_assert_eq!(Divisor::new(d).quotient(n), n / d);
+        }
+
+        #[test]
+        fn a_stamp_and_an_advance_are_what_the_divisions_give(
+            samples in 1usize..=10,
+            bucket in 1u64..=(1 << 29),
+            strict: bool,
+            start in 0u64..=MAX_TIME,
+            later in 0u64..=MAX_TIME,
+        ) {
+            let grid = CompactShape::new(samples, bucket * samples as u64, strict).grid;
+            let number = (start / grid.len) % grid.rounds + 1;
+            let phase = start % grid.len;
+            let stamp = ((number | (phase << grid.q)) & 0x7FFF_FFFF) as u32;
+            prop_assert_eq!(grid.encode(start), stamp);
+            let (newest, t) = (start.min(later), start.max(later));
+            prop_assert_eq!(grid.advance(newest, t), newest + (t - newest) / grid.len * grid.len);
         }
 
         #[test]
