@@ -378,8 +378,9 @@ impl<S, X: KeyExtractor, M: MakeClassifier, R> SlidingWindow<S, X, M, R> {
         }
         let window = place.value;
         if !self.shared.response.headers_on_pass && window.pass_now(shape, now, place.limit) {
-            // A pass in the newest bucket with nothing to answer but the
-            // pass itself: what `compact_answer` makes of it.
+            // A pass at once (`CompactWindow::admit`'s own first step) with
+            // nothing to answer but the pass itself: what
+            // `compact_answer` makes of it.
             place.totals.add_pass();
             return CompactOutcome::Pass(None);
         }

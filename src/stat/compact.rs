@@ -727,12 +727,12 @@ impl CompactWindow {
 
     /// [`effective_now`](Self::effective_now), [`lag`](Self::lag) and
     /// [`decide`](Self::decide) for a request whose clock reads `now`:
-    /// `(at, behind, decision)`, as the three in turn give them. A pass in
-    /// the newest bucket (the common case: every request but the first of
-    /// a bucket, while the key is under its limit) is decided at once, with
-    /// `at = now`, on one read of the words and one decode of the stamp;
-    /// anything else (a refusal included) takes the three in turn, out of
-    /// line.
+    /// `(at, behind, decision)`, as the three in turn give them. A pass at
+    /// a reading at or after the newest bucket's start (the common case,
+    /// while the key is under its limit) is decided at once, with
+    /// `at = now` (see [`pass_at_once`](Self::pass_at_once)); anything
+    /// else (a refusal, a clock behind the newest bucket, a window never
+    /// opened) takes the three in turn, out of line.
     #[inline(always)]
     pub(crate) fn admit(
         &self,
@@ -741,7 +741,7 @@ impl CompactWindow {
         limit: u64,
         overflow: bool,
     ) -> (u64, u64, Decision<Pass>) {
-        match self.pass_in_newest(Grid::of(shape), now, limit) {
+        match self.pass_at_once(Grid::of(shape), now, limit) {
             Some(window_pass) => (
                 now,
                 0,
@@ -755,13 +755,13 @@ impl CompactWindow {
         }
     }
 
-    /// Whether [`admit`](Self::admit) passes a request at `now` at once (a
-    /// pass in the newest bucket, recorded), for a caller that needs no
-    /// more of the decision; `false` records nothing, and the request is
-    /// then to be decided by `admit`.
+    /// Whether [`admit`](Self::admit) passes a request at `now` at once (see
+    /// [`pass_at_once`](Self::pass_at_once); the pass is recorded), for a
+    /// caller that needs no more of the decision; `false` records nothing,
+    /// and the request is then to be decided by `admit`.
     #[inline(always)]
     pub(crate) fn pass_now(&self, shape: &CompactShape, now: u64, limit: u64) -> bool {
-        self.pass_in_newest(Grid::of(shape), now, limit).is_some()
+        self.pass_at_once(Grid::of(shape), now, limit).is_some()
     }
 
     /// [`admit`](Self::admit) for a reading it did not pass at once.
@@ -782,18 +782,22 @@ impl CompactWindow {
         )
     }
 
-    /// A pass at `now`, if `now` is in the newest bucket and the window
-    /// admits it: recorded by a compare-and-swap of the head, with the
-    /// passes it leaves in the window. `None` for anything else (a reading
-    /// outside the newest bucket, a refusal, a rotation under way or
-    /// overlapping the reads), which [`decide`](Self::decide) answers.
+    /// A pass at `now`, if `now` is at or after the newest bucket's start
+    /// and the window admits it, with the passes it leaves in the window:
+    /// in the newest bucket, recorded by a compare-and-swap of the head;
+    /// past its end, in the bucket of `now`, opened by
+    /// [`pass_rotating`](Self::pass_rotating). `None` for anything else (a
+    /// reading before the newest bucket, a window never opened, a refusal,
+    /// a rotation under way or overlapping the reads), which
+    /// [`decide`](Self::decide) answers.
     ///
     /// `effective_now` gives `now` itself for a reading at or after the
-    /// newest bucket's start, and `decide` at `now` stays in that bucket
-    /// if `now` is before its end: a pass here is the pass `decide` would
-    /// record, and the head's swap validates the reads (module docs).
+    /// newest bucket's start, and `decide` at `now` passes in the bucket of
+    /// `now` as this does: a pass here is the pass `decide` would record,
+    /// and the head's swap (or the rotation lock) validates the reads
+    /// (module docs).
     #[inline(always)]
-    fn pass_in_newest(&self, grid: &Grid, now: u64, limit: u64) -> Option<u64> {
+    fn pass_at_once(&self, grid: &Grid, now: u64, limit: u64) -> Option<u64> {
         // Acquire: as in `decide`.
         let mut head = self.head.load(Ordering::Acquire);
         if head & LOCKED != 0 || now > MAX_TIME {
@@ -826,7 +830,7 @@ impl CompactWindow {
         }
     }
 
-    /// [`pass_in_newest`](Self::pass_in_newest) for a reading at or past
+    /// [`pass_at_once`](Self::pass_at_once) for a reading at or past
     /// the end of the newest bucket (starting at `newest`, decoded from
     /// the unlocked `head` and `stamp`): the first request of a new bucket,
     /// and the common case of a client seen less often than a bucket.
