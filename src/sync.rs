@@ -19,16 +19,6 @@ pub(crate) use std::sync::atomic::{
 #[cfg(not(loom))]
 pub(crate) use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-/// loom's `AtomicU64`, except that `store` is modelled as a `swap`.
-///
-/// loom 0.7 lets a plain `store` land between the read and the write of a
-/// concurrent read-modify-write on the same atomic (tokio-rs/loom#254 and
-/// #389), so it reports histories that the memory model forbids: a bucket
-/// reset (`store`) racing with a late writer's `fetch_add` then "loses" the
-/// reset, and the old window's counts appear in the new one. A `swap` whose
-/// result is ignored allows exactly the executions a `store` does, and loom
-/// models its atomicity correctly. Normal builds use `std`'s type directly;
-/// nothing changes outside `--cfg loom`.
 /// Stores `value` in a `u32` that other threads change by
 /// read-modify-write at the same time: a plain store, which loom models as
 /// a `swap` whose result is ignored (why: `AtomicU64` below). The two allow
@@ -42,6 +32,16 @@ pub(crate) fn store_racing_rmw(atomic: &AtomicU32, value: u32, order: Ordering) 
     atomic.store(value, order);
 }
 
+/// loom's `AtomicU64`, except that `store` is modelled as a `swap`.
+///
+/// loom 0.7 lets a plain `store` land between the read and the write of a
+/// concurrent read-modify-write on the same atomic (tokio-rs/loom#254 and
+/// #389), so it reports histories that the memory model forbids: a bucket
+/// reset (`store`) racing with a late writer's `fetch_add` then "loses" the
+/// reset, and the old window's counts appear in the new one. A `swap` whose
+/// result is ignored allows exactly the executions a `store` does, and loom
+/// models its atomicity correctly. Normal builds use `std`'s type directly;
+/// nothing changes outside `--cfg loom`.
 #[cfg(loom)]
 mod loom_store_as_swap {
     use loom::sync::atomic::{AtomicU64 as Inner, Ordering};

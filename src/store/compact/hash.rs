@@ -17,9 +17,9 @@
 //! as `K: Borrow<Q>` requires. One thing differs from std's byte stream:
 //! discriminants and lengths below 255 (nearly all of them) are one byte,
 //! not eight, in a code that keeps distinct keys' streams distinct (see
-//! [`Gathered::small`]): fewer words to compress. The key of the function is drawn once per
-//! table from std's `RandomState` (the system's randomness), so a client
-//! cannot choose keys that land in one group.
+//! [`Gathered::small`]): fewer words to compress. The key of the function
+//! is drawn once per table from std's `RandomState` (the system's
+//! randomness), so a client cannot choose keys that land in one group.
 
 use std::hash::{BuildHasher, Hash, Hasher};
 

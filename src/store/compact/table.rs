@@ -9,13 +9,12 @@
 //! slots' tags and a pointer to its [`GROUP`] slots, allocated (in one
 //! block) when the group's first key is inserted: a group no key has used
 //! costs its header (64 bytes, one cache line: 4 bytes a slot), not its
-//! slots. A
-//! slot is its key and the value `V` (one key's admission state). Its tag,
-//! a byte in the header (0: empty; otherwise 7 bits of the key's hash with
-//! the high bit set), is compared before the key: a lookup compares the 16
-//! tags of a group at once, on the header's cache line, and reads only the
-//! slots whose tag matches, so a key that lives in its second group costs
-//! no read of its first group's slots.
+//! slots. A slot is its key and the value `V` (one key's admission state).
+//! Its tag, a byte in the header (0: empty; otherwise 7 bits of the key's
+//! hash with the high bit set), is compared before the key: a lookup
+//! compares the 16 tags of a group at once, on the header's cache line,
+//! and reads only the slots whose tag matches, so a key that lives in its
+//! second group costs no read of its first group's slots.
 //!
 //! A slot holds its key in the form its key type calls for (`form.rs`),
 //! chosen at compile time from `K`:
@@ -718,8 +717,7 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
         let (first, second, tag) = place_of(hash, groups.len());
         let request_key = pending.as_key();
         let probe = request_key.and_then(S::probe);
-        let order = [first, second];
-        for index in order {
+        for index in [first, second] {
             let group = &groups[index];
             let slots = read(&group.slots);
             if let Some((slots, at)) = slots.as_ref().and_then(|slots| {
@@ -1309,8 +1307,6 @@ mod tests {
         )
     }
 
-    /// The fields a request of an address key reads share the table's
-    /// first cache line.
     #[test]
     fn a_groups_tags_match_exactly_the_slots_with_the_tag() {
         // Against a byte-by-byte oracle: every slot empty, full, or mixed
@@ -1352,6 +1348,8 @@ mod tests {
         }
     }
 
+    /// The fields a request of an address key reads share the table's
+    /// first cache line.
     #[test]
     fn a_request_reads_one_cache_line_of_the_table() {
         type T = CompactTable<Option<std::net::IpAddr>, CompactWindow>;
