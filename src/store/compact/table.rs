@@ -462,13 +462,6 @@ where
     None
 }
 
-/// The slots of a group in the order a new key with home slot `home`
-/// looks for an empty one: from its home on, wrapping around.
-#[inline]
-fn from_home(home: usize) -> impl Iterator<Item = usize> {
-    (0..GROUP).map(move |i| (home + i) % GROUP)
-}
-
 /// A key's home slot in either of its groups: four bits of its hash that
 /// neither its tag (the low seven) nor its groups (the high bits of each
 /// half, which the scaling keeps) are made of.
@@ -787,7 +780,8 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
             }
         }
         let room = self.claim();
-        let Some((which, at)) = self.free_slot(&mut locked, first, home_of(hash), room, &idle)
+        let Some((which, at)) =
+            self.free_slot(groups, &mut locked, first, home_of(hash), room, &idle)
         else {
             self.unclaim(room);
             if key_on_overflow {
@@ -857,6 +851,7 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
     /// of the two groups twice at most (its tag, then its idleness).
     fn free_slot<S>(
         &self,
+        groups: &[Group<S, V>],
         locked: &mut [(usize, WriteGuard<'_, S, V>)],
         first: usize,
         home: usize,
@@ -872,7 +867,7 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
                 _ => [0, 1],
             };
             for which in order.into_iter().filter(|&which| which < locked.len()) {
-                let slots = &locked[which].1;
+                let (index, slots) = &locked[which];
                 let (empties, first) = match slots.as_ref() {
                     // A group no key has used: every slot is empty.
                     None => {
@@ -880,14 +875,17 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
                         self.examined.fetch_add(1, Ordering::Relaxed);
                         (GROUP, home)
                     }
-                    Some(slots) => {
+                    Some(_) => {
                         #[cfg(test)]
                         self.examined.fetch_add(GROUP, Ordering::Relaxed);
-                        let empties = slots.iter().filter(|slot| slot.key.is_none()).count();
-                        // The first empty slot from the key's home on,
-                        // where a lookup starts (see `position`).
-                        let first = from_home(home).find(|&at| slots[at].key.is_none());
-                        (empties, first.unwrap_or(home))
+                        // The empty slots are the tags of 0: counted, and
+                        // the first from the key's home on found, on the
+                        // header's line, without reading the slots.
+                        let empty = groups[*index].tags.matching(0);
+                        let from_home = empty.rotate_right(home as u32);
+                        let first = (from_home != 0)
+                            .then(|| (home + from_home.trailing_zeros() as usize) % GROUP);
+                        (empty.count_ones() as usize, first.unwrap_or(home))
                     }
                 };
                 if empties > 0 && best.is_none_or(|(most, _, _)| empties > most) {
@@ -902,7 +900,11 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
             let Some(slots) = slots.as_ref() else {
                 continue;
             };
-            for (at, slot) in slots.iter().enumerate() {
+            // From the key's home on: a scan from the group's first slot
+            // would pass over the same busy keys every time, as the idle
+            // ones it evicts near the front are taken by new, busy keys.
+            for at in (0..GROUP).map(|i| (home + i) % GROUP) {
+                let slot = &slots[at];
                 #[cfg(test)]
                 self.examined.fetch_add(1, Ordering::Relaxed);
                 // A key is idle only when every window of it is.
@@ -1117,7 +1119,7 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
             }
             Some(entry) if !entry.lapsed() => {
                 let room = self.claim();
-                let free = self.free_slot(&mut locked, first, home_of(hash), room, &idle);
+                let free = self.free_slot(groups, &mut locked, first, home_of(hash), room, &idle);
                 // The key in its slot's form, made before the side map
                 // gives the key up (a form takes every key of its table's
                 // type: `None` only without a free slot).
