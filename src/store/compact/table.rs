@@ -472,18 +472,41 @@ fn home_of(hash: u64) -> usize {
 
 /// Write-locks groups `a` and `b` of `groups` (once if they are the same),
 /// the lower index first.
-fn lock_pair<S, V>(
-    groups: &[Group<S, V>],
-    a: usize,
-    b: usize,
-) -> Vec<(usize, WriteGuard<'_, S, V>)> {
+fn lock_pair<S, V>(groups: &[Group<S, V>], a: usize, b: usize) -> Locked<'_, S, V> {
     let (low, high) = (a.min(b), a.max(b));
-    let mut locked = Vec::with_capacity(2);
-    locked.push((low, write(&groups[low].slots)));
-    if high != low {
-        locked.push((high, write(&groups[high].slots)));
+    let first = (low, write(&groups[low].slots));
+    if high == low {
+        Locked::One([first])
+    } else {
+        Locked::Two([first, (high, write(&groups[high].slots))])
     }
-    locked
+}
+
+/// A key's one or two groups, write-locked, as (index, guard) pairs in
+/// index order: a slice without an allocation, which every insert makes.
+enum Locked<'a, S, V> {
+    One([(usize, WriteGuard<'a, S, V>); 1]),
+    Two([(usize, WriteGuard<'a, S, V>); 2]),
+}
+
+impl<'a, S, V> std::ops::Deref for Locked<'a, S, V> {
+    type Target = [(usize, WriteGuard<'a, S, V>)];
+
+    fn deref(&self) -> &Self::Target {
+        match self {
+            Locked::One(one) => one,
+            Locked::Two(two) => two,
+        }
+    }
+}
+
+impl<S, V> std::ops::DerefMut for Locked<'_, S, V> {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        match self {
+            Locked::One(one) => one,
+            Locked::Two(two) => two,
+        }
+    }
 }
 
 /// Runs `$body` with `$groups` bound to the table's groups, in the form
