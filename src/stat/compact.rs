@@ -455,6 +455,22 @@ enum InNewest {
     Changed,
 }
 
+/// What [`CompactWindow::swap_in_pass`] did.
+enum Swapped {
+    /// Recorded, with the passes it leaves in the window.
+    Passed(u64),
+    /// No room: the head and the window's passes it was judged on.
+    Full(u32, u64),
+    /// A rotation intervened.
+    Changed,
+}
+
+/// The passes of the first `entries` entries of a ring read whole.
+#[inline]
+fn ring_passes(ring: &[u16; COMPACT_MAX_BUCKETS], entries: usize) -> u64 {
+    ring[..entries].iter().map(|&p| u64::from(p)).sum()
+}
+
 impl View {
     /// Where `at` lies: how many buckets after the newest its bucket is
     /// (negative when before it), and where its bucket starts; `None` with
@@ -803,7 +819,7 @@ impl CompactWindow {
     #[inline(always)]
     fn pass_at_once(&self, grid: &Grid, now: u64, limit: u64) -> Option<u64> {
         // Acquire: as in `decide`.
-        let mut head = self.head.load(Ordering::Acquire);
+        let head = self.head.load(Ordering::Acquire);
         if head & LOCKED != 0 || now > MAX_TIME {
             return None;
         }
@@ -815,21 +831,37 @@ impl CompactWindow {
         if now >= newest + grid.len {
             return self.pass_rotating(grid, (head, stamp), newest, now, limit);
         }
-        let before = self.ring_sum(grid.depth());
+        match self.swap_in_pass(head, self.ring_sum(grid.depth()), limit) {
+            Swapped::Passed(window_pass) => Some(window_pass),
+            Swapped::Full(..) | Swapped::Changed => None,
+        }
+    }
+
+    /// Records one pass in the newest bucket, as of the unlocked `head`,
+    /// with `before` passes in the window's older buckets, against
+    /// `limit`: by a compare-and-swap of the head, retried while a failure
+    /// finds the same tag (only the count moved). `Full` when the window
+    /// has no room, with the head and the passes it was judged on (nothing
+    /// swapped: the caller validates its reads); `Changed` when a rotation
+    /// intervened.
+    #[inline(always)]
+    fn swap_in_pass(&self, mut head: u32, before: u64, limit: u64) -> Swapped {
         loop {
             let pass = head & COUNT_MASK;
             let window_pass = before + u64::from(pass);
             if window_pass >= limit || pass >= COUNT_MASK {
-                return None;
+                return Swapped::Full(head, window_pass);
             }
-            // AcqRel, and a failure that keeps the tag: as in `in_newest`.
+            // AcqRel: the pass is ordered after every read it was decided
+            // on; a rotation begun since has changed the head, so the swap
+            // fails (module docs).
             match self
                 .head
                 .compare_exchange(head, head + 1, Ordering::AcqRel, Ordering::Acquire)
             {
-                Ok(_) => return Some(window_pass + 1),
+                Ok(_) => return Swapped::Passed(window_pass + 1),
                 Err(actual) if actual & STATE_MASK == head & STATE_MASK => head = actual,
-                Err(_) => return None,
+                Err(_) => return Swapped::Changed,
             }
         }
     }
@@ -862,7 +894,7 @@ impl CompactWindow {
             return None;
         }
         let ring = self.shifted(grid, head, newest, now);
-        let before: u64 = ring[..grid.depth()].iter().map(|&p| u64::from(p)).sum();
+        let before = ring_passes(&ring, grid.depth());
         if before >= limit {
             self.unlock(head);
             return None;
@@ -895,29 +927,12 @@ impl CompactWindow {
     /// window; or a refusal with the view it was decided on and the passes
     /// in the window; or `Changed` if a rotation overlapped the reads.
     #[inline]
-    fn in_newest(&self, grid: &Grid, mut head: u32, newest: u64, limit: u64) -> InNewest {
+    fn in_newest(&self, grid: &Grid, head: u32, newest: u64, limit: u64) -> InNewest {
         let ring = self.load_ring(grid.depth());
-        let before: u64 = ring[..grid.depth()].iter().map(|&p| u64::from(p)).sum();
-        loop {
-            let pass = head & COUNT_MASK;
-            let window_pass = before + u64::from(pass);
-            if window_pass < limit && pass < COUNT_MASK {
-                // AcqRel: the pass is ordered after every read it was
-                // decided on; a rotation begun since has changed the
-                // head, so the swap fails (module docs).
-                match self.head.compare_exchange(
-                    head,
-                    head + 1,
-                    Ordering::AcqRel,
-                    Ordering::Acquire,
-                ) {
-                    Ok(_) => return InNewest::Passed(window_pass + 1),
-                    Err(actual) if actual & STATE_MASK == head & STATE_MASK => {
-                        head = actual;
-                    }
-                    Err(_) => return InNewest::Changed,
-                }
-            } else {
+        match self.swap_in_pass(head, ring_passes(&ring, grid.depth()), limit) {
+            Swapped::Passed(window_pass) => InNewest::Passed(window_pass),
+            Swapped::Changed => InNewest::Changed,
+            Swapped::Full(head, window_pass) => {
                 // A refusal swaps nothing: check that no rotation
                 // overlapped the reads (Relaxed after the Acquire loads
                 // above, as a sequence lock's second read).
@@ -925,14 +940,14 @@ impl CompactWindow {
                     return InNewest::Changed;
                 }
                 let mut passes = [0u16; COMPACT_MAX_BUCKETS + 1];
-                passes[0] = pass as u16;
+                passes[0] = (head & COUNT_MASK) as u16;
                 passes[1..].copy_from_slice(&ring);
                 let view = View {
                     newest: Some(newest),
                     passes,
                     block: 0,
                 };
-                return InNewest::Refused(view, window_pass);
+                InNewest::Refused(view, window_pass)
             }
         }
     }
@@ -1144,32 +1159,19 @@ impl CompactWindow {
             }
         }
         let at = self.effective_now(shape, now);
-        self.idle_at(grid, at, true)
+        self.idle_at(grid, at)
     }
 
-    /// [`is_idle`](Self::is_idle) at `at`, a result of `effective_now`.
-    /// With `quick`, a key whose newest bucket is older than the whole
-    /// window at `at` (the common case among the keys an insert passes
-    /// over) is judged idle from the head and the stamp alone, without
-    /// reading the ring: none of its buckets counts there, whatever they
-    /// hold. Without it (the tests' reference), the ring is always summed.
-    #[inline]
-    fn idle_at(&self, grid: &Grid, at: u64, quick: bool) -> bool {
+    /// [`is_idle`](Self::is_idle) at `at`, a result of `effective_now`, on
+    /// a consistent view of the whole window: the path of a reading before
+    /// the newest bucket, and the tests' reference for the quick one.
+    fn idle_at(&self, grid: &Grid, at: u64) -> bool {
         // One attempt: a window changing under the read is not idle.
         let head = self.head.load(Ordering::Acquire);
         if head & LOCKED != 0 {
             return false;
         }
         let stamp = self.stamp.load(Ordering::Acquire);
-        if quick {
-            let at = at.min(MAX_TIME);
-            if let Some(newest) = grid.decode(stamp_of(head, stamp), at) {
-                if at >= newest && grid.by_len.quotient(at - newest) > grid.depth() as u64 {
-                    // Relaxed after Acquire loads: as below.
-                    return self.head.load(Ordering::Relaxed) == head;
-                }
-            }
-        }
         let ring = self.load_ring(COMPACT_MAX_BUCKETS);
         // Relaxed after Acquire loads: the sequence lock's second read.
         if self.head.load(Ordering::Relaxed) != head {
@@ -1282,7 +1284,7 @@ impl CompactWindow {
     /// this request, and whether its pass was recorded.
     fn rotate(&self, grid: &Grid, head: u32, at: u64, limit: u64) -> Option<(View, u64, bool)> {
         let (newest, ring) = self.rotated(grid, head, at)?;
-        let before: u64 = ring[..grid.depth()].iter().map(|&p| u64::from(p)).sum();
+        let before = ring_passes(&ring, grid.depth());
         // The new bucket is empty, so its count has room.
         let pass = u32::from(before < limit);
         self.publish(grid, newest, &ring, pass, 0);
@@ -2225,8 +2227,7 @@ mod tests {
                     _ => {}
                 }
                 let at = window.effective_now(&shape, now);
-                let reference = window.idle_at(grid, at, false);
-                prop_assert_eq!(window.idle_at(grid, at, true), reference, "at {}", at);
+                let reference = window.idle_at(grid, at);
                 prop_assert_eq!(window.is_idle(&shape, now), reference, "now {}", now);
             }
         }
