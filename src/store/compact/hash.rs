@@ -226,17 +226,6 @@ impl Gathered {
     }
 }
 
-/// Writes an integer's bytes as `Hasher`'s provided methods do (native
-/// order), with a copy of a fixed size.
-macro_rules! write_int {
-    ($($method:ident($ty:ty)),* $(,)?) => {$(
-        #[inline(always)]
-        fn $method(&mut self, value: $ty) {
-            self.put(value.to_ne_bytes());
-        }
-    )*};
-}
-
 impl Gathered {
     /// Writes `value` in one byte if it is below 255, else as the byte 255
     /// and its eight bytes: a code no value's bytes are a prefix of
@@ -247,23 +236,10 @@ impl Gathered {
     #[inline(always)]
     fn small(&mut self, value: u64) {
         if value < 0xFF {
-            self.put([value as u8]);
+            self.write(&[value as u8]);
         } else {
-            self.put([0xFF]);
-            self.put(value.to_le_bytes());
-        }
-    }
-
-    /// [`write`](Hasher::write) for a fixed number of bytes: one store
-    /// while they fit.
-    #[inline(always)]
-    fn put<const N: usize>(&mut self, bytes: [u8; N]) {
-        let end = self.len + N;
-        if end < GATHER {
-            self.buffer[self.len..end].copy_from_slice(&bytes);
-            self.len = end;
-        } else {
-            self.spill(&bytes);
+            self.write(&[0xFF]);
+            self.write(&value.to_le_bytes());
         }
     }
 }
@@ -278,12 +254,6 @@ impl Hasher for Gathered {
         } else {
             self.spill(bytes);
         }
-    }
-
-    write_int! {
-        write_u8(u8), write_u16(u16), write_u32(u32), write_u64(u64),
-        write_u128(u128), write_i8(i8), write_i16(i16),
-        write_i32(i32), write_i64(i64), write_i128(i128),
     }
 
     /// Lengths (of slices, of collections) are written here: see
@@ -312,8 +282,7 @@ mod tests {
 
     use super::*;
 
-    /// SipHash-2-4 of `bytes` on `key`, on this module's rounds, written
-    /// in pieces of `piece` bytes through a gathering hasher's buffering.
+    /// SipHash-2-4 of `bytes` on `key`, on this module's rounds.
     fn sip24(key: [u64; 2], bytes: &[u8]) -> u64 {
         let mut sip = Sip::new(key);
         let whole = bytes.len() - bytes.len() % 8;
