@@ -663,32 +663,11 @@ fn reading_the_bbr_estimate_allocates_nothing() {
     assert_eq!(allocated, NOTHING, "{status:?}");
 }
 
-/// Allocations of one request from `peer` through `app` (its response
-/// must be 200).
-#[cfg(feature = "axum")]
-fn peer_allocations(
-    app: &axum::Router,
-    rt: &tokio::runtime::Runtime,
-    peer: std::net::SocketAddr,
-) -> Allocated {
-    use tower::ServiceExt;
-    let mut request = http::Request::get("/")
-        .body(axum::body::Body::empty())
-        .expect("valid request");
-    request
-        .extensions_mut()
-        .insert(axum::extract::ConnectInfo(peer));
-    let app = app.clone();
-    let (response, allocated) = allocated_by(|| rt.block_on(app.oneshot(request)));
-    assert_eq!(response.expect("infallible").status(), http::StatusCode::OK);
-    allocated
-}
-
 // Every insert of a compact key locked its two groups into a `Vec`.
 #[cfg(feature = "axum")]
 #[test]
 fn a_new_address_key_of_a_compact_table_allocates_nothing_once_its_groups_are_in_use() {
-    use axum::routing::get;
+    use axum::routing::post;
     use tower_sliding_window::{PeerIpKey, SlidingWindowLayer};
 
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -696,7 +675,7 @@ fn a_new_address_key_of_a_compact_table_allocates_nothing_once_its_groups_are_in
         .expect("runtime");
     let clock = ManualClock::new(1_000_000);
     let app = axum::Router::new()
-        .route("/", get(|| async { "hi" }))
+        .route("/login", post(|| async { "welcome" }))
         .route_layer(
             SlidingWindowLayer::qps(1_000)
                 .key(PeerIpKey)
@@ -710,13 +689,13 @@ fn a_new_address_key_of_a_compact_table_allocates_nothing_once_its_groups_are_in
     // its limit), every group's slots allocated, then every key idle: a
     // new key takes an idle key's slot.
     for i in 0..1_100 {
-        peer_allocations(&app, &rt, peer(i));
+        login_allocations(&app, &rt, peer(i));
     }
     clock.advance(Duration::from_secs(5));
-    let known = peer_allocations(&app, &rt, peer(7));
+    let known = login_allocations(&app, &rt, peer(7));
     let mut new_keys = Vec::new();
     for i in 10_000..10_050 {
-        new_keys.push(peer_allocations(&app, &rt, peer(i)).count);
+        new_keys.push(login_allocations(&app, &rt, peer(i)).count);
     }
     println!("allocations per request: a known key {known:?}, new keys {new_keys:?}");
     assert!(
