@@ -1,16 +1,19 @@
 //! The compact table's key hash: SipHash-1-3 under a random key, the
-//! function and strength of std's `RandomState`, computed over a key's
-//! bytes gathered in one buffer.
+//! function and strength of std's `RandomState`, with the key's bytes
+//! gathered into whole words in registers.
 //!
 //! A key's `Hash` impl makes several small writes: `Option<IpAddr>` writes
 //! two discriminants and the address, `Option<String>` a discriminant, the
 //! bytes and a terminator. std's SipHash takes each write through its
 //! byte-stream bookkeeping (a call, the carried-over tail, the length).
-//! [`Gathered`] copies the writes into a buffer on the stack instead, and
-//! SipHash runs once over whole 8-byte words when the hash is taken: a key
-//! of up to [`GATHER`] bytes (every address key, and the string keys most
-//! clients send) costs its rounds and a few stores. A longer key is
-//! compressed a buffer at a time as it comes.
+//! [`Gathered`] shifts each write into the word being filled instead, and
+//! compresses a word when it is full: the writes of a key are inlined into
+//! one function, where the sizes of most of them are constants, so an
+//! address key's words are put together in registers and the message
+//! never passes through memory. (Gathering the bytes in a buffer on the
+//! stack and reading them back as words costs a stalled load per word: a
+//! load that spans several smaller stores still in flight cannot take its
+//! bytes from them and waits for them to reach the cache.)
 //!
 //! The hash is the SipHash-1-3 of the bytes the key writes, in order,
 //! however the writes are cut, so a key and its borrowed form hash alike,
@@ -22,10 +25,6 @@
 //! randomness), so a client cannot choose keys that land in one group.
 
 use std::hash::{BuildHasher, Hash, Hasher};
-
-/// Bytes gathered before they are compressed: room for any address key
-/// and for the string keys most clients send. A multiple of 8.
-const GATHER: usize = 64;
 
 /// SipHash's initial state constants ("somepseudorandomlygeneratedbytes").
 const INIT: [u64; 4] = [
@@ -72,7 +71,7 @@ impl Sip {
     }
 
     /// Absorbs the whole words of `words` (a multiple of 8 bytes).
-    #[inline(always)]
+    #[cfg(test)]
     fn compress_words<const C: usize>(&mut self, words: &[u8]) {
         for word in words.chunks_exact(8) {
             let word: [u8; 8] = word.try_into().expect("chunks of 8 bytes");
@@ -169,64 +168,86 @@ impl BuildHasher for GatherState {
     fn build_hasher(&self) -> Gathered {
         Gathered {
             sip: Sip::new(self.key),
-            buffer: [0; GATHER],
+            word: 0,
+            filled: 0,
             len: 0,
-            spilled: 0,
         }
     }
 }
 
-/// A SipHash-1-3 hasher that gathers short writes (see the module docs).
+/// A SipHash-1-3 hasher that gathers writes into whole words (see the
+/// module docs).
 pub(crate) struct Gathered {
-    /// The state after every full buffer compressed so far.
+    /// The state after every whole word so far.
     sip: Sip,
-    /// Bytes not compressed yet: `buffer[..len]`.
-    buffer: [u8; GATHER],
+    /// The bytes after the last whole word, in its low `filled` bytes
+    /// (little-endian); its other bytes are zero.
+    word: u64,
+    /// How many bytes of `word` are filled: `len % 8`, below 8.
+    filled: usize,
+    /// Bytes written so far (SipHash keeps only the low byte).
     len: usize,
-    /// Bytes compressed so far (whole buffers).
-    spilled: usize,
+}
+
+/// `bytes` (at most 8 of them) as the low bytes of a little-endian word
+/// whose other bytes are zero, read with at most two loads of a fixed
+/// size, overlapping when the length is not a power of two.
+#[inline(always)]
+fn short_word(bytes: &[u8]) -> u64 {
+    fn at<const N: usize>(bytes: &[u8], at: usize) -> [u8; N] {
+        bytes[at..at + N].try_into().expect("N bytes from `at`")
+    }
+    let n = bytes.len();
+    match n {
+        8 => u64::from_le_bytes(at::<8>(bytes, 0)),
+        // The two halves agree where they overlap, so or-ing them is
+        // the whole.
+        4..=7 => {
+            let low = u64::from(u32::from_le_bytes(at::<4>(bytes, 0)));
+            let high = u64::from(u32::from_le_bytes(at::<4>(bytes, n - 4)));
+            low | high << (8 * (n - 4))
+        }
+        2..=3 => {
+            let low = u64::from(u16::from_le_bytes(at::<2>(bytes, 0)));
+            let high = u64::from(u16::from_le_bytes(at::<2>(bytes, n - 2)));
+            low | high << (8 * (n - 2))
+        }
+        1 => u64::from(bytes[0]),
+        _ => 0,
+    }
 }
 
 impl Gathered {
     /// The hash of the bytes written so far.
     #[inline(always)]
     fn hash(&self) -> u64 {
-        let mut sip = self.sip;
-        let whole = self.len - self.len % 8;
-        sip.compress_words::<1>(&self.buffer[..whole]);
-        // `len < GATHER`, a multiple of 8: the word at `whole` is within
-        // the buffer, and `finish` keeps only its first `len % 8` bytes
-        // (the message's length is `spilled + len`, and `spilled` is a
-        // multiple of `GATHER`).
-        let tail: [u8; 8] = self.buffer[whole..whole + 8]
-            .try_into()
-            .expect("a word within the buffer");
-        sip.finish::<1, 3>(
-            u64::from_le_bytes(tail),
-            self.spilled.wrapping_add(self.len),
-        )
+        self.sip.finish::<1, 3>(self.word, self.len)
     }
 
-    /// Writes `bytes`, which do not fit in the buffer's room: fills the
-    /// buffer and compresses it whole (its length is a multiple of 8, so
-    /// the byte stream is cut on a word boundary), as often as it takes.
-    #[cold]
-    #[inline(never)]
-    fn spill(&mut self, mut bytes: &[u8]) {
-        while bytes.len() >= GATHER - self.len {
-            let (now, rest) = bytes.split_at(GATHER - self.len);
-            self.buffer[self.len..].copy_from_slice(now);
-            self.sip.compress_words::<1>(&self.buffer);
-            self.spilled = self.spilled.wrapping_add(GATHER);
-            self.len = 0;
-            bytes = rest;
+    /// Appends the `n` bytes (at most 8) in the low bytes of `bytes`,
+    /// whose other bytes are zero; compresses the word they fill.
+    #[inline(always)]
+    fn push(&mut self, bytes: u64, n: usize) {
+        debug_assert!(n <= 8 && (n == 8 || bytes >> (8 * n) == 0));
+        self.len = self.len.wrapping_add(n);
+        let filled = self.filled;
+        // `filled` is below 8: the shift is at most 56.
+        let word = self.word | bytes << (8 * filled);
+        if filled + n < 8 {
+            self.word = word;
+            self.filled = filled + n;
+        } else {
+            self.sip.compress::<1>(word);
+            // What did not fit: the top `filled + n - 8` bytes of `bytes`.
+            self.word = if filled == 0 {
+                0
+            } else {
+                bytes >> (8 * (8 - filled))
+            };
+            self.filled = filled + n - 8;
         }
-        self.buffer[..bytes.len()].copy_from_slice(bytes);
-        self.len = bytes.len();
     }
-}
 
-impl Gathered {
     /// Writes `value` in one byte if it is below 255, else as the byte 255
     /// and its eight bytes: a code no value's bytes are a prefix of
     /// another's, so distinct sequences of writes stay distinct streams.
@@ -236,23 +257,33 @@ impl Gathered {
     #[inline(always)]
     fn small(&mut self, value: u64) {
         if value < 0xFF {
-            self.write(&[value as u8]);
+            self.push(value, 1);
         } else {
-            self.write(&[0xFF]);
-            self.write(&value.to_le_bytes());
+            self.push(0xFF, 1);
+            self.push(value, 8);
         }
+    }
+
+    /// Writes more than 8 bytes: a word at a time, then the rest.
+    #[inline]
+    fn long(&mut self, bytes: &[u8]) {
+        let mut words = bytes.chunks_exact(8);
+        for word in &mut words {
+            let word: [u8; 8] = word.try_into().expect("chunks of 8 bytes");
+            self.push(u64::from_le_bytes(word), 8);
+        }
+        let rest = words.remainder();
+        self.push(short_word(rest), rest.len());
     }
 }
 
 impl Hasher for Gathered {
     #[inline(always)]
     fn write(&mut self, bytes: &[u8]) {
-        let end = self.len + bytes.len();
-        if end < GATHER {
-            self.buffer[self.len..end].copy_from_slice(bytes);
-            self.len = end;
+        if bytes.len() <= 8 {
+            self.push(short_word(bytes), bytes.len());
         } else {
-            self.spill(bytes);
+            self.long(bytes);
         }
     }
 
@@ -415,24 +446,64 @@ mod tests {
     #[test]
     fn the_gathered_hash_is_the_hash_of_the_bytes_written_in_one_piece() {
         // Gathering changes how the bytes reach SipHash, not which bytes:
-        // the same sequence, cut anywhere, hashes alike.
+        // the same sequence, cut anywhere, hashes alike. Every pair of
+        // cuts of a message of up to 40 bytes starts a write at every
+        // filling of the word with every length up to 40, then longer
+        // messages with cuts around word and 64-byte boundaries.
         let state = GatherState::new();
-        let bytes: Vec<u8> = (0..200u8).collect();
-        for cut in [0, 1, 17, 63, 64, 65, 130, 200] {
-            for second in [cut, (cut + 70).min(200), 200] {
-                let mut pieces = state.build_hasher();
-                pieces.write(&bytes[..cut]);
-                pieces.write(&bytes[cut..second]);
-                pieces.write(&bytes[second..]);
-                let mut whole = state.build_hasher();
-                whole.write(&bytes);
+        let bytes: Vec<u8> = (0..200u8).map(|i| i.wrapping_mul(151) ^ 0x5a).collect();
+        let whole = |bytes: &[u8]| {
+            let mut hasher = state.build_hasher();
+            hasher.write(bytes);
+            hasher.finish()
+        };
+        let cut = |bytes: &[u8], first: usize, second: usize| {
+            let mut pieces = state.build_hasher();
+            pieces.write(&bytes[..first]);
+            pieces.write(&bytes[first..second]);
+            pieces.write(&bytes[second..]);
+            pieces.finish()
+        };
+        for len in 0..=40 {
+            let message = &bytes[..len];
+            let expected = whole(message);
+            for first in 0..=len {
+                for second in first..=len {
+                    assert_eq!(
+                        cut(message, first, second),
+                        expected,
+                        "length {len}, cuts at {first} and {second}"
+                    );
+                }
+            }
+        }
+        for first in [0, 1, 17, 63, 64, 65, 130, 200] {
+            for second in [first, (first + 70).min(200), 200] {
                 assert_eq!(
-                    pieces.finish(),
-                    whole.finish(),
-                    "cuts at {cut} and {second}"
+                    cut(&bytes, first, second),
+                    whole(&bytes),
+                    "cuts at {first} and {second}"
                 );
             }
         }
+    }
+
+    #[test]
+    fn fixed_size_writes_are_their_little_endian_bytes() {
+        // std sends `write_u8` to `write_u64` to `write` with the value's
+        // bytes in the machine's order; on a little-endian machine that
+        // is the byte stream SipHash reads.
+        let state = GatherState::with_key([0, 0]);
+        let mut hasher = state.build_hasher();
+        hasher.write_u8(0x11);
+        hasher.write_u16(0x2233);
+        hasher.write_u32(0x4455_6677);
+        hasher.write_u64(0x8899_aabb_ccdd_eeff);
+        let mut expected = vec![0x11];
+        expected.extend_from_slice(&0x2233u16.to_ne_bytes());
+        expected.extend_from_slice(&0x4455_6677u32.to_ne_bytes());
+        expected.extend_from_slice(&0x8899_aabb_ccdd_eeffu64.to_ne_bytes());
+        assert_eq!(hasher.finish(), std_of(&expected));
     }
 
     #[test]
