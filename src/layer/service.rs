@@ -238,10 +238,17 @@ where
             };
             let outcome = visit_key!(&self.extractor, request, lookup);
             return match outcome {
+                // A compact key records nothing on completion: the inner
+                // future is driven as it is, with no classifier and no
+                // guard. A pass with no RateLimit fields (the default)
+                // holds nothing across the inner call, so the inner future
+                // is made in its place in ours (see `call_apart`).
+                CompactOutcome::Pass(None) => {
+                    let legacy_headers = self.shared.response.legacy_headers;
+                    let future = call_apart(&mut self.inner, request);
+                    ResponseFuture::forwarded(future, None, legacy_headers)
+                }
                 CompactOutcome::Pass(quota) => {
-                    // A compact key records nothing on completion: the
-                    // inner future is driven as it is, with no classifier
-                    // and no guard.
                     let legacy_headers = self.shared.response.legacy_headers;
                     ResponseFuture::forwarded(self.inner.call(request), quota, legacy_headers)
                 }
@@ -339,6 +346,22 @@ where
             Decision::Block(refusal) => self.refused(request, entry, held, at, refusal),
         }
     }
+}
+
+/// `inner.call(request)`, kept out of its caller, so that the inner future
+/// is written straight into the caller's response future.
+///
+/// An inner future can be large (axum's route future is 320 bytes), and
+/// it is made in a place of its own and then copied into ours when either
+/// holds: the inner `call`, inlined, still writes to its future after
+/// making it (axum's marks it as not the top-level one), or the caller
+/// holds something it must drop should the inner call unwind (a compact
+/// pass's RateLimit fields). The compact pass without fields, the default,
+/// calls through here and holds nothing: no copy (`perf/counts/layer.rs`
+/// counts 51 instructions fewer per request behind axum).
+#[inline(never)]
+fn call_apart<S: Service<Request>, Request>(inner: &mut S, request: Request) -> S::Future {
+    inner.call(request)
 }
 
 /// What the compact path decided for a request: a pass (with its RateLimit
