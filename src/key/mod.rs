@@ -121,7 +121,7 @@ pub use into::IntoKey;
 pub(crate) use route::route_part;
 pub use route::{ClientRouteKey, PairKey, RouteExtractor};
 pub(crate) use visit::visit_key;
-pub use visit::{KeyVisitor, ToOwnedKey};
+pub use visit::{KeyVisitor, TextKey, ToOwnedKey};
 
 use std::hash::Hash;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
@@ -413,8 +413,10 @@ fn visit_method_and<V: KeyVisitor<String>>(method: &Method, rest: &str, visitor:
 /// (see [Long keys](self#long-keys)).
 ///
 /// A request whose key the table already holds allocates nothing for it:
-/// the value is copied into a buffer kept per thread and looked up by
-/// reference (see [`KeyExtractor::visit`]); only a new key is made owned.
+/// the value is handed to the table as text ([`KeyVisitor::some_text`]),
+/// which a compact table compares with its keys as it is and a full table
+/// looks up by reference to a copy in a buffer kept per thread; only a new
+/// key is made owned.
 ///
 /// ```
 /// use http::HeaderName;
@@ -464,10 +466,10 @@ impl KeyExtractor for HeaderKey {
 
 impl HeaderKey {
     /// The key of `head`'s header, visited: a value that is its own key
-    /// (UTF-8, at most [`MAX_KEY_BYTES`]) is copied into this thread's key
-    /// buffer and looked up by reference, so that a key the table holds
-    /// costs no allocation; any other is built (escaped, or its digest
-    /// form) and visited as owned.
+    /// (UTF-8, at most [`MAX_KEY_BYTES`]) is lent as text
+    /// ([`KeyVisitor::some_text`]), so that a key the table holds costs no
+    /// allocation; any other is built (escaped, or its digest form) and
+    /// visited as owned.
     #[inline]
     fn visit_in<H: Head, V: KeyVisitor<Option<String>>>(&self, head: &H, visitor: V) -> V::Output {
         let Some(value) = head.headers().get(&self.name) else {
@@ -484,7 +486,7 @@ impl HeaderKey {
             .ok()
             .or_else(|| std::str::from_utf8(bytes).ok())
         {
-            Some(text) => visit_some_text(text, visitor),
+            Some(text) => visitor.some_text(text),
             None => visitor.owned(Some(header_key(bytes))),
         }
     }
@@ -502,7 +504,7 @@ thread_local! {
 /// as owned when the buffer is in use (a visit within a visit) or gone
 /// (the thread is ending).
 #[inline]
-fn visit_some_text<V: KeyVisitor<Option<String>>>(text: &str, visitor: V) -> V::Output {
+pub(crate) fn visit_some_text<V: KeyVisitor<Option<String>>>(text: &str, visitor: V) -> V::Output {
     if HEADER_KEY.try_with(|_| ()).is_err() {
         return visitor.owned(Some(text.to_owned()));
     }

@@ -38,6 +38,57 @@ pub trait KeyVisitor<K> {
     {
         self.borrowed(key, K::clone)
     }
+
+    /// Visits the key `Some(text)` of a text key type (`Option<String>`,
+    /// what [`HeaderKey`](super::HeaderKey) keys by), the text lent as it
+    /// is: a key table compares its keys with the text and makes the key
+    /// only if it keeps it.
+    ///
+    /// The provided method copies the text into a buffer kept per thread
+    /// and visits that by reference ([`referenced`](Self::referenced)), so
+    /// that it allocates nothing either; a visitor that can compare the
+    /// keys it holds with a text overrides it (the compact key table does,
+    /// and is spared the copy).
+    #[inline]
+    fn some_text(self, text: &str) -> Self::Output
+    where
+        Self: Sized,
+        K: TextKey,
+    {
+        K::visit_copied(text, self)
+    }
+}
+
+/// A key type that is an optional text: `Option<String>`, the key of
+/// [`HeaderKey`](super::HeaderKey), which extractors hand to a visitor
+/// with [`KeyVisitor::some_text`]. Sealed: implemented for
+/// `Option<String>` only.
+pub trait TextKey: Clone + Hash + Eq + sealed::Sealed {
+    /// Visits `Some(text)` by reference to a copy of `text` kept per
+    /// thread (what [`KeyVisitor::some_text`] does unless overridden).
+    #[doc(hidden)]
+    fn visit_copied<V: KeyVisitor<Self>>(text: &str, visitor: V) -> V::Output;
+
+    /// The key `Some(text)`, made owned.
+    #[doc(hidden)]
+    fn some_owned(text: &str) -> Self;
+}
+
+impl TextKey for Option<String> {
+    #[inline]
+    fn visit_copied<V: KeyVisitor<Self>>(text: &str, visitor: V) -> V::Output {
+        super::visit_some_text(text, visitor)
+    }
+
+    #[inline]
+    fn some_owned(text: &str) -> Self {
+        Some(text.to_owned())
+    }
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for Option<String> {}
 }
 
 /// A visitor that returns the owned key: what [`KeyExtractor::extract`]

@@ -374,6 +374,21 @@ impl Grid {
         ((number | (phase << self.q)) & 0x7FFF_FFFF) as u32
     }
 
+    /// The stamp of the bucket holding `now` (at most `MAX_TIME`) on the
+    /// grid of whole bucket lengths from the clock's 0, phase 0: where a
+    /// window's buckets lie unless a clock step back re-anchored it. A
+    /// window whose stamp is this one has its newest bucket at
+    /// `now - now % len`, the bucket of `now` (what [`decode`](Self::decode)
+    /// gives for it): the common test of a request, with one product and
+    /// one remainder instead of a decode.
+    #[inline]
+    fn aligned_stamp(&self, now: u64) -> u32 {
+        debug_assert!(now <= MAX_TIME);
+        let number = self.by_rounds.rem(self.by_len.quotient(now)) + 1;
+        // `number` is at most `rounds` (below 2^31), the phase 0.
+        number as u32
+    }
+
     /// Where the bucket of `stamp` starts, placed within half a period of
     /// `now`; `None` for the zero stamp of a window never opened.
     #[inline]
@@ -824,6 +839,29 @@ impl CompactWindow {
             return None;
         }
         let stamp = self.stamp.load(Ordering::Acquire);
+        if stamp_of(head, stamp) != grid.aligned_stamp(now) {
+            return self.pass_decoded(grid, (head, stamp), now, limit);
+        }
+        // `now` is in the newest bucket (see `aligned_stamp`).
+        debug_assert_eq!(
+            grid.decode(stamp_of(head, stamp), now),
+            Some(now - grid.by_len.rem(now))
+        );
+        self.pass_in_newest(grid, head, limit)
+    }
+
+    /// [`pass_at_once`](Self::pass_at_once) for a window whose newest
+    /// bucket is not the aligned bucket of `now`: a reading past it (a new
+    /// bucket), before it, or on a window a clock step back re-anchored
+    /// off the aligned grid. `head` and `stamp` as loaded, unlocked.
+    #[inline(never)]
+    fn pass_decoded(
+        &self,
+        grid: &Grid,
+        (head, stamp): (u32, u32),
+        now: u64,
+        limit: u64,
+    ) -> Option<u64> {
         let newest = grid.decode(stamp_of(head, stamp), now)?;
         if now < newest {
             return None;
@@ -831,6 +869,13 @@ impl CompactWindow {
         if now >= newest + grid.len {
             return self.pass_rotating(grid, (head, stamp), newest, now, limit);
         }
+        self.pass_in_newest(grid, head, limit)
+    }
+
+    /// One pass in the newest bucket, read with the unlocked `head`, if
+    /// the window has room (see [`pass_at_once`](Self::pass_at_once)).
+    #[inline(always)]
+    fn pass_in_newest(&self, grid: &Grid, head: u32, limit: u64) -> Option<u64> {
         match self.swap_in_pass(head, self.ring_sum(grid.depth()), limit) {
             Swapped::Passed(window_pass) => Some(window_pass),
             Swapped::Full(..) | Swapped::Changed => None,
@@ -2247,6 +2292,27 @@ mod tests {
             prop_assert_eq!(grid.encode(start), stamp);
             let (newest, t) = (start.min(later), start.max(later));
             prop_assert_eq!(grid.advance(newest, t), newest + (t - newest) / grid.len * grid.len);
+        }
+
+        /// A window whose stamp is the aligned stamp of a reading has its
+        /// newest bucket at the reading's aligned bucket, as the decode
+        /// says; and a window opened at the aligned bucket of a reading
+        /// has that stamp.
+        #[test]
+        fn the_aligned_stamp_is_the_decoded_bucket_of_the_reading(
+            samples in 1usize..=10,
+            bucket in 1u64..=(1 << 29),
+            strict: bool,
+            now in 0u64..=MAX_TIME,
+            stamp in 1u32..=0x7FFF_FFFF,
+        ) {
+            let grid = CompactShape::new(samples, bucket * samples as u64, strict).grid;
+            let aligned = now - now % grid.len;
+            prop_assert_eq!(grid.aligned_stamp(now), grid.encode(aligned));
+            prop_assert_eq!(grid.decode(grid.aligned_stamp(now), now), Some(aligned));
+            if stamp == grid.aligned_stamp(now) {
+                prop_assert_eq!(grid.decode(stamp, now), Some(aligned));
+            }
         }
 
         #[test]

@@ -143,7 +143,7 @@ impl InlineText {
 
     /// Whether this is the key `key`, without making a `String`.
     #[inline]
-    fn is_text(&self, key: Option<&str>) -> bool {
+    pub(crate) fn is_text(&self, key: Option<&str>) -> bool {
         match (self, key) {
             (InlineText::Absent, None) => true,
             (InlineText::Inline { len, bytes }, Some(text)) => {

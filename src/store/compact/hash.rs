@@ -321,6 +321,33 @@ mod tests {
         sip.finish::<2, 4>(word_at(bytes, whole), bytes.len())
     }
 
+    /// A header key's text, lent as `Option<&str>`, hashes as its key
+    /// `Option<String>` (the compact table looks it up by that hash).
+    #[test]
+    fn a_lent_text_hashes_as_its_owned_key() {
+        let state = GatherState::new();
+        for len in 0..=80 {
+            let text: String = (0..len)
+                .map(|i| char::from(b'a' + (i % 26) as u8))
+                .collect();
+            assert_eq!(
+                state.hash_key(&Some(text.as_str())),
+                state.hash_key(&Some(text.clone())),
+                "length {len}"
+            );
+        }
+        let wide = "é".repeat(40);
+        assert_eq!(
+            state.hash_key(&Some(wide.as_str())),
+            state.hash_key(&Some(wide.clone()))
+        );
+        assert_eq!(
+            state.hash_key(&None::<&str>),
+            state.hash_key(&None::<String>)
+        );
+        assert_ne!(state.hash_key(&Some("")), state.hash_key(&None::<&str>));
+    }
+
     #[test]
     fn the_rounds_give_the_reference_siphash_2_4_values() {
         // The reference vectors of the SipHash paper (Aumasson and

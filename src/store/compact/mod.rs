@@ -20,7 +20,7 @@ pub(crate) use table::{CompactTable, Place, SlotValue, Totals};
 
 use super::registry::{Borrowed, ByRef, Owned, PendingKey};
 use super::{RouteLimit, Routes, Settings, Window};
-use crate::key::KeyVisitor;
+use crate::key::{KeyVisitor, TextKey};
 use crate::stat::{CompactShape, CompactWindow, COMPACT_MAX_LIMIT};
 
 impl SlotValue for CompactWindow {
@@ -219,6 +219,36 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> CompactKeys<K> {
         self.table.with(key, idle, |place| f(place, shape, None))
     }
 
+    /// Whether a key's text can be looked up as it is
+    /// ([`with_text`](Self::with_text)): with no route rule, no further
+    /// window and no key with its own limit, where the lookup reads the
+    /// key as the table holds it (the key itself, by reference to a copy of
+    /// the text, is then looked up as [`with`](Self::with) does).
+    #[inline]
+    fn text_as_is(&self) -> bool {
+        !self.routes.active() && self.further_shapes.is_empty() && !self.table.has_own()
+    }
+
+    /// [`with`](Self::with) for the key `Some(text)`, the text lent (see
+    /// [`CompactTable::with_text`]); for a layer where
+    /// [`text_as_is`](Self::text_as_is) holds.
+    #[inline]
+    fn with_text<R>(
+        &self,
+        text: &str,
+        now: u64,
+        f: impl FnOnce(Place<'_, CompactWindow>, &CompactShape, Option<&K>) -> R,
+    ) -> R
+    where
+        K: TextKey,
+    {
+        let shape = &self.shape;
+        self.table
+            .with_text(text, K::some_owned, self.idle(now), |place| {
+                f(place, shape, None)
+            })
+    }
+
     /// Gives `key` its own limit. A limit above [`COMPACT_MAX_LIMIT`] is
     /// taken as that maximum (a compact window counts at most that many
     /// passes), with a `warn` event saying so.
@@ -318,6 +348,19 @@ where
     #[inline]
     fn referenced(self, key: &K) -> R {
         self.keys.with(ByRef(key), self.now, self.decide)
+    }
+
+    /// A header key's text, lent: compared as it is with the texts the
+    /// slots hold inline, with no copy (see [`CompactKeys::with_text`]).
+    #[inline]
+    fn some_text(self, text: &str) -> R
+    where
+        K: TextKey,
+    {
+        if !self.keys.text_as_is() {
+            return K::visit_copied(text, self);
+        }
+        self.keys.with_text(text, self.now, self.decide)
     }
 }
 

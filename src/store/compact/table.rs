@@ -96,9 +96,10 @@ use super::hash::GatherState;
 
 use super::form::{inline_text, Form, InlineText, Plain};
 use crate::stat::CompactWindow;
-use crate::store::registry::PendingKey;
+use crate::store::registry::{Owned, PendingKey};
 use crate::sync::{
-    read, write, AtomicBool, AtomicU64, AtomicUsize, Ordering, RwLock, RwLockWriteGuard,
+    read, write, AtomicBool, AtomicU64, AtomicUsize, Ordering, RwLock, RwLockReadGuard,
+    RwLockWriteGuard,
 };
 
 /// Slots per group (and per lock).
@@ -168,6 +169,9 @@ type Slots<S, V> = Box<[Slot<S, V>; GROUP]>;
 
 /// A group's slots, write-locked.
 type WriteGuard<'a, S, V> = RwLockWriteGuard<'a, Option<Slots<S, V>>>;
+
+/// A group's slots, read-locked.
+type ReadGuard<'a, S, V> = RwLockReadGuard<'a, Option<Slots<S, V>>>;
 
 /// A group of slots, allocated on its first key, behind its lock. Tags and
 /// keys are read under the read lock and written under the write lock;
@@ -474,6 +478,63 @@ where
     None
 }
 
+/// The key with hash `hash` that `is` recognises among its candidates
+/// (slots whose tag matches), searched in its two groups of `groups`:
+/// the group's index, its slots read-locked, and the slot's index.
+///
+/// Which group is searched first is read before either lock is taken:
+/// the first group's tags and one word of the second's, so that the two
+/// header lines are fetched at once. A lock's acquisition is a full
+/// barrier on x86-64: a search that locked the first group before it read
+/// anything of the second waited for one cache miss after the other, and
+/// a key living in its second group (about half of them in a full table)
+/// paid both. The second group goes first when the first's tags show no
+/// candidate and the second holds keys. This only orders the search,
+/// which compares tags and keys under each group's lock, both groups if
+/// need be. The first group's tags as read early serve its search: a key
+/// they miss because it was inserted since is found by the insert, which
+/// searches both groups again under their write locks.
+#[inline(always)]
+fn search<S, V>(
+    groups: &[Group<S, V>],
+    hash: u64,
+    is: impl Fn(&S) -> bool,
+) -> Option<(usize, ReadGuard<'_, S, V>, usize)> {
+    let (first, second, tag) = place_of(hash, groups.len());
+    let in_first = groups[first].tags.matching(tag);
+    let second_filled = groups[second].tags.some_filled();
+    let (nearer, further) = if (in_first == 0) & second_filled {
+        (second, first)
+    } else {
+        (first, second)
+    };
+    for index in [nearer, further] {
+        let group = &groups[index];
+        let slots = read(&group.slots);
+        if let Some(at) = slots.as_ref().and_then(|held| {
+            let mut candidates = if index == first {
+                in_first
+            } else {
+                group.tags.matching(tag)
+            };
+            while candidates != 0 {
+                let at = candidates.trailing_zeros() as usize;
+                if held[at].key.as_ref().is_some_and(&is) {
+                    return Some(at);
+                }
+                candidates &= candidates - 1;
+            }
+            None
+        }) {
+            return Some((index, slots, at));
+        }
+        if first == second {
+            break;
+        }
+    }
+    None
+}
+
 /// A key's home slot in either of its groups: four bits of its hash that
 /// neither its tag (the low seven) nor its groups (the high bits of each
 /// half, which the scaling keeps) are made of.
@@ -717,6 +778,49 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
         ))
     }
 
+    /// [`with`](Self::with) for the key `Some(text)` of a table of
+    /// `Option<String>` keys, the text lent: compared as it is with the
+    /// texts the slots hold inline, the key made (`to_key`) only to be
+    /// inserted. For a table with no key in its side map: the caller
+    /// checks [`has_own`](Self::has_own) first (a key moved there since is
+    /// found by `insert`, which looks in the side map under the group
+    /// locks, as for `with`).
+    #[inline]
+    pub(crate) fn with_text<R>(
+        &self,
+        text: &str,
+        to_key: impl FnOnce(&str) -> K,
+        idle: impl Fn(&V, &[CompactWindow]) -> bool,
+        f: impl FnOnce(Place<'_, V>) -> R,
+    ) -> R {
+        if !inline_text::<K>() {
+            // Not a table of `Option<String>` keys (the callers' key type
+            // is): the key is made and looked up as it is.
+            return self.with(Owned(to_key(text)), idle, f);
+        }
+        let groups = &self.text_groups[..];
+        let key = Some(text);
+        // `Option<&str>` hashes as `Option<String>`: the discriminant, then
+        // the text's bytes and terminator.
+        let hash = self.hasher.hash_key(&key);
+        if let Some((index, slots, at)) = search(groups, hash, |held| held.is_text(key)) {
+            let slots = slots
+                .as_ref()
+                .expect("`search` found the key in these slots");
+            return f(self.slot_place(&groups[index].totals, slots, index, at));
+        }
+        let pending = Owned(to_key(text));
+        self.insert(groups, pending, hash, idle, false, false, |place, _| {
+            f(place)
+        })
+    }
+
+    /// Whether any key has its own limit (is in the side map).
+    #[inline]
+    pub(crate) fn has_own(&self) -> bool {
+        self.own_count.load(Ordering::Relaxed) != 0
+    }
+
     /// [`with`](Self::with) and [`with_keyed`](Self::with_keyed) (`keyed`)
     /// on the table's `groups`.
     #[inline]
@@ -742,55 +846,23 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
         }
         // `K: Borrow<Q>` promises that `Q` hashes as `K` does.
         let hash = self.hasher.hash_key(key);
-        let (first, second, tag) = place_of(hash, groups.len());
         let request_key = pending.as_key();
         let probe = request_key.and_then(S::probe);
-        // Which group to search first, read before either lock is taken:
-        // the first group's tags and one word of the second's, so that
-        // the two header lines are fetched at once. A lock's acquisition
-        // is a full barrier on x86-64: a search that locked the first
-        // group before it read anything of the second waited for one
-        // cache miss after the other, and a key living in its second
-        // group (about half of them in a full table) paid both. The
-        // second group goes first when the first's tags show no
-        // candidate and the second holds keys. This only orders the
-        // search, which compares tags and keys under each group's lock,
-        // both groups if need be.
-        let in_first = groups[first].tags.matching(tag);
-        let second_filled = groups[second].tags.some_filled();
-        let (nearer, further) = if (in_first == 0) & second_filled {
-            (second, first)
-        } else {
-            (first, second)
-        };
-        for index in [nearer, further] {
-            let group = &groups[index];
-            let slots = read(&group.slots);
-            if let Some((slots, at)) = slots.as_ref().and_then(|slots| {
-                // The first group's tags as read above: a key they miss
-                // because it was inserted since is found by `insert`,
-                // which searches both groups again under their write
-                // locks.
-                let candidates = if index == first {
-                    in_first
-                } else {
-                    group.tags.matching(tag)
-                };
-                Some((slots, position(slots, candidates, probe.as_ref(), key)?))
-            }) {
-                let shown = if keyed {
-                    slots[at].key.as_ref().and_then(|k| k.shown(request_key))
-                } else {
-                    None
-                };
-                return f(
-                    self.slot_place(&group.totals, slots, index, at),
-                    shown.as_deref(),
-                );
-            }
-            if first == second {
-                break;
-            }
+        if let Some((index, slots, at)) =
+            search(groups, hash, |held: &S| held.is(probe.as_ref(), key))
+        {
+            let slots = slots
+                .as_ref()
+                .expect("`search` found the key in these slots");
+            let shown = if keyed {
+                slots[at].key.as_ref().and_then(|k| k.shown(request_key))
+            } else {
+                None
+            };
+            return f(
+                self.slot_place(&groups[index].totals, slots, index, at),
+                shown.as_deref(),
+            );
         }
         drop(probe);
         self.insert(groups, pending, hash, idle, keyed, key_on_overflow, f)
@@ -1696,6 +1768,69 @@ mod tests {
         let mut expected = keys.to_vec();
         expected.sort();
         assert_eq!(held, expected);
+    }
+
+    /// A text lent as it is (`with_text`) finds the slot of the key an
+    /// owned lookup inserted and the other way round, for texts on both
+    /// sides of the inline limit (70 bytes) and texts one byte apart;
+    /// the key is made only when inserted; a key with its own limit is
+    /// found in the side map.
+    #[test]
+    fn a_lent_text_and_its_owned_key_share_one_slot() {
+        static MADE: StdU64 = StdU64::new(0);
+        fn some_owned(text: &str) -> Option<String> {
+            MADE.fetch_add(1, SeqCst);
+            Some(text.to_owned())
+        }
+        let rules = HashMap::from([(Some("vip".to_owned()), 2)]);
+        let table: CompactTable<Option<String>, Fixed> = CompactTable::new(64, 5, 5, &rules, 0);
+        let by_text = |text: &str| {
+            table.with_text(
+                text,
+                some_owned,
+                |v, _| v.idle(5),
+                |p| (p.value.admit(5, p.limit), p.limit),
+            )
+        };
+        let by_owned = |text: &str| {
+            table.with(
+                Owned(Some(text.to_owned())),
+                |v, _| v.idle(5),
+                |p| (p.value.admit(5, p.limit), p.limit),
+            )
+        };
+        let texts: Vec<String> = [0usize, 1, 7, 8, 9, 16, 17, 69, 70, 71, 200]
+            .into_iter()
+            .flat_map(|len| ["k".repeat(len), format!("{}j", "k".repeat(len))])
+            .collect();
+        for (i, text) in texts.iter().enumerate() {
+            // Every other key is inserted by its text first.
+            type Lookup<'a> = &'a dyn Fn(&str) -> (bool, u64);
+            let (first, then): (Lookup<'_>, Lookup<'_>) = if i % 2 == 0 {
+                (&by_text, &by_owned)
+            } else {
+                (&by_owned, &by_text)
+            };
+            for _ in 0..2 {
+                assert_eq!(first(text), (true, 5), "{text:?}");
+                assert_eq!(then(text), (true, 5), "{text:?}");
+            }
+            assert_eq!(first(text), (true, 5), "{text:?}");
+            assert_eq!(then(text), (false, 5), "{text:?}: the sixth of one key");
+            let key = Some(text.clone());
+            assert_eq!(table.get(&key, |p| p.value.passes()), Some(5), "{text:?}");
+        }
+        assert_eq!(MADE.load(SeqCst), texts.len() as u64 / 2);
+        assert_eq!(by_text("vip"), (true, 2));
+        assert_eq!(by_text("vip"), (true, 2));
+        assert_eq!(by_owned("vip"), (false, 2));
+        // A key in the side map is found by the insert, with the key made
+        // for it on every request (why the layer looks such a table up by
+        // the key itself).
+        assert_eq!(MADE.load(SeqCst), texts.len() as u64 / 2 + 2);
+        let mut held = 0;
+        table.for_each(|_, _| (), |()| held += 1);
+        assert_eq!(held, texts.len() + 1);
     }
 
     #[test]
