@@ -718,7 +718,7 @@ impl KeyExtractor for PeerIpPrefixKey {
 pub const DEFAULT_IPV6_PREFIX: u8 = 64;
 
 /// The peer's full address, IPv4-mapped IPv6 as IPv4; `None` without one.
-#[inline]
+#[inline(always)]
 fn peer_ip(extensions: &Extensions) -> Option<IpAddr> {
     // `to_canonical`: a dual-stack listener sees IPv4 peers as
     // `::ffff:a.b.c.d`; key them by their IPv4 address, so one client

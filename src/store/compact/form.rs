@@ -142,7 +142,7 @@ impl InlineText {
     }
 
     /// Whether this is the key `key`, without making a `String`.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn is_text(&self, key: Option<&str>) -> bool {
         match (self, key) {
             (InlineText::Absent, None) => true,

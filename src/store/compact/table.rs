@@ -802,7 +802,7 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
         let key = Some(text);
         // `Option<&str>` hashes as `Option<String>`: the discriminant, then
         // the text's bytes and terminator.
-        let hash = self.hasher.hash_key(&key);
+        let hash = self.hasher.hash_inline(&key);
         if let Some((index, slots, at)) = search(groups, hash, |held| held.is_text(key)) {
             let slots = slots
                 .as_ref()
