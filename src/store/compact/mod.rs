@@ -219,19 +219,35 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> CompactKeys<K> {
         self.table.with(key, idle, |place| f(place, shape, None))
     }
 
-    /// Whether a key's text can be looked up as it is
-    /// ([`with_text`](Self::with_text)): with no route rule, no further
-    /// window and no key with its own limit, where the lookup reads the
-    /// key as the table holds it (the key itself, by reference to a copy of
-    /// the text, is then looked up as [`with`](Self::with) does).
+    /// Whether a request's key can take the plain lookup
+    /// ([`with_owned`](Self::with_owned), [`with_text`](Self::with_text):
+    /// the slots searched for the key as the request has it, nothing else
+    /// read): with no route rule, no further window and no key with its
+    /// own limit. Otherwise the lookup reads the key as the table holds it
+    /// or looks in the side map, as [`with`](Self::with) does.
     #[inline]
-    fn text_as_is(&self) -> bool {
+    fn plain_lookup(&self) -> bool {
         !self.routes.active() && self.further_shapes.is_empty() && !self.table.has_own()
+    }
+
+    /// [`with`](Self::with) for an owned key (see
+    /// [`CompactTable::with_owned`]); for a layer where
+    /// [`plain_lookup`](Self::plain_lookup) holds.
+    #[inline]
+    fn with_owned<R>(
+        &self,
+        key: K,
+        now: u64,
+        f: impl FnOnce(Place<'_, CompactWindow>, &CompactShape, Option<&K>) -> R,
+    ) -> R {
+        let shape = &self.shape;
+        self.table
+            .with_owned(key, self.idle(now), |place| f(place, shape, None))
     }
 
     /// [`with`](Self::with) for the key `Some(text)`, the text lent (see
     /// [`CompactTable::with_text`]); for a layer where
-    /// [`text_as_is`](Self::text_as_is) holds.
+    /// [`plain_lookup`](Self::plain_lookup) holds.
     #[inline]
     fn with_text<R>(
         &self,
@@ -330,6 +346,9 @@ where
 
     #[inline]
     fn owned(self, key: K) -> R {
+        if self.keys.plain_lookup() {
+            return self.keys.with_owned(key, self.now, self.decide);
+        }
         self.keys.with(Owned(key), self.now, self.decide)
     }
 
@@ -357,7 +376,7 @@ where
     where
         K: TextKey,
     {
-        if !self.keys.text_as_is() {
+        if !self.keys.plain_lookup() {
             return K::visit_copied(text, self);
         }
         self.keys.with_text(text, self.now, self.decide)

@@ -778,6 +778,35 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
         ))
     }
 
+    /// [`with`](Self::with) for an owned key of a table that holds keys as
+    /// they are (not `Option<String>`), with no key in its side map (the
+    /// caller checks [`has_own`](Self::has_own), as for
+    /// [`with_text`](Self::with_text)): the hash inlined and the search
+    /// comparing the key as it is, the key moved into its slot only if
+    /// inserted.
+    #[inline]
+    pub(crate) fn with_owned<R>(
+        &self,
+        key: K,
+        idle: impl Fn(&V, &[CompactWindow]) -> bool,
+        f: impl FnOnce(Place<'_, V>) -> R,
+    ) -> R {
+        if inline_text::<K>() {
+            return self.with(Owned(key), idle, f);
+        }
+        let groups = &self.groups[..];
+        let hash = self.hasher.hash_inline(&key);
+        if let Some((index, slots, at)) = search(groups, hash, |held: &Plain<K>| held.0 == key) {
+            let slots = slots
+                .as_ref()
+                .expect("`search` found the key in these slots");
+            return f(self.slot_place(&groups[index].totals, slots, index, at));
+        }
+        self.insert(groups, Owned(key), hash, idle, false, false, |place, _| {
+            f(place)
+        })
+    }
+
     /// [`with`](Self::with) for the key `Some(text)` of a table of
     /// `Option<String>` keys, the text lent: compared as it is with the
     /// texts the slots hold inline, the key made (`to_key`) only to be
@@ -1831,6 +1860,53 @@ mod tests {
         let mut held = 0;
         table.for_each(|_, _| (), |()| held += 1);
         assert_eq!(held, texts.len() + 1);
+    }
+
+    /// The plain lookup (`with_owned`) finds the slot a general lookup
+    /// inserted the key in and the other way round, sends keys past
+    /// `max_keys` to the overflow value as the general lookup does, and
+    /// finds a key with its own limit in the side map (through the
+    /// insert).
+    #[test]
+    fn the_plain_lookup_and_the_general_one_share_every_slot() {
+        let rules = HashMap::from([(7_000u64, 2)]);
+        let table: Table = CompactTable::new(64, 3, 1, &rules, 0);
+        let plain = |key: u64| {
+            table.with_owned(
+                key,
+                |v, _| v.idle(5),
+                |p| (p.value.admit(5, p.limit), p.overflow, p.limit),
+            )
+        };
+        let general = |key: u64| {
+            table.with(
+                Owned(key),
+                |v, _| v.idle(5),
+                |p| (p.value.admit(5, p.limit), p.overflow, p.limit),
+            )
+        };
+        for key in 0..64u64 {
+            type Lookup<'a> = &'a dyn Fn(u64) -> (bool, bool, u64);
+            let (first, then): (Lookup<'_>, Lookup<'_>) = if key % 2 == 0 {
+                (&plain, &general)
+            } else {
+                (&general, &plain)
+            };
+            assert_eq!(first(key), (true, false, 3), "key {key}");
+            assert_eq!(then(key), (true, false, 3), "key {key}");
+            assert_eq!(first(key), (true, false, 3), "key {key}");
+            assert_eq!(then(key), (false, false, 3), "key {key}: the fourth");
+        }
+        // The table is full of keys with passes in their window: a new key
+        // is counted on the overflow value, by either lookup.
+        assert_eq!(plain(1_000), (true, true, 1));
+        assert_eq!(general(1_001), (false, true, 1));
+        assert_eq!(plain(7_000), (true, false, 2));
+        assert_eq!(general(7_000), (true, false, 2));
+        assert_eq!(plain(7_000), (false, false, 2));
+        let mut held = 0;
+        table.for_each(|_, _| (), |()| held += 1);
+        assert_eq!(held, 65);
     }
 
     #[test]
