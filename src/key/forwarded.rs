@@ -7,7 +7,10 @@ use http::header::{HeaderName, FORWARDED};
 use http::request::Parts;
 use http::{Extensions, HeaderMap, Request};
 
-use super::{checked_ipv6_prefix, ip_key, peer_ip, KeyExtractor, KeyVisitor, DEFAULT_IPV6_PREFIX};
+use super::{
+    canonical_ip_key, checked_ipv6_prefix, ip_key, peer_ip, KeyExtractor, KeyVisitor,
+    DEFAULT_IPV6_PREFIX,
+};
 
 /// Most entries of a forwarding chain that [`ForwardedIpKey`] examines per
 /// request, the peer address included. A longer chain costs no more: the
@@ -330,7 +333,8 @@ impl ForwardedIpKey {
             Some(Entry::Addr(ip)) => Some(ip),
             _ => peer,
         };
-        ip.map(|ip| ip_key(ip, self.ipv6_prefix))
+        // Canonical: the peer's from `peer_ip`, a header's from `parse_node`.
+        ip.map(|ip| canonical_ip_key(ip, self.ipv6_prefix))
     }
 }
 

@@ -612,7 +612,7 @@ impl KeyExtractor for PeerIpKey {
 
     #[inline]
     fn extract(&self, parts: &Parts) -> Option<IpAddr> {
-        peer_ip(&parts.extensions).map(|ip| ip_key(ip, DEFAULT_IPV6_PREFIX))
+        peer_ip(&parts.extensions).map(|ip| canonical_ip_key(ip, DEFAULT_IPV6_PREFIX))
     }
 
     #[inline]
@@ -621,7 +621,7 @@ impl KeyExtractor for PeerIpKey {
         request: &Request<B>,
         visitor: V,
     ) -> Result<V::Output, V> {
-        let key = peer_ip(request.extensions()).map(|ip| ip_key(ip, DEFAULT_IPV6_PREFIX));
+        let key = peer_ip(request.extensions()).map(|ip| canonical_ip_key(ip, DEFAULT_IPV6_PREFIX));
         Ok(visitor.owned(key))
     }
 }
@@ -697,7 +697,7 @@ impl KeyExtractor for PeerIpPrefixKey {
 
     #[inline]
     fn extract(&self, parts: &Parts) -> Option<IpAddr> {
-        peer_ip(&parts.extensions).map(|ip| ip_key(ip, self.ipv6_prefix))
+        peer_ip(&parts.extensions).map(|ip| canonical_ip_key(ip, self.ipv6_prefix))
     }
 
     #[inline]
@@ -706,7 +706,7 @@ impl KeyExtractor for PeerIpPrefixKey {
         request: &Request<B>,
         visitor: V,
     ) -> Result<V::Output, V> {
-        let key = peer_ip(request.extensions()).map(|ip| ip_key(ip, self.ipv6_prefix));
+        let key = peer_ip(request.extensions()).map(|ip| canonical_ip_key(ip, self.ipv6_prefix));
         Ok(visitor.owned(key))
     }
 }
@@ -751,7 +751,16 @@ fn checked_ipv6_prefix(setting: &str, len: u8) -> u8 {
 /// length.
 #[inline]
 fn ip_key(ip: IpAddr, ipv6_prefix: u8) -> IpAddr {
-    match ip.to_canonical() {
+    canonical_ip_key(ip.to_canonical(), ipv6_prefix)
+}
+
+/// [`ip_key`] of an address already canonical (IPv4-mapped addresses
+/// given as IPv4), as [`peer_ip`] and the forwarded headers' parser give
+/// them: the request path does not convert the address a second time.
+#[inline(always)]
+fn canonical_ip_key(ip: IpAddr, ipv6_prefix: u8) -> IpAddr {
+    debug_assert_eq!(ip, ip.to_canonical(), "an address not canonical");
+    match ip {
         IpAddr::V6(v6) => {
             let mask = u128::MAX << (128 - u32::from(ipv6_prefix));
             IpAddr::V6(Ipv6Addr::from(u128::from(v6) & mask))
@@ -1149,6 +1158,16 @@ mod tests {
             let addr: SocketAddr = peer.parse().unwrap();
             let mut req = Request::get("/").body(()).unwrap();
             req.extensions_mut().insert(addr);
+            // The request path's reading (`visit_request`), which takes
+            // the address as `peer_ip` made it canonical.
+            assert_eq!(
+                PeerIpKey.visit_request(&req, ToOwnedKey).ok(),
+                Some(Some(PeerIpKey.key_of(addr.ip())))
+            );
+            assert_eq!(
+                prefixed.visit_request(&req, ToOwnedKey).ok(),
+                Some(Some(prefixed.key_of(addr.ip())))
+            );
             let req = parts(req);
             assert_eq!(PeerIpKey.extract(&req), Some(PeerIpKey.key_of(addr.ip())));
             assert_eq!(

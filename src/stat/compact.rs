@@ -240,7 +240,8 @@ impl CompactShape {
 struct Divisor {
     d: u64,
     magic: u64,
-    shift: u32,
+    /// `l`: the product is shifted right by `N` (a constant), then by this.
+    l: u32,
 }
 
 impl Divisor {
@@ -250,19 +251,23 @@ impl Divisor {
     /// `d` in `1..2^63`.
     const fn new(d: u64) -> Divisor {
         let l = 64 - (d - 1).leading_zeros();
-        let shift = Self::N + l;
-        let magic = (1u128 << shift).div_ceil(d as u128);
+        let magic = (1u128 << (Self::N + l)).div_ceil(d as u128);
         Divisor {
             d,
             magic: magic as u64,
-            shift,
+            l,
         }
     }
 
-    /// `n / d`, for `n < 2^63`.
+    /// `n / d`, for `n < 2^63`. The product is below 2^127, so shifted
+    /// right by the constant `N` it fits in 64 bits: one double-word shift
+    /// by a constant and one shift of a word by `l`, where a shift of the
+    /// 128-bit product by `N + l` would be a variable double-word shift
+    /// with its branchless fix-ups.
     #[inline]
     fn quotient(&self, n: u64) -> u64 {
-        ((u128::from(n) * u128::from(self.magic)) >> self.shift) as u64
+        let high = ((u128::from(n) * u128::from(self.magic)) >> Self::N) as u64;
+        high >> self.l
     }
 
     /// `n % d`, for `n < 2^63`.
