@@ -235,6 +235,12 @@ where
                          key: Option<&X::Key>| {
                     self.compact_decide(keys, place, shape, key, now)
                 },
+                // What `compact_decide` answers a pass at once with when
+                // there are no RateLimit fields to send.
+                passed: (!self.shared.response.headers_on_pass).then_some(|totals: &Totals| {
+                    totals.add_pass();
+                    CompactOutcome::Pass(None)
+                }),
             };
             let outcome = visit_key!(&self.extractor, request, lookup);
             return match outcome {

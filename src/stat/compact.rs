@@ -1232,33 +1232,72 @@ impl CompactWindow {
         view.sum(grid, at, grid.depth()) == 0
     }
 
+    /// Seals the window if `idle` judges it idle: takes its rotation lock
+    /// and keeps it, so that every decision begun on it fails its swap (or
+    /// waits for the lock) until [`clear`](Self::clear) or
+    /// [`copy_from`](Self::copy_from) unlocks it. The judgement and the
+    /// seal are one step: the seal is a compare-and-swap from the head the
+    /// judgement began on, which any pass recorded since has changed.
+    /// Whether it sealed. For the compact table, under the slot's group
+    /// write lock, before the slot changes keys (see its module docs).
+    pub(crate) fn seal_if(&self, idle: impl Fn(&Self) -> bool) -> bool {
+        let mut round = 0;
+        loop {
+            // Acquire: as in `decide`.
+            let head = self.head.load(Ordering::Acquire);
+            if head & LOCKED != 0 {
+                backoff(&mut round);
+                continue;
+            }
+            if !idle(self) {
+                return false;
+            }
+            if self.lock(head).is_some() {
+                return true;
+            }
+        }
+    }
+
+    /// Seals the window whatever it holds (see [`seal_if`](Self::seal_if)).
+    pub(crate) fn seal(&self) {
+        self.seal_if(|_| true);
+    }
+
     /// Empties the window (all zero bits again), for a slot that is given
-    /// to another key. The caller must keep every other user away from the
-    /// window meanwhile (the compact table holds the slot's group write
-    /// lock, and admissions run under its read lock).
+    /// to another key. The caller keeps every other user away from the
+    /// window meanwhile: the compact table holds the slot's group write
+    /// lock (admissions under its read lock wait) and has sealed the window
+    /// (admissions without the lock fail), which this unseals.
     pub(crate) fn clear(&self) {
-        // Relaxed: the caller's lock orders these stores with every later
-        // user of the window.
+        // Relaxed: ordered before the head's `Release` store, which a
+        // decision's `Acquire` load of the head pairs with.
         for word in &self.ring {
             word.store(0, Ordering::Relaxed);
         }
-        self.stamp.store(0, Ordering::Relaxed);
-        self.head.store(0, Ordering::Relaxed);
+        store_racing_rmw(&self.stamp, 0, Ordering::Relaxed);
+        self.head.store(0, Ordering::Release);
     }
 
-    /// Makes this window hold what `from` holds, for a key's window moved
-    /// between two places of the compact table. The caller must keep every
-    /// other user away from both windows meanwhile (the table holds the
-    /// key's group write locks and the side map's write lock).
+    /// Makes this window hold what `from` holds, unlocked (whether `from`
+    /// is sealed or not), for a key's window moved between two places of
+    /// the compact table. The caller keeps every other user away from both
+    /// windows meanwhile, as for [`clear`](Self::clear): the table holds
+    /// the key's group write locks and the side map's write lock, and has
+    /// sealed a slot's window it moves a key into or out of.
     pub(crate) fn copy_from(&self, from: &CompactWindow) {
-        // Relaxed: the caller's locks order these with every later user.
+        // Relaxed: ordered before the head's `Release` store, as in `clear`.
         for (to, word) in self.ring.iter().zip(&from.ring) {
             to.store(word.load(Ordering::Relaxed), Ordering::Relaxed);
         }
-        self.stamp
-            .store(from.stamp.load(Ordering::Relaxed), Ordering::Relaxed);
-        self.head
-            .store(from.head.load(Ordering::Relaxed), Ordering::Relaxed);
+        store_racing_rmw(
+            &self.stamp,
+            from.stamp.load(Ordering::Relaxed),
+            Ordering::Relaxed,
+        );
+        self.head.store(
+            from.head.load(Ordering::Relaxed) & !LOCKED,
+            Ordering::Release,
+        );
     }
 
     // --- internals -----------------------------------------------------------

@@ -4,12 +4,22 @@
 //! block of its own a `String` needs (a 64-byte value costs an 80-byte
 //! block on glibc: its size header and the rounding to 16 bytes).
 //!
-//! The table picks the form from its key type (see [`inline_text`]): the
-//! choice is made by the compiler for each key type (a comparison of two
-//! constant type ids), so a table of address keys has no branch for it.
+//! The table picks the form from its key type (see [`inline_text`] and
+//! [`atomic_addr`]): the choice is made by the compiler for each key type
+//! (a comparison of two constant type ids), so a table of address keys has
+//! no branch for it.
+//!
+//! A slot's key is a [`KeyCell`]: `Option<S>` of a form `S`, read and
+//! written under the group's lock, or, for `Option<IpAddr>` keys (the
+//! address extractors'), an [`AtomicAddr`], the address in atomics that a
+//! request compares without the lock (see the table's module docs,
+//! "Lookups without the lock").
 
 use std::any::{Any, TypeId};
 use std::borrow::{Borrow, Cow};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use crate::sync::{AtomicU32, Ordering};
 
 /// How a slot holds a key of type `K`.
 pub(crate) trait Form<K: Clone>: Sized + Send + Sync {
@@ -224,6 +234,321 @@ impl<K: Clone + 'static> Form<K> for InlineText {
             .downcast_mut::<Option<K>>()
             .and_then(Option::take)
             .map(Cow::Owned)
+    }
+}
+
+/// A slot's key cell, whatever its key type: what it takes, and its empty
+/// state.
+pub(crate) trait Cell: Sized + Send + Sync {
+    /// A key as the cell takes it, made before the slot is touched.
+    type Stored;
+
+    /// An empty cell.
+    fn empty() -> Self;
+
+    /// Whether the cell holds a key.
+    fn filled(&self) -> bool;
+}
+
+/// A slot's key: nothing, or one key in the slot's form.
+pub(crate) trait KeyCell<K: Clone>: Cell {
+    /// What a lookup with the key at hand (owned) compares cells with.
+    type Probe<'a>
+    where
+        K: 'a;
+
+    /// The probe of `key`; `None` when this cell compares with the lookup
+    /// form of the key instead.
+    fn probe(key: &K) -> Option<Self::Probe<'_>>;
+
+    /// The key in `key` as this cell takes it, taking it; `None`, leaving
+    /// it, if the cell cannot hold it (never, as the table picks the cell
+    /// from the key type).
+    fn store(key: &mut Option<K>) -> Option<Self::Stored>;
+
+    /// Whether the cell holds the key `key` (with `probe`, its probe, when
+    /// the lookup has it).
+    fn is<Q: Eq + ?Sized>(&self, probe: Option<&Self::Probe<'_>>, key: &Q) -> bool
+    where
+        K: Borrow<Q>;
+
+    /// The key held, borrowed when held as it is, else made.
+    fn key(&self) -> Option<Cow<'_, K>>;
+
+    /// The key to show a request: `own` (the request's own key, equal to
+    /// the one held) when the cell would have to make it, else the held
+    /// one.
+    fn shown<'a>(&'a self, own: Option<&'a K>) -> Option<Cow<'a, K>>;
+}
+
+/// A form's key behind the group's lock: written only under its write
+/// lock, which gives the table `&mut` access.
+impl<S: Send + Sync> Cell for Option<S> {
+    type Stored = S;
+
+    fn empty() -> Self {
+        None
+    }
+
+    #[inline]
+    fn filled(&self) -> bool {
+        self.is_some()
+    }
+}
+
+impl<K: Clone, S: Form<K>> KeyCell<K> for Option<S> {
+    type Probe<'a>
+        = S::Probe<'a>
+    where
+        K: 'a;
+
+    #[inline]
+    fn probe(key: &K) -> Option<S::Probe<'_>> {
+        S::probe(key)
+    }
+
+    #[inline]
+    fn store(key: &mut Option<K>) -> Option<S> {
+        S::store(key)
+    }
+
+    #[inline(always)]
+    fn is<Q: Eq + ?Sized>(&self, probe: Option<&S::Probe<'_>>, key: &Q) -> bool
+    where
+        K: Borrow<Q>,
+    {
+        self.as_ref().is_some_and(|held| held.is(probe, key))
+    }
+
+    #[inline]
+    fn key(&self) -> Option<Cow<'_, K>> {
+        self.as_ref().and_then(Form::key)
+    }
+
+    #[inline]
+    fn shown<'a>(&'a self, own: Option<&'a K>) -> Option<Cow<'a, K>> {
+        self.as_ref().and_then(|held| held.shown(own))
+    }
+}
+
+/// Whether a table with keys `K` holds them as [`AtomicAddr`]: exactly
+/// for `Option<IpAddr>`, a constant of the build as for [`inline_text`].
+#[inline(always)]
+pub(crate) fn atomic_addr<K: 'static>() -> bool {
+    TypeId::of::<K>() == TypeId::of::<Option<IpAddr>>()
+}
+
+/// `state`: the cell holds no key.
+const EMPTY: u32 = 0;
+/// `state`: the key `None` (a request with no address).
+const NO_ADDR: u32 = 1;
+/// `state`: an IPv4 address, in `words[0]`.
+const V4: u32 = 2;
+/// `state`: an IPv6 address, in the four words, most significant first.
+const V6: u32 = 3;
+/// `state`: the kind's bits; the version is above them.
+const KIND: u32 = 0b11;
+
+/// An `Option<IpAddr>` key as an [`AtomicAddr`] holds it: its kind (one
+/// of the `state` kinds, never [`EMPTY`]) and its words (0 where unused).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct AddrBits {
+    kind: u32,
+    words: [u32; 4],
+}
+
+impl AddrBits {
+    /// The bits of `key`. An IPv4 address and the IPv4-mapped IPv6 address
+    /// of it are different keys, as they are as `IpAddr`s (the extractors
+    /// give IPv4 clients as IPv4).
+    #[inline]
+    pub(crate) fn of(key: &Option<IpAddr>) -> AddrBits {
+        match key {
+            None => AddrBits {
+                kind: NO_ADDR,
+                words: [0; 4],
+            },
+            Some(IpAddr::V4(v4)) => AddrBits {
+                kind: V4,
+                words: [u32::from(*v4), 0, 0, 0],
+            },
+            Some(IpAddr::V6(v6)) => {
+                let bits = u128::from(*v6);
+                AddrBits {
+                    kind: V6,
+                    words: [
+                        (bits >> 96) as u32,
+                        (bits >> 64) as u32,
+                        (bits >> 32) as u32,
+                        bits as u32,
+                    ],
+                }
+            }
+        }
+    }
+
+    /// The key these bits are of.
+    fn key(&self) -> Option<IpAddr> {
+        match self.kind {
+            V4 => Some(IpAddr::V4(Ipv4Addr::from(self.words[0]))),
+            V6 => {
+                let bits = self
+                    .words
+                    .iter()
+                    .fold(0u128, |bits, &word| (bits << 32) | u128::from(word));
+                Some(IpAddr::V6(Ipv6Addr::from(bits)))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// An `Option<IpAddr>` key in atomics (20 bytes, as the key itself with
+/// its padding in a slot), so that a request can compare it with no lock
+/// held.
+///
+/// Written only under the group's write lock, with the slot's value
+/// sealed (see the table's module docs): the words first, then `state`.
+/// A lookup without the lock loads `state`, compares the words, decides on
+/// the value, then loads `state` again; an unchanged state (version
+/// included) proves that the slot held this key when the decision was
+/// recorded.
+pub(crate) struct AtomicAddr {
+    /// `[version:30][kind:2]`. The version grows by one with every key
+    /// the cell takes or gives up, so a state seen twice is the same key's
+    /// unless 2^30 changes of this one slot came between the two loads.
+    /// `Release` stores after the words, `Acquire` loads: a lookup that
+    /// loads a state sees the words stored before it.
+    state: AtomicU32,
+    /// The address, as [`AddrBits`] lays it out. `Relaxed`: ordered by
+    /// `state`; a lookup racing a change may read a mix of two keys' words,
+    /// which its second load of `state` then rejects.
+    words: [AtomicU32; 4],
+}
+
+impl AtomicAddr {
+    fn new() -> Self {
+        AtomicAddr {
+            state: AtomicU32::new(EMPTY),
+            words: std::array::from_fn(|_| AtomicU32::new(0)),
+        }
+    }
+
+    /// The cell's state if it holds the key of `bits`, for a lookup without
+    /// the lock: pass it to [`unchanged`](Self::unchanged) once the
+    /// decision is recorded.
+    #[inline(always)]
+    pub(crate) fn seen(&self, bits: &AddrBits) -> Option<u32> {
+        // Acquire: the words of this state are visible below.
+        let state = self.state.load(Ordering::Acquire);
+        let same = (state & KIND == bits.kind)
+            & (self.words[0].load(Ordering::Relaxed) == bits.words[0])
+            & (self.words[1].load(Ordering::Relaxed) == bits.words[1])
+            & (self.words[2].load(Ordering::Relaxed) == bits.words[2])
+            & (self.words[3].load(Ordering::Relaxed) == bits.words[3]);
+        same.then_some(state)
+    }
+
+    /// Whether the cell's state is still `seen`, loaded after a decision
+    /// recorded on the slot's value (see the table's module docs).
+    #[inline(always)]
+    pub(crate) fn unchanged(&self, seen: u32) -> bool {
+        // Acquire: a key change whose value store the decision's swap read
+        // (or came after) is seen here.
+        self.state.load(Ordering::Acquire) == seen
+    }
+
+    /// The key held, if any.
+    fn bits(&self) -> Option<AddrBits> {
+        let state = self.state.load(Ordering::Acquire);
+        let kind = state & KIND;
+        (kind != EMPTY).then(|| AddrBits {
+            kind,
+            words: std::array::from_fn(|i| self.words[i].load(Ordering::Relaxed)),
+        })
+    }
+
+    /// Makes the cell hold `bits` (nothing for `None`), under the group's
+    /// write lock with the slot's value sealed.
+    pub(crate) fn put(&self, bits: Option<&AddrBits>) {
+        let (kind, words) = bits.map_or((EMPTY, [0; 4]), |bits| (bits.kind, bits.words));
+        for (cell, word) in self.words.iter().zip(words) {
+            cell.store(word, Ordering::Relaxed);
+        }
+        let version = (self.state.load(Ordering::Relaxed) >> 2).wrapping_add(1);
+        // Release: the words above are visible to whoever loads this.
+        self.state.store((version << 2) | kind, Ordering::Release);
+    }
+}
+
+impl std::fmt::Debug for AtomicAddr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("AtomicAddr")
+            .field(&self.bits().map(|bits| bits.key()))
+            .finish()
+    }
+}
+
+/// An address key in atomics, for tables of `Option<IpAddr>` keys (the
+/// table picks it by [`atomic_addr`]; for any other `K`, every method
+/// finds or makes nothing).
+impl Cell for AtomicAddr {
+    type Stored = AddrBits;
+
+    fn empty() -> Self {
+        AtomicAddr::new()
+    }
+
+    #[inline]
+    fn filled(&self) -> bool {
+        self.state.load(Ordering::Acquire) & KIND != EMPTY
+    }
+}
+
+impl<K: Clone + 'static> KeyCell<K> for AtomicAddr {
+    type Probe<'a>
+        = AddrBits
+    where
+        K: 'a;
+
+    #[inline(always)]
+    fn probe(key: &K) -> Option<AddrBits> {
+        (key as &dyn Any)
+            .downcast_ref::<Option<IpAddr>>()
+            .map(AddrBits::of)
+    }
+
+    fn store(key: &mut Option<K>) -> Option<AddrBits> {
+        let key = (key as &mut dyn Any).downcast_mut::<Option<Option<IpAddr>>>()?;
+        key.take().map(|key| AddrBits::of(&key))
+    }
+
+    #[inline(always)]
+    fn is<Q: Eq + ?Sized>(&self, probe: Option<&AddrBits>, key: &Q) -> bool
+    where
+        K: Borrow<Q>,
+    {
+        match probe {
+            Some(bits) => self.seen(bits).is_some(),
+            // A lookup by another form of the key (not made by the crate's
+            // extractors): compared with the key made from the cell.
+            None => <Self as KeyCell<K>>::key(self).is_some_and(|held| (*held).borrow() == key),
+        }
+    }
+
+    fn key(&self) -> Option<Cow<'_, K>> {
+        let mut key = Some(self.bits()?.key());
+        (&mut key as &mut dyn Any)
+            .downcast_mut::<Option<K>>()
+            .and_then(Option::take)
+            .map(Cow::Owned)
+    }
+
+    fn shown<'a>(&'a self, own: Option<&'a K>) -> Option<Cow<'a, K>> {
+        match own {
+            Some(own) => Some(Cow::Borrowed(own)),
+            None => <Self as KeyCell<K>>::key(self),
+        }
     }
 }
 

@@ -23,13 +23,33 @@ use super::{RouteLimit, Routes, Settings, Window};
 use crate::key::{KeyVisitor, TextKey};
 use crate::stat::{CompactShape, CompactWindow, COMPACT_MAX_LIMIT};
 
+/// A compact window is sealed by its own rotation lock: every decision
+/// on a sealed window fails its swap or waits (see `CompactWindow::seal`).
 impl SlotValue for CompactWindow {
     fn empty() -> Self {
         CompactWindow::new()
     }
 
-    fn reset(&mut self) {
+    fn seal_if(&self, idle: impl Fn(&Self) -> bool) -> bool {
+        CompactWindow::seal_if(self, idle)
+    }
+
+    fn seal(&self) {
+        CompactWindow::seal(self);
+    }
+
+    fn reset(&self) {
         self.clear();
+    }
+
+    fn copy_sealed(&self) -> Self {
+        let copy = CompactWindow::new();
+        copy.copy_from(self);
+        copy
+    }
+
+    fn restore(&self, from: &Self) {
+        self.copy_from(from);
     }
 }
 
@@ -245,6 +265,18 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> CompactKeys<K> {
             .with_owned(key, self.idle(now), |place| f(place, shape, None))
     }
 
+    /// One pass at once for `key`, recorded without its group's lock (see
+    /// [`CompactTable::pass_unlocked`]): the totals of the key's group, or
+    /// `None`, having recorded nothing for the key, when the request is to
+    /// be decided by [`with_owned`](Self::with_owned). For a layer where
+    /// [`plain_lookup`](Self::plain_lookup) holds.
+    #[inline(always)]
+    fn pass_unlocked(&self, key: &K, now: u64) -> Option<&Totals> {
+        let shape = &self.shape;
+        self.table
+            .pass_unlocked(key, |window, limit| window.pass_now(shape, now, limit))
+    }
+
     /// [`with`](Self::with) for the key `Some(text)`, the text lent (see
     /// [`CompactTable::with_text`]); for a layer where
     /// [`plain_lookup`](Self::plain_lookup) holds.
@@ -330,26 +362,44 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> CompactKeys<K> {
 
 /// Looks a request's key up in a compact layer's keys and runs `decide` on
 /// its place: the visitor an extractor hands its key to.
-pub(crate) struct CompactLookup<'a, K, F> {
+pub(crate) struct CompactLookup<'a, K, F, P> {
     pub(crate) keys: &'a CompactKeys<K>,
     /// The request's clock reading.
     pub(crate) now: u64,
     pub(crate) decide: F,
+    /// The answer to a pass at once, given the totals it counts in, for a
+    /// layer that answers such a pass with nothing more (no RateLimit
+    /// fields): an address key may then pass without its group's lock
+    /// ([`CompactTable::pass_unlocked`]). `None`: every request goes to
+    /// `decide`.
+    pub(crate) passed: Option<P>,
 }
 
-impl<K, F, R> KeyVisitor<K> for CompactLookup<'_, K, F>
+impl<K, F, P, R> KeyVisitor<K> for CompactLookup<'_, K, F, P>
 where
     K: Clone + Eq + Hash + Send + Sync + 'static,
     F: FnOnce(Place<'_, CompactWindow>, &CompactShape, Option<&K>) -> R,
+    P: FnOnce(&Totals) -> R,
 {
     type Output = R;
 
     #[inline]
     fn owned(self, key: K) -> R {
-        if self.keys.plain_lookup() {
-            return self.keys.with_owned(key, self.now, self.decide);
+        let CompactLookup {
+            keys,
+            now,
+            decide,
+            passed,
+        } = self;
+        if keys.plain_lookup() {
+            if let Some(passed) = passed {
+                if let Some(totals) = keys.pass_unlocked(&key, now) {
+                    return passed(totals);
+                }
+            }
+            return keys.with_owned(key, now, decide);
         }
-        self.keys.with(Owned(key), self.now, self.decide)
+        keys.with(Owned(key), now, decide)
     }
 
     #[inline]
@@ -412,8 +462,8 @@ pub(crate) fn routed<'a>(
 mod tests {
     use std::net::IpAddr;
 
-    use super::form::{InlineText, Plain};
-    use super::table::{group_bytes, groups_for, slot_bytes, GROUP};
+    use super::form::{AtomicAddr, InlineText, Plain};
+    use super::table::{group_bytes, groups_for, slot_bytes, LockedSlots, Shared, GROUP};
     use super::*;
 
     /// The figures `SlidingWindowLayer::compact` documents: bytes of a slot
@@ -422,13 +472,20 @@ mod tests {
     #[test]
     fn the_documented_sizes() {
         assert_eq!(std::mem::size_of::<CompactWindow>(), 28);
-        assert_eq!(slot_bytes::<Plain<Option<IpAddr>>, CompactWindow>(), 48);
+        // `Option<IpAddr>` keys, in atomics: the state word and the
+        // address's four words take what the key and its padding took.
+        assert_eq!(slot_bytes::<AtomicAddr, CompactWindow>(), 48);
+        assert_eq!(slot_bytes::<Option<Plain<Option<IpAddr>>>, CompactWindow>(), 48);
         // `Option<String>` keys (`HeaderKey`'s): up to 70 bytes of text in
         // the slot.
-        assert_eq!(slot_bytes::<InlineText, CompactWindow>(), 104);
+        assert_eq!(slot_bytes::<Option<InlineText>, CompactWindow>(), 104);
         // One cache line: lock, tags, totals and the slots' pointer.
-        let header = group_bytes::<Plain<Option<IpAddr>>, CompactWindow>();
+        let header = group_bytes::<Shared<CompactWindow>>();
         assert_eq!(header, 64);
+        assert_eq!(
+            group_bytes::<LockedSlots<Option<InlineText>, CompactWindow>>(),
+            64
+        );
         let groups = groups_for(crate::store::COMPACT_DEFAULT_MAX_KEYS);
         assert_eq!(groups, 74_899);
         // Slots, group headers, and the allocator's header of each group's
@@ -436,7 +493,8 @@ mod tests {
         let bytes = groups * (GROUP * 48 + header + 16);
         let per_key = bytes as f64 / crate::store::COMPACT_DEFAULT_MAX_KEYS as f64;
         assert!(per_key < 64.0, "{per_key} bytes per key");
-        let strings = groups * (GROUP * slot_bytes::<Plain<String>, CompactWindow>() + header + 16);
+        let strings =
+            groups * (GROUP * slot_bytes::<Option<Plain<String>>, CompactWindow>() + header + 16);
         let inline = groups * (GROUP * 104 + header + 16);
         println!(
             "{header} B per group header ({} B for the default table's), {bytes} B in all with \

@@ -94,7 +94,9 @@ use std::hash::Hash;
 
 use super::hash::GatherState;
 
-use super::form::{inline_text, Form, InlineText, Plain};
+use super::form::{
+    atomic_addr, inline_text, AddrBits, AtomicAddr, Cell, InlineText, KeyCell, Plain,
+};
 use crate::stat::CompactWindow;
 use crate::store::registry::{Owned, PendingKey};
 use crate::sync::{
@@ -106,15 +108,38 @@ use crate::sync::{
 pub(crate) const GROUP: usize = 16;
 
 /// The table's state for one key.
+///
+/// A key changes in a slot only with the slot's value *sealed*: a value
+/// that a request may be deciding on without the group's lock (see the
+/// module docs, "Lookups without the lock") must then refuse every
+/// decision until it is unsealed, by [`reset`](Self::reset) or
+/// [`restore`](Self::restore). A value used only under the lock needs no
+/// seal: the default methods seal nothing.
 pub(crate) trait SlotValue: Send + Sync + Sized {
     /// The value of a key that has just been inserted.
     fn empty() -> Self;
 
-    /// Makes this value [`empty`](Self::empty) again, for a slot given to
-    /// another key (under its group's write lock).
-    fn reset(&mut self) {
-        *self = Self::empty();
+    /// Seals the value if `idle` judges it idle, atomically with the
+    /// judgement (a decision recorded since makes the seal fail); whether
+    /// it did. Under the group's write lock.
+    fn seal_if(&self, idle: impl Fn(&Self) -> bool) -> bool {
+        idle(self)
     }
+
+    /// Seals the value, whatever it holds. Under the group's write lock.
+    fn seal(&self) {}
+
+    /// Makes a sealed value [`empty`](Self::empty) again, unsealing it, for
+    /// a slot given to another key.
+    fn reset(&self);
+
+    /// A copy of a sealed value, which stays sealed: a key's value moved
+    /// out of its slot.
+    fn copy_sealed(&self) -> Self;
+
+    /// Makes a sealed value hold what `from` holds, unsealing it: a key's
+    /// value moved into a slot.
+    fn restore(&self, from: &Self);
 }
 
 /// Lifetime totals of the keys counted in one place (a group, the side map,
@@ -158,39 +183,200 @@ impl Totals {
     }
 }
 
-/// One slot: a key (in its form `S`, see the module docs) and its value,
-/// or nothing (`key` is `None`).
-struct Slot<S, V> {
-    key: Option<S>,
+/// One slot: a key cell `C` (empty, or a key in the slot's form, see the
+/// module docs) and its value.
+pub(crate) struct Slot<C, V> {
+    key: C,
     value: V,
 }
 
-type Slots<S, V> = Box<[Slot<S, V>; GROUP]>;
+pub(crate) type Slots<C, V> = Box<[Slot<C, V>; GROUP]>;
 
-/// A group's slots, write-locked.
-type WriteGuard<'a, S, V> = RwLockWriteGuard<'a, Option<Slots<S, V>>>;
+/// Where a group keeps its slots, allocated with its first key: behind its
+/// lock ([`LockedSlots`]), or beside it ([`Shared`]), for key cells that a
+/// request reads without the lock.
+pub(crate) trait Store<C: Cell, V>: Send + Sync {
+    /// The slots, read-locked.
+    type Read<'a>: SlotsOf<C, V>
+    where
+        Self: 'a;
+    /// The slots, write-locked.
+    type Write<'a>: SlotsOf<C, V> + PutKey<C, V>
+    where
+        Self: 'a;
 
-/// A group's slots, read-locked.
-type ReadGuard<'a, S, V> = RwLockReadGuard<'a, Option<Slots<S, V>>>;
+    fn new() -> Self;
+    fn read_slots(&self) -> Self::Read<'_>;
+    fn write_slots(&self) -> Self::Write<'_>;
+}
 
-/// A group of slots, allocated on its first key, behind its lock. Tags and
-/// keys are read under the read lock and written under the write lock;
-/// a value's atomics are updated by the caller's closure under the read
-/// lock, so a slot is never emptied or reused while a request uses it.
+/// A group's slots as a guard gives them: `None` until its first key.
+pub(crate) trait SlotsOf<C, V> {
+    fn slots(&self) -> Option<&Slots<C, V>>;
+}
+
+/// Changes a slot's key, under the group's write lock, with the slot's
+/// value sealed: the slots, allocated if they were not, with `key` in slot
+/// `at` (nothing for `None`).
+pub(crate) trait PutKey<C: Cell, V> {
+    fn put(&mut self, at: usize, key: Option<C::Stored>) -> &Slots<C, V>;
+}
+
+fn new_slots<C: Cell, V: SlotValue>() -> Slots<C, V> {
+    Box::new(std::array::from_fn(|_| Slot {
+        key: C::empty(),
+        value: V::empty(),
+    }))
+}
+
+/// Slots behind the group's lock: read under its read lock, written under
+/// its write lock, as `&mut`.
+pub(crate) type LockedSlots<C, V> = RwLock<Option<Slots<C, V>>>;
+
+impl<S: Send + Sync, V: SlotValue> Store<Option<S>, V> for LockedSlots<Option<S>, V> {
+    type Read<'a>
+        = RwLockReadGuard<'a, Option<Slots<Option<S>, V>>>
+    where
+        Self: 'a;
+    type Write<'a>
+        = RwLockWriteGuard<'a, Option<Slots<Option<S>, V>>>
+    where
+        Self: 'a;
+
+    fn new() -> Self {
+        RwLock::new(None)
+    }
+
+    #[inline]
+    fn read_slots(&self) -> Self::Read<'_> {
+        read(self)
+    }
+
+    fn write_slots(&self) -> Self::Write<'_> {
+        write(self)
+    }
+}
+
+impl<C, V> SlotsOf<C, V> for RwLockReadGuard<'_, Option<Slots<C, V>>> {
+    #[inline]
+    fn slots(&self) -> Option<&Slots<C, V>> {
+        self.as_ref()
+    }
+}
+
+impl<C, V> SlotsOf<C, V> for RwLockWriteGuard<'_, Option<Slots<C, V>>> {
+    #[inline]
+    fn slots(&self) -> Option<&Slots<C, V>> {
+        self.as_ref()
+    }
+}
+
+impl<S: Send + Sync, V: SlotValue> PutKey<Option<S>, V>
+    for RwLockWriteGuard<'_, Option<Slots<Option<S>, V>>>
+{
+    fn put(&mut self, at: usize, key: Option<S>) -> &Slots<Option<S>, V> {
+        let slots = self.get_or_insert_with(new_slots);
+        slots[at].key = key;
+        slots
+    }
+}
+
+/// Slots beside the group's lock, for key cells in atomics
+/// ([`AtomicAddr`]): read under the read lock, or by a lookup without it
+/// ([`unlocked`](Self::unlocked)); their keys written under the write
+/// lock (with the slot's value sealed, see the module docs). Allocated
+/// once, under the write lock, and kept until the table goes.
+pub(crate) struct Shared<V> {
+    lock: RwLock<()>,
+    slots: std::sync::OnceLock<Slots<AtomicAddr, V>>,
+}
+
+impl<V> Shared<V> {
+    /// The slots, without the lock: only a key cell's own protocol makes
+    /// what is read there consistent.
+    #[inline(always)]
+    fn unlocked(&self) -> Option<&Slots<AtomicAddr, V>> {
+        self.slots.get()
+    }
+}
+
+/// [`Shared`] slots with their group's lock held.
+pub(crate) struct SharedGuard<'a, V, G> {
+    _lock: G,
+    slots: &'a std::sync::OnceLock<Slots<AtomicAddr, V>>,
+}
+
+impl<V: SlotValue> Store<AtomicAddr, V> for Shared<V> {
+    type Read<'a>
+        = SharedGuard<'a, V, RwLockReadGuard<'a, ()>>
+    where
+        Self: 'a;
+    type Write<'a>
+        = SharedGuard<'a, V, RwLockWriteGuard<'a, ()>>
+    where
+        Self: 'a;
+
+    fn new() -> Self {
+        Shared {
+            lock: RwLock::new(()),
+            slots: std::sync::OnceLock::new(),
+        }
+    }
+
+    #[inline]
+    fn read_slots(&self) -> Self::Read<'_> {
+        SharedGuard {
+            _lock: read(&self.lock),
+            slots: &self.slots,
+        }
+    }
+
+    fn write_slots(&self) -> Self::Write<'_> {
+        SharedGuard {
+            _lock: write(&self.lock),
+            slots: &self.slots,
+        }
+    }
+}
+
+impl<V, G> SlotsOf<AtomicAddr, V> for SharedGuard<'_, V, G> {
+    #[inline]
+    fn slots(&self) -> Option<&Slots<AtomicAddr, V>> {
+        self.slots.get()
+    }
+}
+
+impl<V: SlotValue> PutKey<AtomicAddr, V> for SharedGuard<'_, V, RwLockWriteGuard<'_, ()>> {
+    fn put(&mut self, at: usize, key: Option<AddrBits>) -> &Slots<AtomicAddr, V> {
+        // Allocated here only, under the write lock: never two at once.
+        let slots = self.slots.get_or_init(new_slots);
+        slots[at].key.put(key.as_ref());
+        slots
+    }
+}
+
+/// A group of slots, allocated on its first key, in its store `St`. Tags
+/// and keys are read under the read lock and written under the write lock
+/// (address keys are also read without it, see the module docs); a value's
+/// atomics are updated by the caller's closure under the read lock, so a
+/// slot is never emptied or reused while a request uses it.
 ///
 /// Aligned to a cache line, which its header fills: a lookup's lock, tags
 /// and pointer to the slots are one line.
 #[repr(align(64))]
-struct Group<S, V> {
-    slots: RwLock<Option<Slots<S, V>>>,
+struct Group<St> {
+    slots: St,
     tags: Tags,
     totals: Totals,
 }
 
-impl<S, V: SlotValue> Group<S, V> {
-    fn new() -> Self {
+impl<St> Group<St> {
+    fn new<C: Cell, V>() -> Self
+    where
+        St: Store<C, V>,
+    {
         Group {
-            slots: RwLock::new(None),
+            slots: St::new(),
             tags: Tags::new(),
             totals: Totals::new(),
         }
@@ -260,13 +446,6 @@ impl Tags {
 #[inline]
 fn high_bits(word: u64) -> u8 {
     ((word >> 7).wrapping_mul(0x0102_0408_1020_4080) >> 56) as u8
-}
-
-fn new_slots<S, V: SlotValue>() -> Slots<S, V> {
-    Box::new(std::array::from_fn(|_| Slot {
-        key: None,
-        value: V::empty(),
-    }))
 }
 
 /// A key with a limit of its own, in the side map.
@@ -354,15 +533,15 @@ impl<T> std::ops::Deref for Padded<T> {
 /// docs.
 ///
 /// `repr(C)`, in this order: the fields every request of an address key
-/// reads (the groups, the hasher, the default limit, the side map's count,
+/// reads (the address groups, the hasher, the default limit, the side map's count,
 /// the further windows' count) fill the table's first cache line (the table
 /// is 64-byte aligned by its padded fields), so a request touches one line
 /// of the table besides its groups' locks and slots.
 #[repr(C)]
 pub(crate) struct CompactTable<K, V> {
-    /// The groups of a table whose keys are held as they are; empty (no
-    /// allocation) for a table of `Option<String>` keys.
-    groups: Box<[Group<Plain<K>, V>]>,
+    /// The groups of a table of `Option<IpAddr>` keys, held in atomics
+    /// ([`AtomicAddr`]); empty (no allocation) for any other key type.
+    addr_groups: Box<[Group<Shared<V>>]>,
     hasher: GatherState,
     /// The limit of keys in slots. Relaxed: read once per request on its
     /// own; written by a rules document (`apply`), which a request sees
@@ -383,7 +562,10 @@ pub(crate) struct CompactTable<K, V> {
     max_keys: usize,
     /// The groups of a table of `Option<String>` keys, held as
     /// [`InlineText`]; empty for any other key type.
-    text_groups: Box<[Group<InlineText, V>]>,
+    text_groups: Box<[Group<LockedSlots<Option<InlineText>, V>>]>,
+    /// The groups of a table whose keys are held as they are (neither
+    /// `Option<String>` nor `Option<IpAddr>`); empty for those.
+    groups: Box<[Group<LockedSlots<Option<Plain<K>>, V>>]>,
     /// The limit of keys without room. Relaxed, as `default_limit`.
     overflow_limit: AtomicU64,
     /// The further windows of every slot, `further_count` a slot, slot
@@ -442,8 +624,8 @@ pub(crate) fn slot_bytes<S, V>() -> usize {
 
 /// Bytes of a group's header (its lock, totals and pointer to its slots).
 #[cfg(test)]
-pub(crate) fn group_bytes<S, V>() -> usize {
-    std::mem::size_of::<Group<S, V>>()
+pub(crate) fn group_bytes<St>() -> usize {
+    std::mem::size_of::<Group<St>>()
 }
 
 /// Groups for `max_keys` keys at a load of at most 7/8.
@@ -456,14 +638,10 @@ pub(crate) fn groups_for(max_keys: usize) -> usize {
 /// those whose tag matched (`candidates`, from [`Tags::matching`]). A key
 /// is in one slot of a group at most.
 #[inline(always)]
-fn position<S, V>(
-    slots: &Slots<S, V>,
-    mut candidates: u16,
-    is: impl Fn(&S) -> bool,
-) -> Option<usize> {
+fn position<C, V>(slots: &Slots<C, V>, mut candidates: u16, is: impl Fn(&C) -> bool) -> Option<usize> {
     while candidates != 0 {
         let at = candidates.trailing_zeros() as usize;
-        if slots[at].key.as_ref().is_some_and(&is) {
+        if is(&slots[at].key) {
             return Some(at);
         }
         candidates &= candidates - 1;
@@ -488,11 +666,11 @@ fn position<S, V>(
 /// they miss because it was inserted since is found by the insert, which
 /// searches both groups again under their write locks.
 #[inline(always)]
-fn search<S, V>(
-    groups: &[Group<S, V>],
+fn search<C: Cell, V, St: Store<C, V>>(
+    groups: &[Group<St>],
     hash: u64,
-    is: impl Fn(&S) -> bool,
-) -> Option<(usize, ReadGuard<'_, S, V>, usize)> {
+    is: impl Fn(&C) -> bool,
+) -> Option<(usize, St::Read<'_>, usize)> {
     let (first, second, tag) = place_of(hash, groups.len());
     let in_first = groups[first].tags.matching(tag);
     let second_filled = groups[second].tags.some_filled();
@@ -503,8 +681,8 @@ fn search<S, V>(
     };
     for index in [nearer, further] {
         let group = &groups[index];
-        let slots = read(&group.slots);
-        if let Some(at) = slots.as_ref().and_then(|held| {
+        let slots = group.slots.read_slots();
+        if let Some(at) = slots.slots().and_then(|held| {
             let candidates = if index == first {
                 in_first
             } else {
@@ -534,25 +712,30 @@ fn home_of(hash: u64) -> usize {
 
 /// Write-locks groups `a` and `b` of `groups` (once if they are the same),
 /// the lower index first.
-fn lock_pair<S, V>(groups: &[Group<S, V>], a: usize, b: usize) -> Locked<'_, S, V> {
+fn lock_pair<C: Cell, V, St: Store<C, V>>(
+    groups: &[Group<St>],
+    a: usize,
+    b: usize,
+) -> Locked<St::Write<'_>> {
     let (low, high) = (a.min(b), a.max(b));
-    let first = (low, write(&groups[low].slots));
+    let first = (low, groups[low].slots.write_slots());
     if high == low {
         Locked::One([first])
     } else {
-        Locked::Two([first, (high, write(&groups[high].slots))])
+        Locked::Two([first, (high, groups[high].slots.write_slots())])
     }
 }
 
-/// A key's one or two groups, write-locked, as (index, guard) pairs in
-/// index order: a slice without an allocation, which every insert makes.
-enum Locked<'a, S, V> {
-    One([(usize, WriteGuard<'a, S, V>); 1]),
-    Two([(usize, WriteGuard<'a, S, V>); 2]),
+/// A key's one or two groups, write-locked (guards `W`), as (index, guard)
+/// pairs in index order: a slice without an allocation, which every
+/// insert makes.
+enum Locked<W> {
+    One([(usize, W); 1]),
+    Two([(usize, W); 2]),
 }
 
-impl<'a, S, V> std::ops::Deref for Locked<'a, S, V> {
-    type Target = [(usize, WriteGuard<'a, S, V>)];
+impl<W> std::ops::Deref for Locked<W> {
+    type Target = [(usize, W)];
 
     fn deref(&self) -> &Self::Target {
         match self {
@@ -562,7 +745,7 @@ impl<'a, S, V> std::ops::Deref for Locked<'a, S, V> {
     }
 }
 
-impl<S, V> std::ops::DerefMut for Locked<'_, S, V> {
+impl<W> std::ops::DerefMut for Locked<W> {
     fn deref_mut(&mut self) -> &mut Self::Target {
         match self {
             Locked::One(one) => one,
@@ -573,11 +756,14 @@ impl<S, V> std::ops::DerefMut for Locked<'_, S, V> {
 
 /// Runs `$body` with `$groups` bound to the table's groups, in the form
 /// its key type is held in (a choice folded away at compile time: see
-/// [`inline_text`]).
+/// [`inline_text`] and [`atomic_addr`]).
 macro_rules! on_groups {
     ($table:expr, |$groups:ident| $body:expr) => {
         if inline_text::<K>() {
             let $groups = &$table.text_groups[..];
+            $body
+        } else if atomic_addr::<K>() {
+            let $groups = &$table.addr_groups[..];
             $body
         } else {
             let $groups = &$table.groups[..];
@@ -610,12 +796,12 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
                 )
             })
             .collect();
-        let text = inline_text::<K>();
+        let (text, addr) = (inline_text::<K>(), atomic_addr::<K>());
+        let count = |this: bool| if this { n } else { 0 };
         CompactTable {
-            groups: (0..if text { 0 } else { n })
-                .map(|_| Group::new())
-                .collect(),
-            text_groups: (0..if text { n } else { 0 })
+            addr_groups: (0..count(addr)).map(|_| Group::new()).collect(),
+            text_groups: (0..count(text)).map(|_| Group::new()).collect(),
+            groups: (0..count(!text && !addr))
                 .map(|_| Group::new())
                 .collect(),
             hasher,
@@ -768,8 +954,8 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
     }
 
     /// [`with`](Self::with) for an owned key of a table that holds keys as
-    /// they are (not `Option<String>`), with no key in its side map (the
-    /// caller checks [`has_own`](Self::has_own), as for
+    /// they are or in atomics (not `Option<String>`), with no key in its
+    /// side map (the caller checks [`has_own`](Self::has_own), as for
     /// [`with_text`](Self::with_text)): the hash inlined and the search
     /// comparing the key as it is, the key moved into its slot only if
     /// inserted.
@@ -783,17 +969,79 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
         if inline_text::<K>() {
             return self.with(Owned(key), idle, f);
         }
-        let groups = &self.groups[..];
         let hash = self.hasher.hash_inline(&key);
-        if let Some((index, slots, at)) = search(groups, hash, |held: &Plain<K>| held.0 == key) {
+        if atomic_addr::<K>() {
+            let groups = &self.addr_groups[..];
+            let probe = <AtomicAddr as KeyCell<K>>::probe(&key);
+            let found = search(groups, hash, |held: &AtomicAddr| {
+                KeyCell::<K>::is(held, probe.as_ref(), &key)
+            });
+            if let Some((index, slots, at)) = found {
+                let slots = slots
+                    .slots()
+                    .expect("`search` found the key in these slots");
+                return f(self.slot_place(&groups[index].totals, slots, index, at));
+            }
+            return self.insert(groups, Owned(key), hash, idle, false, false, |place, _| {
+                f(place)
+            });
+        }
+        let groups = &self.groups[..];
+        let found = search(groups, hash, |held: &Option<Plain<K>>| {
+            held.as_ref().is_some_and(|held| held.0 == key)
+        });
+        if let Some((index, slots, at)) = found {
             let slots = slots
-                .as_ref()
+                .slots()
                 .expect("`search` found the key in these slots");
             return f(self.slot_place(&groups[index].totals, slots, index, at));
         }
         self.insert(groups, Owned(key), hash, idle, false, false, |place, _| {
             f(place)
         })
+    }
+
+    /// One pass for `key` without the group's lock, for a table of
+    /// `Option<IpAddr>` keys with no key in its side map: if the key is in a
+    /// slot and `attempt` records a pass on its value under `limit` (the
+    /// default limit), the totals of the key's group, once the pass is
+    /// proven the key's (see the module docs, "Lookups without the lock").
+    /// `None` when the key is not found, when `attempt` records nothing, or
+    /// when the slot changed keys meanwhile (the pass then counts against
+    /// the slot's new key, and the caller decides the request again by the
+    /// locked path).
+    #[inline(always)]
+    pub(crate) fn pass_unlocked(
+        &self,
+        key: &K,
+        attempt: impl FnOnce(&V, u64) -> bool,
+    ) -> Option<&Totals> {
+        if !atomic_addr::<K>() {
+            return None;
+        }
+        let bits = <AtomicAddr as KeyCell<K>>::probe(key)?;
+        let groups = &self.addr_groups[..];
+        let (first, second, tag) = place_of(self.hasher.hash_inline(key), groups.len());
+        for index in [first, second] {
+            let group = &groups[index];
+            let mut candidates = group.tags.matching(tag);
+            if let Some(slots) = group.slots.unlocked().filter(|_| candidates != 0) {
+                while candidates != 0 {
+                    let at = candidates.trailing_zeros() as usize;
+                    let slot = &slots[at];
+                    if let Some(seen) = slot.key.seen(&bits) {
+                        let limit = self.default_limit.load(Ordering::Relaxed);
+                        let valid = attempt(&slot.value, limit) && slot.key.unchanged(seen);
+                        return valid.then_some(&group.totals);
+                    }
+                    candidates &= candidates - 1;
+                }
+            }
+            if first == second {
+                break;
+            }
+        }
+        None
     }
 
     /// [`with`](Self::with) for the key `Some(text)` of a table of
@@ -821,9 +1069,12 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
         // `Option<&str>` hashes as `Option<String>`: the discriminant, then
         // the text's bytes and terminator.
         let hash = self.hasher.hash_inline(&key);
-        if let Some((index, slots, at)) = search(groups, hash, |held| held.is_text(key)) {
+        let found = search(groups, hash, |held: &Option<InlineText>| {
+            held.as_ref().is_some_and(|held| held.is_text(key))
+        });
+        if let Some((index, slots, at)) = found {
             let slots = slots
-                .as_ref()
+                .slots()
                 .expect("`search` found the key in these slots");
             return f(self.slot_place(&groups[index].totals, slots, index, at));
         }
@@ -842,9 +1093,9 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
     /// [`with`](Self::with) and [`with_keyed`](Self::with_keyed) (`keyed`)
     /// on the table's `groups`.
     #[inline]
-    fn with_in<S: Form<K>, P: PendingKey<K>, R>(
+    fn with_in<C: KeyCell<K>, St: Store<C, V>, P: PendingKey<K>, R>(
         &self,
-        groups: &[Group<S, V>],
+        groups: &[Group<St>],
         pending: P,
         idle: impl Fn(&V, &[CompactWindow]) -> bool,
         keyed: bool,
@@ -865,15 +1116,15 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
         // `K: Borrow<Q>` promises that `Q` hashes as `K` does.
         let hash = self.hasher.hash_key(key);
         let request_key = pending.as_key();
-        let probe = request_key.and_then(S::probe);
+        let probe = request_key.and_then(C::probe);
         if let Some((index, slots, at)) =
-            search(groups, hash, |held: &S| held.is(probe.as_ref(), key))
+            search(groups, hash, |held: &C| held.is(probe.as_ref(), key))
         {
             let slots = slots
-                .as_ref()
+                .slots()
                 .expect("`search` found the key in these slots");
             let shown = if keyed {
-                slots[at].key.as_ref().and_then(|k| k.shown(request_key))
+                slots[at].key.shown(request_key)
             } else {
                 None
             };
@@ -888,9 +1139,9 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
 
     #[cold]
     #[allow(clippy::too_many_arguments)]
-    fn insert<S: Form<K>, P: PendingKey<K>, R>(
+    fn insert<C: KeyCell<K>, St: Store<C, V>, P: PendingKey<K>, R>(
         &self,
-        groups: &[Group<S, V>],
+        groups: &[Group<St>],
         pending: P,
         hash: u64,
         idle: impl Fn(&V, &[CompactWindow]) -> bool,
@@ -907,9 +1158,9 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
         // Another request may have inserted the key, or `set_limit` moved
         // it to the side map, since the lookup.
         let request_key = pending.as_key();
-        let probe = request_key.and_then(S::probe);
+        let probe = request_key.and_then(C::probe);
         for (index, slots) in locked.iter() {
-            if let Some((slots, at)) = slots.as_ref().and_then(|slots| {
+            if let Some((slots, at)) = slots.slots().and_then(|slots| {
                 let candidates = groups[*index].tags.matching(tag);
                 Some((
                     slots,
@@ -917,7 +1168,7 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
                 ))
             }) {
                 let shown = if keyed {
-                    slots[at].key.as_ref().and_then(|k| k.shown(request_key))
+                    slots[at].key.shown(request_key)
                 } else {
                     None
                 };
@@ -944,30 +1195,42 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
             }
             return f(self.overflow_place(), None);
         };
+        // The slot's value is sealed (an idle key's, by `free_slot`) or
+        // empty.
+        let index = locked[which].0;
+        let evicted = locked[which]
+            .1
+            .slots()
+            .is_some_and(|slots| slots[at].key.filled());
         // The key in its slot's form, made before the slot is touched.
         let mut owned = Some(pending.into_owned());
-        let Some(stored) = S::store(&mut owned) else {
-            // A form takes every key of its table's type: not reached.
+        let Some(stored) = C::store(&mut owned) else {
+            // A cell takes every key of its table's type: not reached.
+            if let Some(slots) = locked[which].1.slots() {
+                slots[at].value.reset();
+            }
             self.unclaim(room);
             return f(
                 self.overflow_place(),
                 owned.as_ref().filter(|_| key_on_overflow),
             );
         };
-        let index = locked[which].0;
-        let slot = &mut locked[which].1.get_or_insert_with(new_slots)[at];
-        if slot.key.is_some() {
+        if evicted {
             self.unclaim(room);
-            // Evicted: its key is dropped here, its value reset, and its
-            // further windows (idle as its value) emptied.
-            slot.value.reset();
+        } else if let Some(slots) = locked[which].1.slots() {
+            slots[at].value.seal();
+        }
+        let slots = locked[which].1.put(at, Some(stored));
+        // Evicted: its key is dropped above, its value emptied (unsealed)
+        // here, and its further windows (idle as its value) emptied.
+        slots[at].value.reset();
+        if evicted {
             self.clear_further(index, at);
         }
-        slot.key = Some(stored);
         groups[index].tags.set(at, tag);
-        let slots = locked[which].1.as_ref().expect("allocated above");
+        let slots = locked[which].1.slots().expect("allocated above");
         let shown = if keyed {
-            slots[at].key.as_ref().and_then(|k| k.shown(None))
+            slots[at].key.shown(None)
         } else {
             None
         };
@@ -1001,12 +1264,13 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
     /// first: a key found there takes one read lock, in its second group
     /// two.
     /// Idleness is asked only when no empty slot will do: judging a key
-    /// reads its window at the request's clock reading. Examines each slot
-    /// of the two groups twice at most (its tag, then its idleness).
-    fn free_slot<S>(
+    /// reads its window at the request's clock reading. An idle slot is
+    /// returned with its value sealed (see [`SlotValue`]). Examines each
+    /// slot of the two groups twice at most (its tag, then its idleness).
+    fn free_slot<C: Cell, St: Store<C, V>>(
         &self,
-        groups: &[Group<S, V>],
-        locked: &mut [(usize, WriteGuard<'_, S, V>)],
+        groups: &[Group<St>],
+        locked: &mut [(usize, St::Write<'_>)],
         first: usize,
         home: usize,
         room: bool,
@@ -1022,7 +1286,7 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
             };
             for which in order.into_iter().filter(|&which| which < locked.len()) {
                 let (index, slots) = &locked[which];
-                let (empties, first) = match slots.as_ref() {
+                let (empties, first) = match slots.slots() {
                     // A group no key has used: every slot is empty.
                     None => {
                         #[cfg(test)]
@@ -1051,7 +1315,7 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
             }
         }
         for (which, (index, slots)) in locked.iter().enumerate() {
-            let Some(slots) = slots.as_ref() else {
+            let Some(slots) = slots.slots() else {
                 continue;
             };
             // From the key's home on: a scan from the group's first slot
@@ -1061,8 +1325,10 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
                 let slot = &slots[at];
                 #[cfg(test)]
                 self.examined.fetch_add(1, Ordering::Relaxed);
-                // A key is idle only when every window of it is.
-                if slot.key.is_some() && idle(&slot.value, self.further_of(*index, at)) {
+                // A key is idle only when every window of it is. Sealed
+                // with the judgement: no pass recorded since counts on it.
+                let further = self.further_of(*index, at);
+                if slot.key.filled() && slot.value.seal_if(|value| idle(value, further)) {
                     return Some((which, at));
                 }
             }
@@ -1101,11 +1367,11 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
         }
         let hash = self.hasher.hash_key(key);
         on_groups!(self, |groups| {
-            let (index, slots, at) = search(groups, hash, |held| Form::<K>::is(held, None, key))?;
+            let (index, slots, at) = search(groups, hash, |held| KeyCell::<K>::is(held, None, key))?;
             let slots = slots
-                .as_ref()
+                .slots()
                 .expect("`search` found the key in these slots");
-            let owned = slots[at].key.as_ref().and_then(Form::key)?;
+            let owned = KeyCell::<K>::key(&slots[at].key)?;
             let place = self.slot_place(&groups[index].totals, slots, index, at);
             Some(f(&owned, place))
         })
@@ -1134,12 +1400,12 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
         on_groups!(self, |groups| {
             for (index, group) in groups.iter().enumerate() {
                 {
-                    let slots = read(&group.slots);
-                    let Some(slots) = slots.as_ref() else {
+                    let slots = group.slots.read_slots();
+                    let Some(slots) = slots.slots() else {
                         continue;
                     };
                     for (at, slot) in slots.iter().enumerate() {
-                        if let Some(key) = slot.key.as_ref().and_then(Form::key) {
+                        if let Some(key) = KeyCell::<K>::key(&slot.key) {
                             let place = self.slot_place(&group.totals, slots, index, at);
                             buffer.push(read_one(&key, place));
                         }
@@ -1195,9 +1461,9 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
     }
 
     /// [`set_limit`](Self::set_limit) on the table's `groups`.
-    fn set_limit_in<S: Form<K>>(
+    fn set_limit_in<C: KeyCell<K>, St: Store<C, V>>(
         &self,
-        groups: &[Group<S, V>],
+        groups: &[Group<St>],
         key: K,
         limit: u64,
         idle: impl Fn(&V, &[CompactWindow]) -> bool,
@@ -1242,9 +1508,9 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
     }
 
     /// [`remove_limit`](Self::remove_limit) on the table's `groups`.
-    fn remove_limit_in<S: Form<K>, Q>(
+    fn remove_limit_in<C: KeyCell<K>, St: Store<C, V>, Q>(
         &self,
-        groups: &[Group<S, V>],
+        groups: &[Group<St>],
         key: &Q,
         idle: impl Fn(&V, &[CompactWindow]) -> bool,
     ) -> bool
@@ -1271,17 +1537,20 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
                 // type: `None` only without a free slot).
                 let stored = free.and_then(|_| {
                     let (owned, _) = own.get_key_value(key)?;
-                    S::store(&mut Some(owned.clone()))
+                    C::store(&mut Some(owned.clone()))
                 });
                 match free.zip(stored) {
                     Some(((which, at), stored)) => {
                         let (_, entry) = own.remove_entry(key).expect("the entry was found above");
-                        let slot = &mut locked[which].1.get_or_insert_with(new_slots)[at];
-                        if slot.key.is_some() {
-                            self.unclaim(room);
+                        // An idle key's slot comes sealed from `free_slot`;
+                        // an empty one is sealed here.
+                        match locked[which].1.slots().map(|slots| &slots[at]) {
+                            Some(slot) if slot.key.filled() => self.unclaim(room),
+                            Some(slot) => slot.value.seal(),
+                            None => {}
                         }
-                        slot.key = Some(stored);
-                        slot.value = entry.value;
+                        let slots = locked[which].1.put(at, Some(stored));
+                        slots[at].value.restore(&entry.value);
                         let index = locked[which].0;
                         groups[index].tags.set(at, tag);
                         for (to, from) in self.further_of(index, at).iter().zip(&entry.further[..])
@@ -1290,6 +1559,8 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
                         }
                     }
                     None => {
+                        // `stored` is `None` only without a free slot: no
+                        // slot was sealed.
                         self.unclaim(room);
                         entry.limit.store(
                             self.default_limit.load(Ordering::Relaxed),
@@ -1345,31 +1616,36 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
     /// Moves `key`'s value out of its slot in the `locked` groups, and its
     /// further windows into `further`, emptying the slot; `None` if it has
     /// none.
-    fn take<S: Form<K>>(
+    fn take<C: KeyCell<K>, St: Store<C, V>>(
         &self,
-        groups: &[Group<S, V>],
-        locked: &mut [(usize, WriteGuard<'_, S, V>)],
+        groups: &[Group<St>],
+        locked: &mut [(usize, St::Write<'_>)],
         tag: u8,
         key: &K,
         further: &[CompactWindow],
     ) -> Option<V> {
-        let probe = S::probe(key);
+        let probe = C::probe(key);
         for (index, slots) in locked.iter_mut() {
-            let Some(slots) = slots.as_mut() else {
+            let Some(at) = slots.slots().and_then(|held| {
+                let candidates = groups[*index].tags.matching(tag);
+                position(held, candidates, |k| k.is(probe.as_ref(), key))
+            }) else {
                 continue;
             };
-            let candidates = groups[*index].tags.matching(tag);
-            if let Some(at) = position(slots, candidates, |k| k.is(probe.as_ref(), key)) {
-                for (to, from) in further.iter().zip(self.further_of(*index, at)) {
-                    to.copy_from(from);
-                }
-                self.clear_further(*index, at);
-                let slot = &mut slots[at];
-                slot.key = None;
-                groups[*index].tags.set(at, 0);
-                self.occupied.fetch_sub(1, Ordering::Relaxed);
-                return Some(std::mem::replace(&mut slot.value, V::empty()));
+            for (to, from) in further.iter().zip(self.further_of(*index, at)) {
+                to.copy_from(from);
             }
+            self.clear_further(*index, at);
+            let value = {
+                let held = &slots.slots().expect("the key was found in them")[at].value;
+                held.seal();
+                held.copy_sealed()
+            };
+            let slots = slots.put(at, None);
+            slots[at].value.reset();
+            groups[*index].tags.set(at, 0);
+            self.occupied.fetch_sub(1, Ordering::Relaxed);
+            return Some(value);
         }
         None
     }
@@ -1410,6 +1686,19 @@ mod tests {
     impl SlotValue for Fixed {
         fn empty() -> Self {
             Fixed(Mutex::new((0, 0)))
+        }
+
+        fn reset(&self) {
+            *self.0.lock().unwrap() = (0, 0);
+        }
+
+        fn copy_sealed(&self) -> Self {
+            Fixed(Mutex::new(*self.0.lock().unwrap()))
+        }
+
+        fn restore(&self, from: &Self) {
+            let from = *from.0.lock().unwrap();
+            *self.0.lock().unwrap() = from;
         }
     }
 
@@ -1503,7 +1792,7 @@ mod tests {
         type T = CompactTable<Option<std::net::IpAddr>, CompactWindow>;
         assert_eq!(std::mem::align_of::<T>(), 64);
         for end in [
-            std::mem::offset_of!(T, groups) + 16,
+            std::mem::offset_of!(T, addr_groups) + 16,
             std::mem::offset_of!(T, hasher) + std::mem::size_of::<GatherState>(),
             std::mem::offset_of!(T, default_limit) + 8,
             std::mem::offset_of!(T, own_count) + 8,
@@ -2021,6 +2310,18 @@ mod loom_models {
     impl SlotValue for Packed {
         fn empty() -> Self {
             Packed(AtomicU64::new(0))
+        }
+
+        fn reset(&self) {
+            self.0.store(0, Ordering::Release);
+        }
+
+        fn copy_sealed(&self) -> Self {
+            Packed(AtomicU64::new(self.0.load(Ordering::Acquire)))
+        }
+
+        fn restore(&self, from: &Self) {
+            self.0.store(from.0.load(Ordering::Acquire), Ordering::Release);
         }
     }
 
