@@ -1263,6 +1263,20 @@ impl CompactWindow {
         self.seal_if(|_| true);
     }
 
+    /// Seals the window of a vacant table slot, unless it is sealed
+    /// already: a vacant slot's window is sealed from when its key left
+    /// (or has never been used), and no request can hold its lock, so a
+    /// locked head here is that seal.
+    pub(crate) fn seal_vacant(&self) {
+        // Relaxed: under the slot's group write lock, which ordered the
+        // seal this may find.
+        let head = self.head.load(Ordering::Relaxed);
+        if head & LOCKED == 0 {
+            let sealed = self.lock(head);
+            debug_assert!(sealed.is_some(), "no request holds a vacant slot's window");
+        }
+    }
+
     /// Empties the window (all zero bits again), for a slot that is given
     /// to another key. The caller keeps every other user away from the
     /// window meanwhile: the compact table holds the slot's group write

@@ -238,16 +238,14 @@ impl<K: Clone + 'static> Form<K> for InlineText {
 }
 
 /// A slot's key cell, whatever its key type: what it takes, and its empty
-/// state.
+/// state. Whether a slot holds a key is its tag's to say (a vacant shared
+/// slot keeps the key it had, see the table's `PutKey::vacate`).
 pub(crate) trait Cell: Sized + Send + Sync {
     /// A key as the cell takes it, made before the slot is touched.
     type Stored;
 
     /// An empty cell.
     fn empty() -> Self;
-
-    /// Whether the cell holds a key.
-    fn filled(&self) -> bool;
 }
 
 /// A slot's key: nothing, or one key in the slot's form.
@@ -288,11 +286,6 @@ impl<S: Send + Sync> Cell for Option<S> {
 
     fn empty() -> Self {
         None
-    }
-
-    #[inline]
-    fn filled(&self) -> bool {
-        self.is_some()
     }
 }
 
@@ -346,8 +339,13 @@ const NO_ADDR: u32 = 1;
 const V4: u32 = 2;
 /// `state`: an IPv6 address, in the four words, most significant first.
 const V6: u32 = 3;
-/// `state`: the kind's bits; the version is above them.
+/// `state`: the kind's bits.
 const KIND: u32 = 0b11;
+/// `state`: the key left the slot (its value moved out, sealed); the
+/// version is above this bit.
+const VACANT: u32 = 0b100;
+/// `state`: where the version starts.
+const VERSION_SHIFT: u32 = 3;
 
 /// An `Option<IpAddr>` key as an [`AtomicAddr`] holds it: its kind (one
 /// of the `state` kinds, never [`EMPTY`]) and its words (0 where unused).
@@ -414,11 +412,13 @@ impl AddrBits {
 /// included) proves that the slot held this key when the decision was
 /// recorded.
 pub(crate) struct AtomicAddr {
-    /// `[version:30][kind:2]`. The version grows by one with every key
-    /// the cell takes or gives up, so a state seen twice is the same key's
-    /// unless 2^30 changes of this one slot came between the two loads.
-    /// `Release` stores after the words, `Acquire` loads: a lookup that
-    /// loads a state sees the words stored before it.
+    /// `[version:29][vacant:1][kind:2]`. The version grows by one with
+    /// every key the cell takes, so a state seen twice is the same key's
+    /// unless 2^29 keys came and went in this one slot between the two
+    /// loads. `vacant` is set when the key leaves (its value sealed and
+    /// moved out, see the table's `PutKey::vacate`); the key stays until
+    /// the next one. `Release` stores after the words, `Acquire` loads: a
+    /// lookup that loads a state sees the words stored before it.
     state: AtomicU32,
     /// The address, as [`AddrBits`] lays it out. `Relaxed`: ordered by
     /// `state`; a lookup racing a change may read a mix of two keys' words,
@@ -441,7 +441,8 @@ impl AtomicAddr {
     pub(crate) fn seen(&self, bits: &AddrBits) -> Option<u32> {
         // Acquire: the words of this state are visible below.
         let state = self.state.load(Ordering::Acquire);
-        let same = (state & KIND == bits.kind)
+        // Never for a vacant cell: the key it keeps is not in the slot.
+        let same = (state & (KIND | VACANT) == bits.kind)
             & (self.words[0].load(Ordering::Relaxed) == bits.words[0])
             & (self.words[1].load(Ordering::Relaxed) == bits.words[1])
             & (self.words[2].load(Ordering::Relaxed) == bits.words[2])
@@ -449,20 +450,30 @@ impl AtomicAddr {
         same.then_some(state)
     }
 
-    /// Whether the cell's state is still `seen`, loaded after a decision
-    /// recorded on the slot's value (see the table's module docs).
+    /// Whether the cell still holds the key of `seen` (a state
+    /// [`seen`](Self::seen) returned), loaded after a decision recorded on
+    /// the slot's value (see the table's module docs). A key that left
+    /// since counts as held: it left with its value sealed after the
+    /// decision, which the moved value therefore holds.
     #[inline(always)]
     pub(crate) fn unchanged(&self, seen: u32) -> bool {
         // Acquire: a key change whose value store the decision's swap read
         // (or came after) is seen here.
-        self.state.load(Ordering::Acquire) == seen
+        self.state.load(Ordering::Acquire) & !VACANT == seen
+    }
+
+    /// Marks the key as gone (under the group's write lock, with the
+    /// slot's value sealed and moved out), keeping its version.
+    pub(crate) fn vacate(&self) {
+        let state = self.state.load(Ordering::Relaxed);
+        self.state.store(state | VACANT, Ordering::Release);
     }
 
     /// The key held, if any.
     fn bits(&self) -> Option<AddrBits> {
         let state = self.state.load(Ordering::Acquire);
         let kind = state & KIND;
-        (kind != EMPTY).then(|| AddrBits {
+        (kind != EMPTY && state & VACANT == 0).then(|| AddrBits {
             kind,
             words: std::array::from_fn(|i| self.words[i].load(Ordering::Relaxed)),
         })
@@ -475,9 +486,10 @@ impl AtomicAddr {
         for (cell, word) in self.words.iter().zip(words) {
             cell.store(word, Ordering::Relaxed);
         }
-        let version = (self.state.load(Ordering::Relaxed) >> 2).wrapping_add(1);
+        let version = (self.state.load(Ordering::Relaxed) >> VERSION_SHIFT).wrapping_add(1);
         // Release: the words above are visible to whoever loads this.
-        self.state.store((version << 2) | kind, Ordering::Release);
+        self.state
+            .store((version << VERSION_SHIFT) | kind, Ordering::Release);
     }
 }
 
@@ -497,11 +509,6 @@ impl Cell for AtomicAddr {
 
     fn empty() -> Self {
         AtomicAddr::new()
-    }
-
-    #[inline]
-    fn filled(&self) -> bool {
-        self.state.load(Ordering::Acquire) & KIND != EMPTY
     }
 }
 

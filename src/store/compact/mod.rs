@@ -18,6 +18,8 @@ use std::sync::Arc;
 
 pub(crate) use table::{CompactTable, Place, SlotValue, Totals};
 
+use form::atomic_addr;
+
 use super::registry::{Borrowed, ByRef, Owned, PendingKey};
 use super::{RouteLimit, Routes, Settings, Window};
 use crate::key::{KeyVisitor, TextKey};
@@ -36,6 +38,10 @@ impl SlotValue for CompactWindow {
 
     fn seal(&self) {
         CompactWindow::seal(self);
+    }
+
+    fn seal_vacant(&self) {
+        CompactWindow::seal_vacant(self);
     }
 
     fn reset(&self) {
@@ -257,12 +263,13 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> CompactKeys<K> {
     fn with_owned<R>(
         &self,
         key: K,
+        hash: u64,
         now: u64,
         f: impl FnOnce(Place<'_, CompactWindow>, &CompactShape, Option<&K>) -> R,
     ) -> R {
         let shape = &self.shape;
         self.table
-            .with_owned(key, self.idle(now), |place| f(place, shape, None))
+            .with_hashed(key, hash, self.idle(now), |place| f(place, shape, None))
     }
 
     /// One pass at once for `key`, recorded without its group's lock (see
@@ -271,10 +278,11 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> CompactKeys<K> {
     /// be decided by [`with_owned`](Self::with_owned). For a layer where
     /// [`plain_lookup`](Self::plain_lookup) holds.
     #[inline(always)]
-    fn pass_unlocked(&self, key: &K, now: u64) -> Option<&Totals> {
+    fn pass_unlocked(&self, key: &K, hash: u64, now: u64) -> Option<&Totals> {
         let shape = &self.shape;
-        self.table
-            .pass_unlocked(key, |window, limit| window.pass_now(shape, now, limit))
+        self.table.pass_unlocked(key, hash, |window, limit| {
+            window.pass_now(shape, now, limit)
+        })
     }
 
     /// [`with`](Self::with) for the key `Some(text)`, the text lent (see
@@ -392,12 +400,17 @@ where
             passed,
         } = self;
         if keys.plain_lookup() {
-            if let Some(passed) = passed {
-                if let Some(totals) = keys.pass_unlocked(&key, now) {
+            // Hashed once, for both lookups.
+            let hash = keys.table.hash_owned(&key);
+            // Only address keys are looked up without the lock (a constant
+            // of the build: other key types compile to the locked lookup
+            // alone).
+            if let Some(passed) = passed.filter(|_| atomic_addr::<K>()) {
+                if let Some(totals) = keys.pass_unlocked(&key, hash, now) {
                     return passed(totals);
                 }
             }
-            return keys.with_owned(key, now, decide);
+            return keys.with_owned(key, hash, now, decide);
         }
         keys.with(Owned(key), now, decide)
     }
@@ -475,7 +488,10 @@ mod tests {
         // `Option<IpAddr>` keys, in atomics: the state word and the
         // address's four words take what the key and its padding took.
         assert_eq!(slot_bytes::<AtomicAddr, CompactWindow>(), 48);
-        assert_eq!(slot_bytes::<Option<Plain<Option<IpAddr>>>, CompactWindow>(), 48);
+        assert_eq!(
+            slot_bytes::<Option<Plain<Option<IpAddr>>>, CompactWindow>(),
+            48
+        );
         // `Option<String>` keys (`HeaderKey`'s): up to 70 bytes of text in
         // the slot.
         assert_eq!(slot_bytes::<Option<InlineText>, CompactWindow>(), 104);
@@ -560,6 +576,114 @@ mod loom_models {
             assert_eq!(table.get(&in_slot, |p| passes(p.value)), Some(1));
             assert_eq!(table.get(&(3 - in_slot), |p| passes(p.value)), None);
             assert_eq!(passes(table.overflow_place().value), 1);
+        });
+    }
+
+    type AddrTable = CompactTable<Option<std::net::IpAddr>, CompactWindow>;
+
+    fn addr(n: u8) -> Option<std::net::IpAddr> {
+        Some(std::net::Ipv4Addr::new(10, 0, 0, n).into())
+    }
+
+    /// A request of an address key as the layer makes it for a layer with
+    /// no RateLimit fields on passes: a pass at once without the group's
+    /// lock if it can, else the locked lookup. Whether it passed, and
+    /// whether on the overflow window.
+    fn addr_request(table: &AddrTable, key: Option<std::net::IpAddr>, now: u64) -> (bool, bool) {
+        let hash = table.hash_owned(&key);
+        let pass = |window: &CompactWindow, limit| window.pass_now(&SHAPE, now, limit);
+        if table.pass_unlocked(&key, hash, pass).is_some() {
+            return (true, false);
+        }
+        table.with_hashed(
+            key,
+            hash,
+            |window, _| window.is_idle(&SHAPE, now),
+            |place| {
+                let (_, _, decision) = place.value.admit(&SHAPE, now, place.limit, place.overflow);
+                (matches!(decision, Decision::Pass(_)), place.overflow)
+            },
+        )
+    }
+
+    fn addr_passes(table: &AddrTable, key: Option<std::net::IpAddr>, now: u64) -> Option<u64> {
+        table.get(&key, |p| p.value.window_counts(&SHAPE, now).0)
+    }
+
+    /// As `a_compact_window_admission_racing_an_insert`, with address keys:
+    /// the request of key 1 passes without the group's lock (rotating its
+    /// window) while key 2's insert may evict key 1 only while it is idle,
+    /// sealing its window with the judgement. One passes in the slot under
+    /// its own key, the other on the overflow window.
+    #[test]
+    fn a_pass_without_the_lock_racing_an_eviction() {
+        loom::model(|| {
+            let table: Arc<AddrTable> = Arc::new(CompactTable::new(1, 1, 1, &HashMap::new(), 0));
+            assert_eq!(addr_request(&table, addr(1), 0), (true, false));
+            let threads: Vec<_> = [1u8, 2]
+                .into_iter()
+                .map(|n| {
+                    let table = Arc::clone(&table);
+                    thread::spawn(move || addr_request(&table, addr(n), 2))
+                })
+                .collect();
+            let answers: Vec<(bool, bool)> =
+                threads.into_iter().map(|t| t.join().unwrap()).collect();
+            assert!(answers.iter().all(|(passed, _)| *passed), "{answers:?}");
+            assert_eq!(answers.iter().filter(|(_, o)| *o).count(), 1);
+            let in_slot = if answers[0].1 { 2 } else { 1 };
+            assert_eq!(addr_passes(&table, addr(in_slot), 2), Some(1));
+            assert_eq!(addr_passes(&table, addr(3 - in_slot), 2), None);
+            let overflow = table.overflow_place().value;
+            assert_eq!(overflow.window_counts(&SHAPE, 2).0, 1);
+        });
+    }
+
+    /// Two requests of one address key at one clock reading, both free to
+    /// pass without the lock, against a limit of 2 with one pass already
+    /// counted: exactly one passes.
+    #[test]
+    fn passes_without_the_lock_stop_at_the_limit() {
+        loom::model(|| {
+            let table: Arc<AddrTable> = Arc::new(CompactTable::new(16, 2, 2, &HashMap::new(), 0));
+            assert_eq!(addr_request(&table, addr(1), 0), (true, false));
+            let threads: Vec<_> = (0..2)
+                .map(|_| {
+                    let table = Arc::clone(&table);
+                    thread::spawn(move || addr_request(&table, addr(1), 0).0)
+                })
+                .collect();
+            let passed = threads
+                .into_iter()
+                .map(|t| t.join().unwrap())
+                .filter(|&passed| passed)
+                .count();
+            assert_eq!(passed, 1);
+            assert_eq!(addr_passes(&table, addr(1), 0), Some(2));
+        });
+    }
+
+    /// A request of key 1, free to pass without the lock, while the key is
+    /// given a limit of its own (its window moves to the side map): the
+    /// request passes once and is counted once, whether its pass landed
+    /// before the move (and moved with the window) or after it.
+    #[test]
+    fn a_pass_without_the_lock_racing_a_limit_of_its_own() {
+        loom::model(|| {
+            let table: Arc<AddrTable> = Arc::new(CompactTable::new(16, 3, 3, &HashMap::new(), 0));
+            assert_eq!(addr_request(&table, addr(1), 0), (true, false));
+            let request = {
+                let table = Arc::clone(&table);
+                thread::spawn(move || addr_request(&table, addr(1), 0))
+            };
+            let limit = {
+                let table = Arc::clone(&table);
+                thread::spawn(move || table.set_limit(addr(1), 5, |w, _| w.is_idle(&SHAPE, 0)))
+            };
+            limit.join().unwrap();
+            assert_eq!(request.join().unwrap(), (true, false));
+            assert_eq!(addr_passes(&table, addr(1), 0), Some(2));
+            assert_eq!(table.get(&addr(1), |p| p.limit), Some(5));
         });
     }
 }

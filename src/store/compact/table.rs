@@ -129,6 +129,12 @@ pub(crate) trait SlotValue: Send + Sync + Sized {
     /// Seals the value, whatever it holds. Under the group's write lock.
     fn seal(&self) {}
 
+    /// Seals the value of a vacant slot (see [`PutKey::vacate`]) unless it
+    /// still is: a vacant slot's value is either sealed since its key left
+    /// or has never been used, and no request holds it meanwhile. Under the
+    /// group's write lock.
+    fn seal_vacant(&self) {}
+
     /// Makes a sealed value [`empty`](Self::empty) again, unsealing it, for
     /// a slot given to another key.
     fn reset(&self);
@@ -220,6 +226,17 @@ pub(crate) trait SlotsOf<C, V> {
 /// `at` (nothing for `None`).
 pub(crate) trait PutKey<C: Cell, V> {
     fn put(&mut self, at: usize, key: Option<C::Stored>) -> &Slots<C, V>;
+
+    /// Leaves slot `at` (whose value is sealed, and copied out by the
+    /// caller) vacant: what a lookup may still find there must not count.
+    /// A slot behind the lock is emptied (no lookup runs meanwhile); a
+    /// shared slot's key is marked gone, keeping its version, and its
+    /// value stays sealed: no lookup finds the key any more, one that
+    /// found it before records nothing on the sealed value, and one that
+    /// recorded a pass before the seal sees its key's version unchanged
+    /// (that pass is in the copy). The slot's tag, cleared by the caller,
+    /// marks it vacant.
+    fn vacate(&mut self, at: usize);
 }
 
 fn new_slots<C: Cell, V: SlotValue>() -> Slots<C, V> {
@@ -278,6 +295,13 @@ impl<S: Send + Sync, V: SlotValue> PutKey<Option<S>, V>
         let slots = self.get_or_insert_with(new_slots);
         slots[at].key = key;
         slots
+    }
+
+    fn vacate(&mut self, at: usize) {
+        if let Some(slots) = self.as_mut() {
+            slots[at].key = None;
+            slots[at].value.reset();
+        }
     }
 }
 
@@ -353,6 +377,14 @@ impl<V: SlotValue> PutKey<AtomicAddr, V> for SharedGuard<'_, V, RwLockWriteGuard
         slots[at].key.put(key.as_ref());
         slots
     }
+
+    fn vacate(&mut self, at: usize) {
+        // The key (marked gone) and the sealed value stay until the slot
+        // is taken again (see the trait).
+        if let Some(slots) = self.slots.get() {
+            slots[at].key.vacate();
+        }
+    }
 }
 
 /// A group of slots, allocated on its first key, in its store `St`. Tags
@@ -410,6 +442,11 @@ impl Tags {
             (bytes & !(0xFF << shift)) | (u64::from(tag) << shift),
             Ordering::Relaxed,
         );
+    }
+
+    /// Slot `at`'s tag (0: vacant).
+    fn get(&self, at: usize) -> u8 {
+        (self.0[at / 8].load(Ordering::Relaxed) >> ((at % 8) * 8)) as u8
     }
 
     /// Whether any of the first eight slots holds a key, from one word:
@@ -638,7 +675,11 @@ pub(crate) fn groups_for(max_keys: usize) -> usize {
 /// those whose tag matched (`candidates`, from [`Tags::matching`]). A key
 /// is in one slot of a group at most.
 #[inline(always)]
-fn position<C, V>(slots: &Slots<C, V>, mut candidates: u16, is: impl Fn(&C) -> bool) -> Option<usize> {
+fn position<C, V>(
+    slots: &Slots<C, V>,
+    mut candidates: u16,
+    is: impl Fn(&C) -> bool,
+) -> Option<usize> {
     while candidates != 0 {
         let at = candidates.trailing_zeros() as usize;
         if is(&slots[at].key) {
@@ -801,9 +842,7 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
         CompactTable {
             addr_groups: (0..count(addr)).map(|_| Group::new()).collect(),
             text_groups: (0..count(text)).map(|_| Group::new()).collect(),
-            groups: (0..count(!text && !addr))
-                .map(|_| Group::new())
-                .collect(),
+            groups: (0..count(!text && !addr)).map(|_| Group::new()).collect(),
             hasher,
             occupied: Padded(AtomicUsize::new(0)),
             max_keys,
@@ -959,17 +998,42 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
     /// [`with_text`](Self::with_text)): the hash inlined and the search
     /// comparing the key as it is, the key moved into its slot only if
     /// inserted.
-    #[inline]
+    #[cfg(test)]
     pub(crate) fn with_owned<R>(
         &self,
         key: K,
         idle: impl Fn(&V, &[CompactWindow]) -> bool,
         f: impl FnOnce(Place<'_, V>) -> R,
     ) -> R {
+        let hash = self.hash_owned(&key);
+        self.with_hashed(key, hash, idle, f)
+    }
+
+    /// The hash [`with_hashed`](Self::with_hashed) and
+    /// [`pass_unlocked`](Self::pass_unlocked) take, made once for both
+    /// (inlined: the key is hashed where the request has it); 0, unused,
+    /// for a table of `Option<String>` keys.
+    #[inline(always)]
+    pub(crate) fn hash_owned(&self, key: &K) -> u64 {
+        if inline_text::<K>() {
+            return 0;
+        }
+        self.hasher.hash_inline(key)
+    }
+
+    /// [`with_owned`](Self::with_owned), with the key's
+    /// [`hash_owned`](Self::hash_owned).
+    #[inline]
+    pub(crate) fn with_hashed<R>(
+        &self,
+        key: K,
+        hash: u64,
+        idle: impl Fn(&V, &[CompactWindow]) -> bool,
+        f: impl FnOnce(Place<'_, V>) -> R,
+    ) -> R {
         if inline_text::<K>() {
             return self.with(Owned(key), idle, f);
         }
-        let hash = self.hasher.hash_inline(&key);
         if atomic_addr::<K>() {
             let groups = &self.addr_groups[..];
             let probe = <AtomicAddr as KeyCell<K>>::probe(&key);
@@ -1001,8 +1065,9 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
         })
     }
 
-    /// One pass for `key` without the group's lock, for a table of
-    /// `Option<IpAddr>` keys with no key in its side map: if the key is in a
+    /// One pass for `key` (of hash [`hash_owned`](Self::hash_owned))
+    /// without the group's lock, for a table of `Option<IpAddr>` keys with
+    /// no key in its side map: if the key is in a
     /// slot and `attempt` records a pass on its value under `limit` (the
     /// default limit), the totals of the key's group, once the pass is
     /// proven the key's (see the module docs, "Lookups without the lock").
@@ -1014,6 +1079,7 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
     pub(crate) fn pass_unlocked(
         &self,
         key: &K,
+        hash: u64,
         attempt: impl FnOnce(&V, u64) -> bool,
     ) -> Option<&Totals> {
         if !atomic_addr::<K>() {
@@ -1021,7 +1087,7 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
         }
         let bits = <AtomicAddr as KeyCell<K>>::probe(key)?;
         let groups = &self.addr_groups[..];
-        let (first, second, tag) = place_of(self.hasher.hash_inline(key), groups.len());
+        let (first, second, tag) = place_of(hash, groups.len());
         for index in [first, second] {
             let group = &groups[index];
             let mut candidates = group.tags.matching(tag);
@@ -1195,13 +1261,10 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
             }
             return f(self.overflow_place(), None);
         };
-        // The slot's value is sealed (an idle key's, by `free_slot`) or
-        // empty.
+        // The slot's value is sealed (an idle key's, by `free_slot`) or the
+        // slot is vacant (tag 0).
         let index = locked[which].0;
-        let evicted = locked[which]
-            .1
-            .slots()
-            .is_some_and(|slots| slots[at].key.filled());
+        let evicted = groups[index].tags.get(at) != 0;
         // The key in its slot's form, made before the slot is touched.
         let mut owned = Some(pending.into_owned());
         let Some(stored) = C::store(&mut owned) else {
@@ -1218,7 +1281,7 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
         if evicted {
             self.unclaim(room);
         } else if let Some(slots) = locked[which].1.slots() {
-            slots[at].value.seal();
+            slots[at].value.seal_vacant();
         }
         let slots = locked[which].1.put(at, Some(stored));
         // Evicted: its key is dropped above, its value emptied (unsealed)
@@ -1328,7 +1391,8 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
                 // A key is idle only when every window of it is. Sealed
                 // with the judgement: no pass recorded since counts on it.
                 let further = self.further_of(*index, at);
-                if slot.key.filled() && slot.value.seal_if(|value| idle(value, further)) {
+                let filled = groups[*index].tags.get(at) != 0;
+                if filled && slot.value.seal_if(|value| idle(value, further)) {
                     return Some((which, at));
                 }
             }
@@ -1367,7 +1431,8 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
         }
         let hash = self.hasher.hash_key(key);
         on_groups!(self, |groups| {
-            let (index, slots, at) = search(groups, hash, |held| KeyCell::<K>::is(held, None, key))?;
+            let (index, slots, at) =
+                search(groups, hash, |held| KeyCell::<K>::is(held, None, key))?;
             let slots = slots
                 .slots()
                 .expect("`search` found the key in these slots");
@@ -1405,6 +1470,10 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
                         continue;
                     };
                     for (at, slot) in slots.iter().enumerate() {
+                        if group.tags.get(at) == 0 {
+                            // Vacant (a shared slot keeps the key it had).
+                            continue;
+                        }
                         if let Some(key) = KeyCell::<K>::key(&slot.key) {
                             let place = self.slot_place(&group.totals, slots, index, at);
                             buffer.push(read_one(&key, place));
@@ -1544,14 +1613,14 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
                         let (_, entry) = own.remove_entry(key).expect("the entry was found above");
                         // An idle key's slot comes sealed from `free_slot`;
                         // an empty one is sealed here.
+                        let index = locked[which].0;
                         match locked[which].1.slots().map(|slots| &slots[at]) {
-                            Some(slot) if slot.key.filled() => self.unclaim(room),
-                            Some(slot) => slot.value.seal(),
+                            Some(_) if groups[index].tags.get(at) != 0 => self.unclaim(room),
+                            Some(slot) => slot.value.seal_vacant(),
                             None => {}
                         }
                         let slots = locked[which].1.put(at, Some(stored));
                         slots[at].value.restore(&entry.value);
-                        let index = locked[which].0;
                         groups[index].tags.set(at, tag);
                         for (to, from) in self.further_of(index, at).iter().zip(&entry.further[..])
                         {
@@ -1641,8 +1710,7 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
                 held.seal();
                 held.copy_sealed()
             };
-            let slots = slots.put(at, None);
-            slots[at].value.reset();
+            slots.vacate(at);
             groups[*index].tags.set(at, 0);
             self.occupied.fetch_sub(1, Ordering::Relaxed);
             return Some(value);
@@ -2321,7 +2389,8 @@ mod loom_models {
         }
 
         fn restore(&self, from: &Self) {
-            self.0.store(from.0.load(Ordering::Acquire), Ordering::Release);
+            self.0
+                .store(from.0.load(Ordering::Acquire), Ordering::Release);
         }
     }
 
