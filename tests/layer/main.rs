@@ -12,6 +12,7 @@ mod client_route_windows;
 #[cfg(feature = "axum")]
 mod client_routes;
 mod compact;
+mod compact_peer;
 mod contract;
 mod forwarded_ip;
 mod hostile_keys;

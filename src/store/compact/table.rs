@@ -27,11 +27,16 @@
 //!   size header and the rounding to 16). A slot is 104 bytes, a group's
 //!   block 1 664 (1 680 with glibc's header): 120 bytes per key at a load
 //!   of 7/8, whatever the text's length up to 70 bytes.
+//! - `Option<IpAddr>` (the address extractors' keys): `AtomicAddr`, the
+//!   address in four 32-bit atomics and a state word (kind and version),
+//!   20 bytes, as the key and its padding took: a slot is 48 bytes. These
+//!   groups keep their slots beside the lock (`Shared`), where a request
+//!   reads them without it (see "Lookups without the lock").
 //! - Any other type: the key as it is (`Plain<K>`, inline: `Option<Plain<K>>`
 //!   costs no byte more than `K` for the key types of the crate's
-//!   extractors). A slot is 48 bytes with an address key (`Option<IpAddr>`).
+//!   extractors).
 //!
-//! Both forms are looked up by the same hash of the key (as `K`, or the
+//! Every form is looked up by the same hash of the key (as `K`, or the
 //! form a lookup borrows it in): an owned key is compared with an inline
 //! text without making a `String` (`Form::probe`); a borrowed one, which
 //! only an extractor of its own can give for `Option<String>` keys, with
@@ -63,6 +68,54 @@
 //! `2 * GROUP` slots of the two groups is examined twice at most: a new key
 //! never pays for a scan of the table. With neither, the key is counted on
 //! the overflow value, shared by every key that found no room.
+//!
+//! # Lookups without the lock
+//!
+//! A request of an address key that passes at once (no RateLimit fields
+//! to answer, no route rule, further window or key with its own limit in
+//! the table) takes no lock: `pass_unlocked` compares the key's candidates
+//! in its two groups, records the pass on the slot's window by the
+//! window's own compare-and-swap, and checks the slot's key again. Both
+//! read-modify-writes of a read lock are spared, which is what a request
+//! of a client's address otherwise spent beyond the decision itself.
+//! Anything else (a refusal, a key not found, a slot that changed keys)
+//! records nothing and takes the locked lookup.
+//!
+//! What makes the pass the key's, with no lock keeping the slot:
+//!
+//! - A slot changes keys only under its group's write lock, with its
+//!   window *sealed* first (`SlotValue`): the window's rotation lock taken
+//!   and kept, so that every decision begun on it fails its swap. An idle
+//!   key is evicted only if the seal is taken from the very head its
+//!   idleness was judged on (`CompactWindow::seal_if`): a pass recorded
+//!   after the judgement changed the head, the seal fails, and the key
+//!   stays. The new key's words, then its state (`Release`), are stored
+//!   under the seal; emptying the window unseals it (`Release` store of
+//!   the head).
+//! - A lookup loads the slot's state (`Acquire`), compares the words,
+//!   records its pass by a swap of the head (`AcqRel`), then loads the
+//!   state again (`Acquire`). In the head's order, its swap came either
+//!   before the seal, and then the seal failed (an eviction) or the
+//!   moved value holds the pass (a key given its own limit, see below),
+//!   or after the unsealing store, which it read from: the new state,
+//!   stored before, is then what its second load sees, so the pass is
+//!   refused as the key's. The words it compared were stored before the
+//!   state it first loaded, or by a change whose state it then sees.
+//! - A pass found not to be the key's stays where it landed (on the
+//!   slot's new key, counted once more: stricter for that key, never
+//!   looser), and the request is decided again by the locked lookup.
+//! - A key moved to the side map (`set_limit`) leaves its slot *vacant*:
+//!   its value sealed and copied out, its key marked gone with its
+//!   version kept (`PutKey::vacate`). No lookup finds it there any more; a
+//!   lookup that found it before records nothing on the sealed window; and
+//!   one that recorded its pass before the seal finds the version
+//!   unchanged, its pass being in the copy. The slot is taken again as an
+//!   empty one, its window still sealed (`SlotValue::seal_vacant`), by a
+//!   new key with a new version.
+//!
+//! The loom models in `compact/mod.rs` run a pass without the lock against
+//! an eviction, against another pass at the limit, and against a limit of
+//! the key's own.
 //!
 //! # Keys with their own limit
 //!
@@ -402,6 +455,12 @@ struct Group<St> {
     totals: Totals,
 }
 
+/// A group of `Option<String>` keys, held as [`InlineText`].
+type TextGroup<V> = Group<LockedSlots<Option<InlineText>, V>>;
+
+/// A group of keys held as they are.
+type PlainGroup<K, V> = Group<LockedSlots<Option<Plain<K>>, V>>;
+
 impl<St> Group<St> {
     fn new<C: Cell, V>() -> Self
     where
@@ -599,10 +658,10 @@ pub(crate) struct CompactTable<K, V> {
     max_keys: usize,
     /// The groups of a table of `Option<String>` keys, held as
     /// [`InlineText`]; empty for any other key type.
-    text_groups: Box<[Group<LockedSlots<Option<InlineText>, V>>]>,
+    text_groups: Box<[TextGroup<V>]>,
     /// The groups of a table whose keys are held as they are (neither
     /// `Option<String>` nor `Option<IpAddr>`); empty for those.
-    groups: Box<[Group<LockedSlots<Option<Plain<K>>, V>>]>,
+    groups: Box<[PlainGroup<K, V>]>,
     /// The limit of keys without room. Relaxed, as `default_limit`.
     overflow_limit: AtomicU64,
     /// The further windows of every slot, `further_count` a slot, slot
@@ -1088,9 +1147,12 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
         let bits = <AtomicAddr as KeyCell<K>>::probe(key)?;
         let groups = &self.addr_groups[..];
         let (first, second, tag) = place_of(hash, groups.len());
-        for index in [first, second] {
+        // Both groups' tags before either group's slots, so that the two
+        // header lines are fetched at once (as `search` does).
+        let in_first = groups[first].tags.matching(tag);
+        let in_second = groups[second].tags.matching(tag);
+        for (index, mut candidates) in [(first, in_first), (second, in_second)] {
             let group = &groups[index];
-            let mut candidates = group.tags.matching(tag);
             if let Some(slots) = group.slots.unlocked().filter(|_| candidates != 0) {
                 while candidates != 0 {
                     let at = candidates.trailing_zeros() as usize;
