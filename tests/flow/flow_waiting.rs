@@ -73,7 +73,12 @@ async fn throttle_lets_through_the_turns_within_max_wait_and_refuses_the_rest() 
 
 #[tokio::test(start_paused = true)]
 async fn throttle_waits_are_spaced_by_interval_over_limit() {
-    let layer = SlidingWindowLayer::qps(10).throttle(ms(1_000));
+    // A manual clock decides the turns and tokio's paused clock the waits:
+    // on the system clock, the real time between two requests' calls (a
+    // stall of the machine) shortened the later one's wait by as much.
+    let layer = SlidingWindowLayer::qps(10)
+        .throttle(ms(1_000))
+        .clock(clock());
     let app = app(layer);
     let start = tokio::time::Instant::now();
     let tasks: Vec<_> = (0..5)
@@ -91,8 +96,7 @@ async fn throttle_waits_are_spaced_by_interval_over_limit() {
         done.push(task.await.unwrap());
     }
     done.sort();
-    // The system clock decides the turns and tokio's paused clock the
-    // waits, so each wait is within a millisecond of its 100 ms step.
+    // Each wait is within the timer's millisecond of its 100 ms step.
     for (i, at) in done.iter().enumerate() {
         let want = ms(100 * i as u64);
         let off = at.abs_diff(want);
