@@ -32,11 +32,11 @@ fn key(name: &str) -> Option<String> {
     Some(name.to_owned())
 }
 
-type Inner = tower::util::ServiceFn<
+pub(super) type Inner = tower::util::ServiceFn<
     fn(Request<Body>) -> std::future::Ready<Result<Response<Body>, Infallible>>,
 >;
 
-fn inner() -> Inner {
+pub(super) fn inner() -> Inner {
     fn ok(_: Request<Body>) -> std::future::Ready<Result<Response<Body>, Infallible>> {
         std::future::ready(Ok(Response::new(Body::empty())))
     }

@@ -4,7 +4,6 @@
 //! test), and exactly the limit per client under real threads, with a
 //! frozen clock and with clients turning over the table between bursts.
 
-use std::convert::Infallible;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -14,20 +13,11 @@ use std::time::Duration;
 use axum::body::Body;
 use http::{Request, Response, StatusCode};
 use proptest::prelude::*;
-use tower::{service_fn, Layer, Service};
+use tower::{Layer, Service};
 use tower_sliding_window::clock::{Clock, ManualClock};
 use tower_sliding_window::{PeerIpKey, SlidingWindowLayer};
 
-type Inner = tower::util::ServiceFn<
-    fn(Request<Body>) -> std::future::Ready<Result<Response<Body>, Infallible>>,
->;
-
-fn inner() -> Inner {
-    fn ok(_: Request<Body>) -> std::future::Ready<Result<Response<Body>, Infallible>> {
-        std::future::ready(Ok(Response::new(Body::empty())))
-    }
-    service_fn(ok as fn(_) -> _)
-}
+use super::compact::inner;
 
 /// Sends one request from `peer` (`None`: no peer address) through
 /// `service` outside any runtime (nothing waits): its status and headers,
