@@ -343,7 +343,22 @@ async fn a_slow_server_is_bounded_by_the_timeout() {
             .query_async(&mut conn)
             .await;
     });
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Until the server sleeps: a PING on a connection of its own goes
+    // unanswered. (A fixed 200 ms was not always long enough on a loaded
+    // machine for the sleeper to connect and send its command.)
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let probe = tokio::time::timeout(Duration::from_millis(50), async {
+            let mut conn = raw(&server.url()).await;
+            let _: redis::RedisResult<String> = redis::cmd("PING").query_async(&mut conn).await;
+        })
+        .await;
+        if probe.is_err() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the server never slept");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let started = Instant::now();
     let err = store.admit("k", 5).await.expect_err("redis is asleep");
     let took = started.elapsed();

@@ -154,10 +154,14 @@ async fn rules_and_set_limit_reach_every_replica() {
 async fn reject_with_sees_the_stores_refusals_and_each_block_is_recorded_once() {
     let server = RedisServer::start();
     let clock = ManualClock::new(5_000_000);
+    // A generous timeout: a round trip past the 100 ms default on a
+    // loaded machine would fall back to the local window, which answers
+    // with another reason.
     let store = RedisStore::connect(&server.url())
         .await
         .expect("connect")
-        .clock(clock.clone());
+        .clock(clock.clone())
+        .timeout(Duration::from_secs(10));
     let layer = SlidingWindowLayer::qps(1)
         .key(PathKey)
         .clock(clock.clone())
