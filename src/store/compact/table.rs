@@ -1126,14 +1126,13 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
 
     /// One pass for `key` (of hash [`hash_owned`](Self::hash_owned))
     /// without the group's lock, for a table of `Option<IpAddr>` keys with
-    /// no key in its side map: if the key is in a
-    /// slot and `attempt` records a pass on its value under `limit` (the
-    /// default limit), the totals of the key's group, once the pass is
-    /// proven the key's (see the module docs, "Lookups without the lock").
-    /// `None` when the key is not found, when `attempt` records nothing, or
-    /// when the slot changed keys meanwhile (the pass then counts against
-    /// the slot's new key, and the caller decides the request again by the
-    /// locked path).
+    /// no key in its side map: if the key is in a slot and `attempt`
+    /// records a pass on its value under the default limit, the totals of
+    /// the key's group, once the pass is proven the key's (see the module
+    /// docs, "Lookups without the lock"). `None` when the key is not found,
+    /// when `attempt` records nothing, or when the slot changed keys
+    /// meanwhile (the pass then counts against the slot's new key, and the
+    /// caller decides the request again by the locked path).
     #[inline(always)]
     pub(crate) fn pass_unlocked(
         &self,
