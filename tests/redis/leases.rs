@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use redis_server::RedisServer;
 use tower_sliding_window::clock::{Clock, ManualClock};
-use tower_sliding_window::store::RedisStore;
+use tower_sliding_window::store::{RedisStore, StoreStatus};
 
 /// `n` stores sharing `clock`, on the default window (10 buckets of
 /// 100 ms).
@@ -152,7 +152,7 @@ async fn passes_leased_and_not_spent_stay_counted_until_their_bucket_leaves() {
     // 200 ms of demand on the first replica makes the key hot there.
     let hot = overload(&stores[..1], &clock, "/stop", limit, (20, 200)).await;
     // Refills run in the background: let the last ones land.
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    settle(|| stores[0].status()).await;
     let status = stores[0].status();
     assert!(status.leased > 0, "the key leased");
     let unspent = status.leased - status.lease_spent - status.stranded;
@@ -245,7 +245,7 @@ async fn a_layer_spends_leased_passes_within_its_own_window_and_reports_them() {
         "{worst} passes in one window, limit {limit}"
     );
     // Let the last refills land, so that the counts hold still.
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    settle(|| handle.store_status().expect("a store")).await;
     let status = handle.store_status().expect("a store");
     assert!(status.lease_spent > 0, "the layer spent leased passes");
     let admitted: u64 = passes.values().sum();
@@ -306,5 +306,27 @@ async fn a_request_dropped_during_its_call_leaves_no_one_waiting_for_it() {
             "the next request waited {:?} for a call that was dropped",
             started.elapsed()
         );
+    }
+}
+
+/// Waits until a store's counts hold still: its round trips and leases the
+/// same over three reads 100 ms apart (a refill in flight moves them), for
+/// at most 10 s. A fixed 200 ms was not always enough on a loaded machine.
+async fn settle(status: impl Fn() -> StoreStatus) {
+    let counts = || {
+        let s = status();
+        (s.round_trips, s.leased, s.lease_spent, s.stranded)
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let (mut last, mut still) = (counts(), 0);
+    while still < 3 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the store never settled"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let now = counts();
+        still = if now == last { still + 1 } else { 0 };
+        last = now;
     }
 }
