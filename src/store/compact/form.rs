@@ -276,7 +276,13 @@ pub(crate) trait KeyCell<K: Clone>: Cell {
     /// The key to show a request: `own` (the request's own key, equal to
     /// the one held) when the cell would have to make it, else the held
     /// one.
-    fn shown<'a>(&'a self, own: Option<&'a K>) -> Option<Cow<'a, K>>;
+    #[inline]
+    fn shown<'a>(&'a self, own: Option<&'a K>) -> Option<Cow<'a, K>> {
+        match own {
+            Some(own) => Some(Cow::Borrowed(own)),
+            None => self.key(),
+        }
+    }
 }
 
 /// A form's key behind the group's lock: written only under its write
@@ -549,13 +555,6 @@ impl<K: Clone + 'static> KeyCell<K> for AtomicAddr {
             .downcast_mut::<Option<K>>()
             .and_then(Option::take)
             .map(Cow::Owned)
-    }
-
-    fn shown<'a>(&'a self, own: Option<&'a K>) -> Option<Cow<'a, K>> {
-        match own {
-            Some(own) => Some(Cow::Borrowed(own)),
-            None => <Self as KeyCell<K>>::key(self),
-        }
     }
 }
 

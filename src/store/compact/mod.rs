@@ -534,37 +534,44 @@ mod loom_models {
 
     const SHAPE: CompactShape = CompactShape::new(2, 2, false);
 
+    /// A request's decision on its place at `now`, as the layer makes it:
+    /// whether it passed, and whether on the overflow window.
+    fn admitted(place: Place<'_, CompactWindow>, now: u64) -> (bool, bool) {
+        let (_, _, decision) = place.value.admit(&SHAPE, now, place.limit, place.overflow);
+        (matches!(decision, Decision::Pass(_)), place.overflow)
+    }
+
     /// A request of `key` at `now` through the table and the key's compact
-    /// window, as the layer makes it: whether it passed, and whether on the
-    /// overflow window.
+    /// window, by the locked lookup.
     fn request(table: &CompactTable<u64, CompactWindow>, key: u64, now: u64) -> (bool, bool) {
         table.with(
             Owned(key),
             |window, _| window.is_idle(&SHAPE, now),
-            |place| {
-                let (_, _, decision) = place.value.admit(&SHAPE, now, place.limit, place.overflow);
-                (matches!(decision, Decision::Pass(_)), place.overflow)
-            },
+            |place| admitted(place, now),
         )
     }
 
     /// Key 1 passed at 0 (a window of two 1 ms buckets: idle from 2 on).
-    /// At 2, a request of key 1 (rotating its window under the group's
-    /// read lock) races key 2, which needs the table's only slot and may
-    /// evict key 1 only while it is idle. One passes in the slot under its
-    /// own key, the other on the overflow window; no pass is lost or
-    /// counted on the other key.
-    #[test]
-    fn a_compact_window_admission_racing_an_insert() {
-        loom::model(|| {
-            let table: Arc<CompactTable<u64, CompactWindow>> =
+    /// At 2, a request of key 1 races key 2, which needs the table's only
+    /// slot and may evict key 1 only while it is idle. One passes in the
+    /// slot under its own key, the other on the overflow window; no pass is
+    /// lost or counted on the other key. `key(n)` is key `n`; `request`
+    /// makes a request as the layer under test does.
+    fn admission_racing_an_insert<K>(
+        key: fn(u8) -> K,
+        request: fn(&CompactTable<K, CompactWindow>, K, u64) -> (bool, bool),
+    ) where
+        K: Eq + Hash + Clone + Send + Sync + 'static,
+    {
+        loom::model(move || {
+            let table: Arc<CompactTable<K, CompactWindow>> =
                 Arc::new(CompactTable::new(1, 1, 1, &HashMap::new(), 0));
-            assert_eq!(request(&table, 1, 0), (true, false));
-            let threads: Vec<_> = [1u64, 2]
+            assert_eq!(request(&table, key(1), 0), (true, false));
+            let threads: Vec<_> = [1u8, 2]
                 .into_iter()
-                .map(|key| {
+                .map(|n| {
                     let table = Arc::clone(&table);
-                    thread::spawn(move || request(&table, key, 2))
+                    thread::spawn(move || request(&table, key(n), 2))
                 })
                 .collect();
             let answers: Vec<(bool, bool)> =
@@ -573,10 +580,17 @@ mod loom_models {
             assert_eq!(answers.iter().filter(|(_, o)| *o).count(), 1);
             let in_slot = if answers[0].1 { 2 } else { 1 };
             let passes = |w: &CompactWindow| w.window_counts(&SHAPE, 2).0;
-            assert_eq!(table.get(&in_slot, |p| passes(p.value)), Some(1));
-            assert_eq!(table.get(&(3 - in_slot), |p| passes(p.value)), None);
+            assert_eq!(table.get(&key(in_slot), |p| passes(p.value)), Some(1));
+            assert_eq!(table.get(&key(3 - in_slot), |p| passes(p.value)), None);
             assert_eq!(passes(table.overflow_place().value), 1);
         });
+    }
+
+    /// [`admission_racing_an_insert`], key 1 rotating its window under the
+    /// group's read lock.
+    #[test]
+    fn a_compact_window_admission_racing_an_insert() {
+        admission_racing_an_insert(u64::from, request);
     }
 
     type AddrTable = CompactTable<Option<std::net::IpAddr>, CompactWindow>;
@@ -587,8 +601,7 @@ mod loom_models {
 
     /// A request of an address key as the layer makes it for a layer with
     /// no RateLimit fields on passes: a pass at once without the group's
-    /// lock if it can, else the locked lookup. Whether it passed, and
-    /// whether on the overflow window.
+    /// lock if it can, else the locked lookup.
     fn addr_request(table: &AddrTable, key: Option<std::net::IpAddr>, now: u64) -> (bool, bool) {
         let hash = table.hash_owned(&key);
         let pass = |window: &CompactWindow, limit| window.pass_now(&SHAPE, now, limit);
@@ -599,10 +612,7 @@ mod loom_models {
             key,
             hash,
             |window, _| window.is_idle(&SHAPE, now),
-            |place| {
-                let (_, _, decision) = place.value.admit(&SHAPE, now, place.limit, place.overflow);
-                (matches!(decision, Decision::Pass(_)), place.overflow)
-            },
+            |place| admitted(place, now),
         )
     }
 
@@ -610,33 +620,13 @@ mod loom_models {
         table.get(&key, |p| p.value.window_counts(&SHAPE, now).0)
     }
 
-    /// As `a_compact_window_admission_racing_an_insert`, with address keys:
-    /// the request of key 1 passes without the group's lock (rotating its
-    /// window) while key 2's insert may evict key 1 only while it is idle,
-    /// sealing its window with the judgement. One passes in the slot under
-    /// its own key, the other on the overflow window.
+    /// [`admission_racing_an_insert`] with address keys: the request of key
+    /// 1 passes without the group's lock (rotating its window) while key
+    /// 2's insert may evict key 1 only while it is idle, sealing its window
+    /// with the judgement.
     #[test]
     fn a_pass_without_the_lock_racing_an_eviction() {
-        loom::model(|| {
-            let table: Arc<AddrTable> = Arc::new(CompactTable::new(1, 1, 1, &HashMap::new(), 0));
-            assert_eq!(addr_request(&table, addr(1), 0), (true, false));
-            let threads: Vec<_> = [1u8, 2]
-                .into_iter()
-                .map(|n| {
-                    let table = Arc::clone(&table);
-                    thread::spawn(move || addr_request(&table, addr(n), 2))
-                })
-                .collect();
-            let answers: Vec<(bool, bool)> =
-                threads.into_iter().map(|t| t.join().unwrap()).collect();
-            assert!(answers.iter().all(|(passed, _)| *passed), "{answers:?}");
-            assert_eq!(answers.iter().filter(|(_, o)| *o).count(), 1);
-            let in_slot = if answers[0].1 { 2 } else { 1 };
-            assert_eq!(addr_passes(&table, addr(in_slot), 2), Some(1));
-            assert_eq!(addr_passes(&table, addr(3 - in_slot), 2), None);
-            let overflow = table.overflow_place().value;
-            assert_eq!(overflow.window_counts(&SHAPE, 2).0, 1);
-        });
+        admission_racing_an_insert(addr, addr_request);
     }
 
     /// Two requests of one address key at one clock reading, both free to

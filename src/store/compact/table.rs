@@ -1094,26 +1094,40 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
             return self.with(Owned(key), idle, f);
         }
         if atomic_addr::<K>() {
-            let groups = &self.addr_groups[..];
             let probe = <AtomicAddr as KeyCell<K>>::probe(&key);
-            let found = search(groups, hash, |held: &AtomicAddr| {
-                KeyCell::<K>::is(held, probe.as_ref(), &key)
-            });
-            if let Some((index, slots, at)) = found {
-                let slots = slots
-                    .slots()
-                    .expect("`search` found the key in these slots");
-                return f(self.slot_place(&groups[index].totals, slots, index, at));
-            }
-            return self.insert(groups, Owned(key), hash, idle, false, false, |place, _| {
-                f(place)
-            });
+            return self.with_found(
+                &self.addr_groups,
+                key,
+                hash,
+                |held: &AtomicAddr, key| KeyCell::<K>::is(held, probe.as_ref(), key),
+                idle,
+                f,
+            );
         }
-        let groups = &self.groups[..];
-        let found = search(groups, hash, |held: &Option<Plain<K>>| {
-            held.as_ref().is_some_and(|held| held.0 == key)
-        });
-        if let Some((index, slots, at)) = found {
+        self.with_found(
+            &self.groups,
+            key,
+            hash,
+            |held: &Option<Plain<K>>, key| held.as_ref().is_some_and(|held| held.0 == *key),
+            idle,
+            f,
+        )
+    }
+
+    /// [`with_hashed`](Self::with_hashed) on `groups`, whose cells `is`
+    /// compares with the key: the key's place if a slot holds it, else
+    /// the place the key is inserted in.
+    #[inline(always)]
+    fn with_found<C: KeyCell<K>, St: Store<C, V>, R>(
+        &self,
+        groups: &[Group<St>],
+        key: K,
+        hash: u64,
+        is: impl Fn(&C, &K) -> bool,
+        idle: impl Fn(&V, &[CompactWindow]) -> bool,
+        f: impl FnOnce(Place<'_, V>) -> R,
+    ) -> R {
+        if let Some((index, slots, at)) = search(groups, hash, |held| is(held, &key)) {
             let slots = slots
                 .slots()
                 .expect("`search` found the key in these slots");
