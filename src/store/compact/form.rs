@@ -636,6 +636,57 @@ mod tests {
         }
     }
 
+    /// Address keys at the edges of both families, and pairs whose words
+    /// are the same but not their kind (1.2.3.4 and `102:304::`; the
+    /// IPv4-mapped form of an IPv4 address): each reads back as stored, and
+    /// a cell holding one is seen by its own bits and no other's, not once
+    /// it is vacated, and again (with a new version) once it takes a key.
+    #[test]
+    fn an_address_cell_holds_its_key_and_tells_every_other_apart() {
+        let keys: Vec<Option<IpAddr>> = vec![
+            None,
+            Some(Ipv4Addr::UNSPECIFIED.into()),
+            Some(Ipv4Addr::BROADCAST.into()),
+            Some(Ipv4Addr::new(1, 2, 3, 4).into()),
+            Some(Ipv6Addr::new(0x102, 0x304, 0, 0, 0, 0, 0, 0).into()),
+            Some(Ipv4Addr::new(1, 2, 3, 4).to_ipv6_mapped().into()),
+            Some(Ipv6Addr::UNSPECIFIED.into()),
+            Some(Ipv6Addr::from(u128::MAX).into()),
+            Some(Ipv6Addr::new(0x2001, 0xdb8, 0, 7, 0, 0, 0, 0).into()),
+        ];
+        type Key = Option<IpAddr>;
+        let cell = <AtomicAddr as Cell>::empty();
+        for key in &keys {
+            let bits = <AtomicAddr as KeyCell<Key>>::store(&mut Some(*key)).expect("an address");
+            assert_eq!(bits.key(), *key);
+            cell.put(Some(&bits));
+            assert_eq!(
+                <AtomicAddr as KeyCell<Key>>::key(&cell).as_deref(),
+                Some(key)
+            );
+            let seen = cell.seen(&bits).expect("its own key");
+            for other in keys.iter().filter(|other| *other != key) {
+                assert!(
+                    cell.seen(&AddrBits::of(other)).is_none(),
+                    "{key:?} as {other:?}"
+                );
+                assert!(!KeyCell::<Key>::is(
+                    &cell,
+                    Some(&AddrBits::of(other)),
+                    other
+                ));
+                assert!(!KeyCell::<Key>::is(&cell, None, other));
+            }
+            assert!(KeyCell::<Key>::is(&cell, None, key));
+            cell.vacate();
+            assert!(cell.seen(&bits).is_none(), "{key:?} vacated");
+            assert!(cell.unchanged(seen), "a vacated key keeps its version");
+            assert_eq!(<AtomicAddr as KeyCell<Key>>::key(&cell), None);
+            cell.put(Some(&bits));
+            assert!(!cell.unchanged(seen), "{key:?} taken again: a new version");
+        }
+    }
+
     #[test]
     fn only_option_string_keys_are_held_inline() {
         assert!(inline_text::<Option<String>>());
