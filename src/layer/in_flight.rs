@@ -24,8 +24,9 @@ pub(crate) struct InFlight {
     completed: bool,
     /// The probe slots the request holds in its key's circuit breakers, if
     /// any: its completion decides them; dropped uncompleted, they are
-    /// freed.
-    probe: Option<Probe>,
+    /// freed. Boxed: only a half-open breaker's probe holds slots, and the
+    /// future of every passed request carries this guard.
+    probe: Option<Box<Probe>>,
 }
 
 impl InFlight {
@@ -67,8 +68,8 @@ impl InFlight {
 
     /// Makes this request its key's breakers' probe (see `Probe`).
     #[inline]
-    pub(crate) fn hold_probe(&mut self, probe: Option<Probe>) {
-        self.probe = probe;
+    pub(crate) fn hold_probe(&mut self, probe: Probe) {
+        self.probe = Some(Box::new(probe));
     }
 
     /// Starts the response time again at `now_us`: a place taken before a
@@ -136,5 +137,18 @@ impl Drop for InFlight {
         if let Some(system) = &entry.system {
             system.leave();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::InFlight;
+
+    /// Every passed request's response future holds this guard: four words
+    /// (the key, the start, the probe's box, the flags), the probe's slots
+    /// boxed because only a half-open breaker's probe holds any.
+    #[test]
+    fn the_guard_is_four_words() {
+        assert_eq!(std::mem::size_of::<InFlight>(), 32);
     }
 }

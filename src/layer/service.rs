@@ -634,7 +634,7 @@ impl<S, X: KeyExtractor, M: MakeClassifier, R> SlidingWindow<S, X, M, R> {
                         let mut in_flight = place.unwrap_or_else(|| {
                             InFlight::start(Arc::clone(entry), times.started_us)
                         });
-                        in_flight.hold_probe(Some(probe));
+                        in_flight.hold_probe(probe);
                         Some(in_flight)
                     }
                 };

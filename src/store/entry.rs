@@ -210,12 +210,12 @@ impl Entry {
         rt_us: u64,
         failed: bool,
         panicked: bool,
-        probe: Option<Probe>,
+        probe: Option<Box<Probe>>,
     ) {
         if self.breakers.is_empty() {
             return;
         }
-        let held = probe.map_or(ProbeSet::default(), Probe::into_held);
+        let held = probe.map_or(ProbeSet::default(), |probe| probe.into_held());
         let done = Completion {
             now,
             rt_us,
