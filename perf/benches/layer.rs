@@ -57,11 +57,15 @@
 //! - `paired`: the criterion group `layer_paired`, which runs all contenders
 //!   in short interleaved rounds and prints the per-round cost beyond the
 //!   no-op layer.
+//! - `threads`: the criterion group `layer_threads`, the peer-address
+//!   contenders on two threads at once sharing one layer, in interleaved
+//!   rounds: many clients spread over both threads, and one client on both.
 
 mod common;
 mod governor_setup;
 pub(crate) mod paired;
 pub(crate) mod sequential;
+pub(crate) mod threads;
 
 use common::NoopLayer;
 
@@ -94,7 +98,8 @@ const API_KEY: HeaderName = HeaderName::from_static("x-api-key");
 const CLIENT: &str = "client-42";
 
 /// The peer of the peer-address contenders' requests.
-const PEER: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(203, 0, 113, 7)), 40_000);
+pub(crate) const PEER: SocketAddr =
+    SocketAddr::new(IpAddr::V4(Ipv4Addr::new(203, 0, 113, 7)), 40_000);
 
 /// Length of the huge header value, in bytes.
 const HUGE_HEADER_BYTES: usize = 64 * 1024;
@@ -205,6 +210,13 @@ impl Contender {
     /// The request this contender is sent, built anew for each request.
     #[inline]
     pub(crate) fn request(self) -> Request<Body> {
+        self.request_from(PEER)
+    }
+
+    /// [`request`](Self::request), from `peer` where this contender's
+    /// requests carry the peer's address.
+    #[inline]
+    pub(crate) fn request_from(self, peer: SocketAddr) -> Request<Body> {
         let value = if self.huge_header() {
             HeaderValue::from_bytes(huge_header_value()).expect("a valid header value")
         } else {
@@ -215,11 +227,11 @@ impl Contender {
             .body(Body::empty())
             .expect("a valid request");
         if self.peer_ip() {
-            request.extensions_mut().insert(ConnectInfo(PEER));
+            request.extensions_mut().insert(ConnectInfo(peer));
             // Without axum's extension support, `PeerIpKey` reads a plain
             // `SocketAddr`.
             #[cfg(not(feature = "axum"))]
-            request.extensions_mut().insert(PEER);
+            request.extensions_mut().insert(peer);
         }
         request
     }

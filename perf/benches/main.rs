@@ -16,7 +16,8 @@
 //! - `layer`: one request through an axum `Router` with and without the
 //!   layer, against a no-op layer and tower_governor: the group `layer`
 //!   (one contender after another) and `layer_paired` (interleaved rounds,
-//!   with a table of the cost beyond the no-op layer).
+//!   with a table of the cost beyond the no-op layer), and `layer_threads`
+//!   (the peer-address contenders on two threads sharing each layer).
 //! - `keyed`: `keyed_admission`, one admission on a table of many keys
 //!   (random keys) against governor's keyed `check_key` on the same keys,
 //!   in interleaved rounds.
@@ -47,6 +48,7 @@ criterion_group!(
     core::paired::bench,
     layer::sequential::bench,
     layer::paired::bench,
+    layer::threads::bench,
     keyed::bench,
 );
 criterion_main!(benches, dashboard);
