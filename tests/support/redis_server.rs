@@ -54,10 +54,21 @@ impl RedisServer {
     /// When no server can be started here.
     pub fn start_with(settings: &[&str]) -> RedisServer {
         let mut server = RedisServer::not_started(settings);
-        if let Err(why) = server.launch() {
-            unavailable(&why);
+        // The port was free when it was chosen; another test's server or
+        // connection may take it before ours binds it. A first start may
+        // move to another port (no one knows this one yet).
+        let mut last = String::new();
+        for _ in 0..5 {
+            match server.launch() {
+                Ok(()) => return server,
+                Err(why) => last = why,
+            }
+            server.port = match free_port() {
+                Ok(port) => port,
+                Err(err) => unavailable(&format!("no free port: {err}")),
+            };
         }
-        server
+        unavailable(&last)
     }
 
     /// A server with its port and directory chosen, not started yet (its
@@ -174,9 +185,23 @@ impl RedisServer {
             if let Ok(Some(status)) = child.try_wait() {
                 return Err(format!("redis-server exited at start: {status}"));
             }
-            if TcpStream::connect_timeout(&addr, Duration::from_millis(100)).is_ok() {
-                self.child = Some(child);
-                return Ok(());
+            if let Ok(stream) = TcpStream::connect_timeout(&addr, Duration::from_millis(100)) {
+                // Something listens: ours, or another test's server that
+                // took the port first (ours then fails to bind and exits).
+                return match served_by(stream) {
+                    Some(pid) if pid == child.id() => {
+                        self.child = Some(child);
+                        Ok(())
+                    }
+                    other => {
+                        let _ = child.kill();
+                        let _ = child.wait();
+                        Err(format!(
+                            "{addr} is served by another process ({other:?}), not redis-server {}",
+                            child.id()
+                        ))
+                    }
+                };
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -198,6 +223,36 @@ fn unavailable(why: &str) -> ! {
         "this test needs redis-server: {why} (install it, e.g. `apt-get install redis-server`, \
          and run the ignored tests with `--include-ignored`)"
     );
+}
+
+/// The `process_id` of the Redis server at the other end of `stream`
+/// (from `INFO server`), or `None` if it does not answer as one within a
+/// second.
+fn served_by(mut stream: TcpStream) -> Option<u32> {
+    use std::io::{Read, Write};
+    stream.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
+    stream
+        .write_all(b"*2\r\n$4\r\nINFO\r\n$6\r\nserver\r\n")
+        .ok()?;
+    let mut reply = Vec::new();
+    let mut buf = [0u8; 4096];
+    let deadline = Instant::now() + Duration::from_secs(1);
+    while Instant::now() < deadline {
+        let n = stream.read(&mut buf).ok()?;
+        if n == 0 {
+            break;
+        }
+        reply.extend_from_slice(&buf[..n]);
+        let text = String::from_utf8_lossy(&reply);
+        if let Some((_, after)) = text.split_once("process_id:") {
+            // Only a whole line: the rest of the number may still be on
+            // its way.
+            if let Some((pid, _)) = after.split_once("\r\n") {
+                return pid.parse().ok();
+            }
+        }
+    }
+    None
 }
 
 fn free_port() -> std::io::Result<u16> {
