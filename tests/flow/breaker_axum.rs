@@ -15,6 +15,7 @@ use axum::Router;
 use http::StatusCode;
 use tokio::net::TcpListener;
 use tower_sliding_window::breaker::{Breaker, BreakerState};
+use tower_sliding_window::clock::{Clock, SystemClock};
 use tower_sliding_window::{MatchedPathKey, SlidingWindowLayer};
 
 use support::{connect, fetch};
@@ -55,6 +56,14 @@ async fn a_failing_route_is_cut_off_and_recovers_when_it_heals() {
     let server = tokio::spawn(async move { axum::serve(listener, app).await });
     let mut client = connect(addr).await;
 
+    // The breaker counts in one bucket of a minute on the clock's minutes:
+    // the successes and failures below must fall in one of them, or the
+    // failures open it early. They take well under a second; start them
+    // at least 5 s before a minute ends.
+    let into_minute = SystemClock::new().now_millis() % 60_000;
+    if into_minute > 55_000 {
+        tokio::time::sleep(Duration::from_millis(60_000 - into_minute + 100)).await;
+    }
     for _ in 0..5 {
         assert_eq!(
             fetch(&mut client, addr, "/orders").await.status,

@@ -37,6 +37,12 @@ use tower_sliding_window::{PathKey, SlidingWindowLayer};
 
 const LIMIT: u64 = 10;
 
+/// What a request may take past the store's timeout on a loaded machine of
+/// two cores running other suites (its task waits for a thread, the
+/// timer fires late). The checks against it catch a wait the timeout
+/// does not bound, such as a connect or a reconnection of its own.
+const SCHEDULING: Duration = Duration::from_millis(1_000);
+
 /// A replica on its own connection to the cluster, with the test's clock
 /// (which also times its probes: one per 50 ms of it while in fallback).
 async fn replica(
@@ -186,7 +192,7 @@ async fn two_replicas_share_each_keys_limit_on_a_three_primary_cluster() {
         assert!(local_ok <= LIMIT, "{path}: {local_ok}");
     }
     assert!(
-        slowest < timeout + Duration::from_millis(500),
+        slowest < timeout + SCHEDULING,
         "slowest {slowest:?} (timeout {timeout:?})"
     );
     let status = deny.stats.store_status().expect("a store");
@@ -324,7 +330,7 @@ impl Run {
     /// replica's are capped by its own window.
     fn check(&self, timeout: Duration) {
         assert!(
-            self.slowest < timeout + Duration::from_millis(500),
+            self.slowest < timeout + SCHEDULING,
             "slowest {:?} (timeout {timeout:?})",
             self.slowest
         );
