@@ -275,15 +275,27 @@ impl Rounds {
             self.ns.len()
         );
         print_rows(&heading, "beyond no-op", 34, &rows);
+        // Pair `2 * contender + workload` (see `PAIRS`).
+        let row = |contender: usize, workload: usize| &rows[2 * contender + workload];
         for workload in 0..2 {
-            let governor = &rows[6 + workload];
-            print_ratio(&rows[2 + workload], governor, "no-op");
-            print_ratio(&rows[4 + workload], governor, "no-op");
+            let governor = row(3, workload);
+            print_ratio(row(1, workload), governor, "no-op");
+            print_ratio(row(2, workload), governor, "no-op");
         }
     }
 }
 
 pub(crate) fn bench(c: &mut Criterion) {
+    // The report finds pairs by position: contender by contender, each
+    // under `spread`, then `one_client`.
+    for (i, pair) in PAIRS.iter().enumerate() {
+        let workload = [Workload::Spread, Workload::OneClient][i % 2];
+        assert!(
+            pair.contender == i / 2 && pair.workload == workload,
+            "{}",
+            pair.id
+        );
+    }
     let runtime = runtime();
     let rounds = RefCell::new(Rounds {
         apps: CONTENDERS.iter().map(|c| c.app(&runtime)).collect(),
