@@ -33,7 +33,7 @@ use http::{Request, StatusCode};
 use tower_sliding_window::{PeerIpKey, SlidingWindowLayer};
 
 use crate::direct::{self, Answer, Driven, GovernorKeyed};
-use crate::report::{print_ratio, print_rows, rows};
+use crate::report::{print_ratio, print_rows, RoundTable};
 
 /// Keys of the large tables.
 const KEYS: u64 = 1_000_000;
@@ -140,7 +140,7 @@ struct Rounds {
     rng: [u64; N],
     next_start: usize,
     /// Per round, per contender: ns per request.
-    ns: Vec<[f64; N]>,
+    ns: RoundTable<N>,
 }
 
 impl Rounds {
@@ -177,7 +177,7 @@ impl Rounds {
             governor_100k: governor(FULL_KEYS),
             rng: [SEED; N],
             next_start: 0,
-            ns: Vec::new(),
+            ns: RoundTable::new(),
         }
     }
 
@@ -222,27 +222,14 @@ impl Rounds {
         spent
     }
 
-    fn column(&self, i: usize) -> Vec<f64> {
-        self.ns.iter().map(|round| round[i]).collect()
-    }
-
-    fn beyond_floor(&self, i: usize) -> Vec<f64> {
-        let floor = index(Contender::ServiceAlone);
-        self.ns
-            .iter()
-            .map(|round| round[i] - round[floor])
-            .collect()
-    }
-
     fn report(&self) {
         if self.ns.is_empty() {
             return;
         }
-        let rows = rows(
-            Contender::ALL.iter().map(|c| c.id()),
-            |i| self.column(i),
-            |i| self.beyond_floor(i),
-        );
+        let floor = index(Contender::ServiceAlone);
+        let rows = self
+            .ns
+            .rows(Contender::ALL.iter().map(|c| c.id()), |_| floor);
         let heading = format!(
             "keyed_admission: {} rounds of {BATCH} requests per contender, rotated order, \
              random keys",

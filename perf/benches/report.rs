@@ -72,6 +72,54 @@ pub(crate) fn ratios(a: &[f64], b: &[f64]) -> (f64, f64) {
     )
 }
 
+/// Every round's ns per request, per contender (in the bench's order), as
+/// the interleaved benches note them.
+pub(crate) struct RoundTable<const N: usize>(Vec<[f64; N]>);
+
+impl<const N: usize> RoundTable<N> {
+    pub(crate) fn new() -> Self {
+        RoundTable(Vec::new())
+    }
+
+    /// Notes one round.
+    pub(crate) fn push(&mut self, round: [f64; N]) {
+        self.0.push(round);
+    }
+
+    /// Rounds noted.
+    pub(crate) fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Contender `i`'s ns per request, round by round.
+    pub(crate) fn column(&self, i: usize) -> Vec<f64> {
+        self.0.iter().map(|round| round[i]).collect()
+    }
+
+    /// Contender `i`'s ns per request less contender `baseline`'s in the
+    /// same round, round by round.
+    pub(crate) fn beyond(&self, i: usize, baseline: usize) -> Vec<f64> {
+        self.0
+            .iter()
+            .map(|round| round[i] - round[baseline])
+            .collect()
+    }
+
+    /// The rows of the contenders named `ids` (in the table's order), each
+    /// taken beyond the contender `baseline(i)` gives.
+    pub(crate) fn rows(
+        &self,
+        ids: impl IntoIterator<Item = &'static str>,
+        baseline: impl Fn(usize) -> usize,
+    ) -> Vec<Row> {
+        rows(ids, |i| self.column(i), |i| self.beyond(i, baseline(i)))
+    }
+}
+
 /// The median and the quartiles of some values.
 pub(crate) struct Quartiles {
     pub(crate) lower: f64,

@@ -43,7 +43,7 @@ use axum::Router;
 use criterion::{Criterion, Throughput};
 
 use super::{runtime, serve_one, Contender};
-use crate::report::{print_ratio, print_rows, ratios, rows, Quartiles};
+use crate::report::{print_ratio, print_rows, ratios, Quartiles, RoundTable};
 
 /// Requests per contender per round: long enough that the two clock reads
 /// around it cost under a nanosecond per request, short enough (tens of
@@ -70,7 +70,7 @@ struct Rounds {
     /// Where the next round starts in [`Contender::ALL`].
     next_start: usize,
     /// Per round, per contender (in [`Contender::ALL`] order): ns per request.
-    ns: Vec<[f64; N]>,
+    ns: RoundTable<N>,
 }
 
 impl Rounds {
@@ -101,26 +101,15 @@ impl Rounds {
         spent
     }
 
-    fn column(&self, i: usize) -> Vec<f64> {
-        self.ns.iter().map(|round| round[i]).collect()
-    }
-
-    /// Per round, contender `i`'s ns per request minus that of the no-op
-    /// layer sent the same request (see [`Contender::baseline`]).
-    fn beyond_noop(&self, i: usize) -> Vec<f64> {
-        let noop = index(Contender::ALL[i].baseline());
-        self.ns.iter().map(|round| round[i] - round[noop]).collect()
-    }
-
     fn report(&self) {
         if self.ns.is_empty() {
             return;
         }
-        let rows = rows(
-            Contender::ALL.iter().map(|c| c.id()),
-            |i| self.column(i),
-            |i| self.beyond_noop(i),
-        );
+        // Each beyond the no-op layer sent the same request (see
+        // [`Contender::baseline`]).
+        let rows = self.ns.rows(Contender::ALL.iter().map(|c| c.id()), |i| {
+            index(Contender::ALL[i].baseline())
+        });
         let heading = format!(
             "layer_paired: {} rounds of {BATCH} requests per contender (1 per huge-header \
              contender), rotated order",
@@ -146,8 +135,8 @@ impl Rounds {
             Contender::OursGlobalSystem,
             Contender::OursGlobalLimitPer,
         ] {
-            let with = self.column(index(added));
-            let without = self.column(index(Contender::OursGlobal));
+            let with = self.ns.column(index(added));
+            let without = self.ns.column(index(Contender::OursGlobal));
             let difference = with.iter().zip(&without).map(|(w, o)| w - o).collect();
             let difference = Quartiles::of(difference);
             println!(
@@ -159,8 +148,8 @@ impl Rounds {
                 difference.upper
             );
         }
-        let bare = self.column(index(Contender::BareHugeHeader));
-        let ours = self.column(index(Contender::OursHeaderHugeHeader));
+        let bare = self.ns.column(index(Contender::BareHugeHeader));
+        let ours = self.ns.column(index(Contender::OursHeaderHugeHeader));
         let (of_medians, per_round) = ratios(&ours, &bare);
         let difference = ours.iter().zip(&bare).map(|(o, b)| o - b).collect();
         println!(
@@ -185,7 +174,7 @@ pub(crate) fn bench(c: &mut Criterion) {
     let rounds = RefCell::new(Rounds {
         apps: Contender::ALL.iter().map(|c| c.app(&runtime)).collect(),
         next_start: 0,
-        ns: Vec::new(),
+        ns: RoundTable::new(),
     });
     let mut group = c.benchmark_group("layer_paired");
     group

@@ -38,7 +38,7 @@ use axum::Router;
 use criterion::{Criterion, Throughput};
 
 use super::{common, runtime, Contender, PEER};
-use crate::report::{print_ratio, print_rows, rows, Row};
+use crate::report::{print_ratio, print_rows, RoundTable};
 
 /// Threads sending at once: one per core on the reference machine.
 const THREADS: usize = 2;
@@ -208,7 +208,7 @@ struct Rounds {
     /// Where the next round starts in [`PAIRS`].
     next_start: usize,
     /// Per round, per pair: ns per request of both threads together.
-    ns: Vec<[f64; N]>,
+    ns: RoundTable<N>,
 }
 
 impl Rounds {
@@ -251,24 +251,11 @@ impl Rounds {
         spent
     }
 
-    fn column(&self, i: usize) -> Vec<f64> {
-        self.ns.iter().map(|round| round[i]).collect()
-    }
-
-    fn beyond_noop(&self, i: usize) -> Vec<f64> {
-        let noop = baseline(i);
-        self.ns.iter().map(|round| round[i] - round[noop]).collect()
-    }
-
     fn report(&self) {
         if self.ns.is_empty() {
             return;
         }
-        let rows: Vec<Row> = rows(
-            PAIRS.iter().map(|p| p.id),
-            |i| self.column(i),
-            |i| self.beyond_noop(i),
-        );
+        let rows = self.ns.rows(PAIRS.iter().map(|p| p.id), baseline);
         let heading = format!(
             "layer_threads: {} rounds, {THREADS} threads x {BATCH} requests per pair, \
              rotated order; ns per request of both threads together",
@@ -300,7 +287,7 @@ pub(crate) fn bench(c: &mut Criterion) {
     let rounds = RefCell::new(Rounds {
         apps: CONTENDERS.iter().map(|c| c.app(&runtime)).collect(),
         next_start: 0,
-        ns: Vec::new(),
+        ns: RoundTable::new(),
     });
     let mut group = c.benchmark_group("layer_threads");
     group
