@@ -29,7 +29,7 @@
 use std::cell::RefCell;
 use std::hint::spin_loop;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -126,6 +126,20 @@ struct SpinBarrier {
     /// Moved on by the last thread to arrive; the others spin until it
     /// moves.
     generation: AtomicUsize,
+    /// Set when a thread panicked: it never arrives again, and the others
+    /// stop waiting for it (and panic too) instead of spinning for ever.
+    abandoned: AtomicBool,
+}
+
+/// Abandons its barrier when dropped during a panic.
+struct Abandon<'a>(&'a SpinBarrier);
+
+impl Drop for Abandon<'_> {
+    fn drop(&mut self) {
+        if thread::panicking() {
+            self.0.abandoned.store(true, Ordering::Release);
+        }
+    }
 }
 
 impl SpinBarrier {
@@ -133,6 +147,7 @@ impl SpinBarrier {
         SpinBarrier {
             arrived: AtomicUsize::new(0),
             generation: AtomicUsize::new(0),
+            abandoned: AtomicBool::new(false),
         }
     }
 
@@ -147,6 +162,10 @@ impl SpinBarrier {
         }
         let mut spins = 0u32;
         while self.generation.load(Ordering::Acquire) == generation {
+            assert!(
+                !self.abandoned.load(Ordering::Acquire),
+                "the other bench thread panicked"
+            );
             if spins < 100_000 {
                 spins += 1;
                 spin_loop();
@@ -167,6 +186,7 @@ fn worker(
     start: usize,
     barrier: &SpinBarrier,
 ) -> Vec<[(Instant, Instant); N]> {
+    let _abandon = Abandon(barrier);
     let runtime = runtime();
     runtime.block_on(async {
         let now = Instant::now();
