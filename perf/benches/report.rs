@@ -1,5 +1,5 @@
-//! The table the interleaved benches (`layer_paired`, `keyed_admission`)
-//! print after their rounds.
+//! The table the interleaved benches (`layer_paired`, `layer_threads`,
+//! `keyed_admission`) print after their rounds.
 
 /// One contender's figures, round by round: its ns per request, and what
 /// it cost beyond its baseline in the same round.

@@ -9,7 +9,9 @@
 //!
 //! `REDIS_SERVER_BIN` and `REDIS_CLI_BIN` name other binaries to run in
 //! place of `redis-server` and `redis-cli`: `.ci/run` runs the suites on
-//! Valkey that way where its Debian package exists.
+//! Valkey that way where its Debian package exists. The server binary must
+//! be the server process itself (or `exec` it): a server counts as started
+//! only once `INFO server` on its port names the child's process id.
 
 #![allow(dead_code)]
 
@@ -188,20 +190,23 @@ impl RedisServer {
             if let Ok(stream) = TcpStream::connect_timeout(&addr, Duration::from_millis(100)) {
                 // Something listens: ours, or another test's server that
                 // took the port first (ours then fails to bind and exits).
-                return match served_by(stream) {
+                match served_by(stream) {
                     Some(pid) if pid == child.id() => {
                         self.child = Some(child);
-                        Ok(())
+                        return Ok(());
                     }
-                    other => {
+                    Some(pid) => {
                         let _ = child.kill();
                         let _ = child.wait();
-                        Err(format!(
-                            "{addr} is served by another process ({other:?}), not redis-server {}",
+                        return Err(format!(
+                            "{addr} is served by process {pid}, not by redis-server {}",
                             child.id()
-                        ))
+                        ));
                     }
-                };
+                    // No answer yet (a slow start on a loaded machine):
+                    // ask again while the deadline allows.
+                    None => {}
+                }
             }
             std::thread::sleep(Duration::from_millis(20));
         }
