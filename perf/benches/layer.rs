@@ -57,9 +57,10 @@
 //! - `paired`: the criterion group `layer_paired`, which runs all contenders
 //!   in short interleaved rounds and prints the per-round cost beyond the
 //!   no-op layer.
-//! - `threads`: the criterion group `layer_threads`, the peer-address
-//!   contenders on two threads at once sharing one layer, in interleaved
-//!   rounds: many clients spread over both threads, and one client on both.
+//! - `threads`: the criterion group `layer_threads`, the per-client
+//!   contenders (peer address and header) on two threads at once sharing
+//!   one layer, in interleaved rounds: many clients spread over both
+//!   threads, and one client on both.
 
 mod common;
 mod governor_setup;
@@ -95,7 +96,7 @@ const PATH: &str = "/items/7";
 const API_KEY: HeaderName = HeaderName::from_static("x-api-key");
 
 /// Its value on every request but the huge-header ones.
-const CLIENT: &str = "client-42";
+pub(crate) const CLIENT: &str = "client-42";
 
 /// The peer of the peer-address contenders' requests.
 pub(crate) const PEER: SocketAddr =
@@ -210,17 +211,18 @@ impl Contender {
     /// The request this contender is sent, built anew for each request.
     #[inline]
     pub(crate) fn request(self) -> Request<Body> {
-        self.request_from(PEER)
+        self.request_as(CLIENT, PEER)
     }
 
-    /// [`request`](Self::request), from `peer` where this contender's
-    /// requests carry the peer's address.
+    /// [`request`](Self::request) from the client `client` (the
+    /// `x-api-key` value, unless this contender sends the huge one) at
+    /// `peer` (where this contender's requests carry the peer's address).
     #[inline]
-    pub(crate) fn request_from(self, peer: SocketAddr) -> Request<Body> {
+    pub(crate) fn request_as(self, client: &'static str, peer: SocketAddr) -> Request<Body> {
         let value = if self.huge_header() {
             HeaderValue::from_bytes(huge_header_value()).expect("a valid header value")
         } else {
-            HeaderValue::from_static(CLIENT)
+            HeaderValue::from_static(client)
         };
         let mut request = Request::get(PATH)
             .header(API_KEY, value)

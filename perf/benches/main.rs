@@ -17,7 +17,7 @@
 //!   layer, against a no-op layer and tower_governor: the group `layer`
 //!   (one contender after another) and `layer_paired` (interleaved rounds,
 //!   with a table of the cost beyond the no-op layer), and `layer_threads`
-//!   (the peer-address contenders on two threads sharing each layer).
+//!   (the per-client contenders on two threads sharing each layer).
 //! - `keyed`: `keyed_admission`, one admission on a table of many keys
 //!   (random keys) against governor's keyed `check_key` on the same keys,
 //!   in interleaved rounds.

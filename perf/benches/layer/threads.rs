@@ -1,15 +1,19 @@
-//! The criterion group `layer_threads`: the peer-address contenders on two
+//! The criterion group `layer_threads`: the per-client contenders on two
 //! threads at once, each thread with its own current-thread runtime and its
 //! own clone of one app, so both threads' requests go through one layer
-//! (one table, one limiter), as a multi-threaded server's do.
+//! (one table, one limiter), as a multi-threaded server's do. The
+//! contenders key by the peer's address (the no-op layer, our full and
+//! compact layers, tower_governor) or by the `x-api-key` header (the no-op
+//! layer, our compact layer, tower_governor).
 //!
 //! Two workloads, each run for every contender:
 //!
 //! - `spread`: each thread sends the requests of its own [`CLIENTS`]
-//!   clients in turn (addresses `10.<thread>.0.<n>`): many keys, none
-//!   shared between the threads. What the threads share is the table (its
-//!   locks, for a layer that takes them) and nothing else.
-//! - `one_client`: both threads send the one peer of the other layer
+//!   clients in turn (addresses `10.<thread>.0.<n>`, keys
+//!   `client-<thread>-<n>`): many keys, none shared between the threads.
+//!   What the threads share is the table (its locks, for a layer that
+//!   takes them) and nothing else.
+//! - `one_client`: both threads send as the one client of the other layer
 //!   benches: both update the same key.
 //!
 //! A round runs every (contender, workload) pair in turn, in an order
@@ -18,9 +22,10 @@
 //! first thread's start to the last thread's end, divided by the requests
 //! of both: the time per request of the two threads together (the inverse
 //! of their throughput). The table printed after the group has, per pair,
-//! the median of that time and its difference to the no-op layer's under
-//! the same workload in the same round; then our contenders' cost beyond
-//! the no-op layer relative to tower_governor's.
+//! the median of that time and its difference to the no-op layer's sent
+//! the same kind of request under the same workload in the same round;
+//! then our contenders' cost beyond the no-op layer relative to
+//! tower_governor's with the same key.
 //!
 //! With two threads on a machine of two cores, a round is sensitive to
 //! anything else the machine runs: quote ratios from one run, with its load
@@ -30,6 +35,7 @@ use std::cell::RefCell;
 use std::hint::spin_loop;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::OnceLock;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -37,7 +43,7 @@ use axum::http::StatusCode;
 use axum::Router;
 use criterion::{Criterion, Throughput};
 
-use super::{common, runtime, Contender, PEER};
+use super::{common, runtime, Contender, CLIENT, PEER};
 use crate::report::{print_ratio, print_rows, RoundTable};
 
 /// Threads sending at once: one per core on the reference machine.
@@ -51,13 +57,17 @@ const BATCH: u32 = 256;
 /// Clients per thread in the `spread` workload.
 const CLIENTS: u32 = 64;
 
-/// The contenders, each under both workloads; the no-op layer first (the
-/// others' cost is taken beyond it).
-const CONTENDERS: [Contender; 4] = [
+/// The contenders, each under both workloads. Each is taken beyond the
+/// no-op layer sent the same kind of request ([`Contender::baseline`]),
+/// which is in the list.
+const CONTENDERS: [Contender; 7] = [
     Contender::NoopPeerIp,
     Contender::OursPeerIp,
     Contender::OursCompactPeerIp,
     Contender::TowerGovernorPeerIp,
+    Contender::Noop,
+    Contender::OursCompactHeader,
+    Contender::TowerGovernorHeader,
 ];
 
 /// Who sends the requests.
@@ -68,54 +78,95 @@ enum Workload {
 }
 
 impl Workload {
-    /// The peer of the `n`th request of thread `thread`.
-    fn peer(self, thread: usize, n: u32) -> SocketAddr {
+    const ALL: [Workload; 2] = [Workload::Spread, Workload::OneClient];
+
+    fn name(self) -> &'static str {
+        match self {
+            Workload::Spread => "spread",
+            Workload::OneClient => "one_client",
+        }
+    }
+
+    /// The client of the `n`th request of thread `thread`: its `x-api-key`
+    /// value and its address. A contender keys by one of the two.
+    fn client(self, thread: usize, n: u32) -> (&'static str, SocketAddr) {
         match self {
             Workload::Spread => {
-                let thread = u8::try_from(thread + 1).expect("a handful of threads");
-                let client = u8::try_from(n % CLIENTS + 1).expect("at most 255 clients");
-                SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, thread, 0, client)), 40_000)
+                let client = n % CLIENTS;
+                let octets = [
+                    u8::try_from(thread + 1).expect("a handful of threads"),
+                    u8::try_from(client + 1).expect("at most 255 clients"),
+                ];
+                let peer = IpAddr::V4(Ipv4Addr::new(10, octets[0], 0, octets[1]));
+                (
+                    api_keys()[thread][client as usize],
+                    SocketAddr::new(peer, 40_000),
+                )
             }
-            Workload::OneClient => PEER,
+            Workload::OneClient => (CLIENT, PEER),
         }
     }
 }
 
-/// One (contender, workload) pair: the unit a round times.
-#[derive(Debug, Clone, Copy)]
-struct Pair {
-    id: &'static str,
-    /// Index in [`CONTENDERS`].
-    contender: usize,
-    workload: Workload,
+/// The `spread` workload's `x-api-key` values, per thread: made once and
+/// kept for the whole run, so that a request's header is made as the other
+/// layer benches make theirs (from a `&'static str`, no allocation).
+fn api_keys() -> &'static [Vec<&'static str>] {
+    static KEYS: OnceLock<Vec<Vec<&'static str>>> = OnceLock::new();
+    KEYS.get_or_init(|| {
+        (0..THREADS)
+            .map(|t| {
+                (0..CLIENTS)
+                    .map(|c| &*Box::leak(format!("client-{t}-{c}").into_boxed_str()))
+                    .collect()
+            })
+            .collect()
+    })
 }
 
-const fn pair(id: &'static str, contender: usize, workload: Workload) -> Pair {
-    Pair {
-        id,
+/// Pair `i`: contender `i / 2` under workload `i % 2`.
+fn pair(i: usize) -> (Contender, usize, Workload) {
+    let contender = i / Workload::ALL.len();
+    (
+        CONTENDERS[contender],
         contender,
-        workload,
-    }
+        Workload::ALL[i % Workload::ALL.len()],
+    )
 }
 
-/// Every pair, in the order of the report; each contender's pair at the
-/// same index modulo 2 has the same workload.
-const PAIRS: [Pair; 8] = [
-    pair("noop_layer_peer_ip/spread", 0, Workload::Spread),
-    pair("noop_layer_peer_ip/one_client", 0, Workload::OneClient),
-    pair("ours_peer_ip/spread", 1, Workload::Spread),
-    pair("ours_peer_ip/one_client", 1, Workload::OneClient),
-    pair("ours_compact_peer_ip/spread", 2, Workload::Spread),
-    pair("ours_compact_peer_ip/one_client", 2, Workload::OneClient),
-    pair("tower_governor_peer_ip/spread", 3, Workload::Spread),
-    pair("tower_governor_peer_ip/one_client", 3, Workload::OneClient),
-];
+const N: usize = CONTENDERS.len() * Workload::ALL.len();
 
-const N: usize = PAIRS.len();
+/// The pairs' names, `<contender>/<workload>`, in [`pair`] order.
+fn pair_ids() -> &'static [&'static str] {
+    static IDS: OnceLock<Vec<&'static str>> = OnceLock::new();
+    IDS.get_or_init(|| {
+        (0..N)
+            .map(|i| {
+                let (contender, _, workload) = pair(i);
+                &*Box::leak(format!("{}/{}", contender.id(), workload.name()).into_boxed_str())
+            })
+            .collect()
+    })
+}
 
-/// The no-op layer's pair with the workload of pair `i`.
+/// The pair of the no-op layer sent pair `i`'s kind of request under its
+/// workload.
 fn baseline(i: usize) -> usize {
-    i % 2
+    let (contender, _, workload) = pair(i);
+    index(contender.baseline(), workload)
+}
+
+/// The pair of `contender` under `workload`.
+fn index(contender: Contender, workload: Workload) -> usize {
+    let c = CONTENDERS
+        .iter()
+        .position(|&x| x == contender)
+        .expect("a contender of this group");
+    let w = Workload::ALL
+        .iter()
+        .position(|&x| x == workload)
+        .expect("a workload");
+    c * Workload::ALL.len() + w
 }
 
 /// A barrier that spins: a thread woken from a blocking wait starts tens
@@ -195,13 +246,13 @@ fn worker(
             let mut span = [(now, now); N];
             for k in 0..N {
                 let i = (start + round as usize + k) % N;
-                let pair = PAIRS[i];
-                let contender = CONTENDERS[pair.contender];
-                let app = &mut apps[pair.contender];
+                let (contender, c, workload) = pair(i);
+                let app = &mut apps[c];
                 barrier.wait();
                 let begin = Instant::now();
                 for n in 0..BATCH {
-                    let request = contender.request_from(pair.workload.peer(thread, n));
+                    let (client, peer) = workload.client(thread, n);
+                    let request = contender.request_as(client, peer);
                     let status = common::serve(app, request).await;
                     // A refusal would be cheaper than a pass: none may
                     // happen (each contender's limit is out of reach).
@@ -209,7 +260,7 @@ fn worker(
                         status,
                         StatusCode::OK,
                         "{}: no contender may refuse",
-                        pair.id
+                        pair_ids()[i]
                     );
                 }
                 span[i] = (begin, Instant::now());
@@ -225,7 +276,7 @@ struct Rounds {
     /// One per contender, in [`CONTENDERS`] order; each thread serves a
     /// clone (one layer state).
     apps: Vec<Router>,
-    /// Where the next round starts in [`PAIRS`].
+    /// Where the next round starts, a pair (see [`pair`]).
     next_start: usize,
     /// Per round, per pair: ns per request of both threads together.
     ns: RoundTable<N>,
@@ -275,34 +326,27 @@ impl Rounds {
         if self.ns.is_empty() {
             return;
         }
-        let rows = self.ns.rows(PAIRS.iter().map(|p| p.id), baseline);
+        let rows = self.ns.rows(pair_ids().iter().copied(), baseline);
         let heading = format!(
             "layer_threads: {} rounds, {THREADS} threads x {BATCH} requests per pair, \
              rotated order; ns per request of both threads together",
             self.ns.len()
         );
         print_rows(&heading, "beyond no-op", 34, &rows);
-        // Pair `2 * contender + workload` (see `PAIRS`).
-        let row = |contender: usize, workload: usize| &rows[2 * contender + workload];
-        for workload in 0..2 {
-            let governor = row(3, workload);
-            print_ratio(row(1, workload), governor, "no-op");
-            print_ratio(row(2, workload), governor, "no-op");
+        for workload in Workload::ALL {
+            for (ours, theirs) in [
+                (Contender::OursPeerIp, Contender::TowerGovernorPeerIp),
+                (Contender::OursCompactPeerIp, Contender::TowerGovernorPeerIp),
+                (Contender::OursCompactHeader, Contender::TowerGovernorHeader),
+            ] {
+                let row = |c| &rows[index(c, workload)];
+                print_ratio(row(ours), row(theirs), "no-op");
+            }
         }
     }
 }
 
 pub(crate) fn bench(c: &mut Criterion) {
-    // The report finds pairs by position: contender by contender, each
-    // under `spread`, then `one_client`.
-    for (i, pair) in PAIRS.iter().enumerate() {
-        let workload = [Workload::Spread, Workload::OneClient][i % 2];
-        assert!(
-            pair.contender == i / 2 && pair.workload == workload,
-            "{}",
-            pair.id
-        );
-    }
     let runtime = runtime();
     let rounds = RefCell::new(Rounds {
         apps: CONTENDERS.iter().map(|c| c.app(&runtime)).collect(),
@@ -315,8 +359,8 @@ pub(crate) fn bench(c: &mut Criterion) {
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(3))
         .sample_size(30);
-    for (i, pair) in PAIRS.iter().enumerate() {
-        group.bench_function(pair.id, |b| {
+    for (i, id) in pair_ids().iter().enumerate() {
+        group.bench_function(*id, |b| {
             b.iter_custom(|iters| {
                 let per_round = u64::from(BATCH) * THREADS as u64;
                 let rounds_needed = iters.div_ceil(per_round);
