@@ -33,7 +33,7 @@ use http::{Request, StatusCode};
 use tower_sliding_window::{PeerIpKey, SlidingWindowLayer};
 
 use crate::direct::{self, Answer, Driven, GovernorKeyed};
-use crate::report::{print_ratio, print_rows, RoundTable};
+use crate::report::{in_rounds, print_ratio, print_rows, RoundTable};
 
 /// Keys of the large tables.
 const KEYS: u64 = 1_000_000;
@@ -267,10 +267,7 @@ pub(crate) fn bench(c: &mut Criterion) {
             let mut rounds = rounds.borrow_mut();
             let rounds = rounds.get_or_insert_with(Rounds::new);
             b.iter_custom(|iters| {
-                let per_round = u64::from(BATCH);
-                let rounds_needed = iters.div_ceil(per_round);
-                let spent = rounds.run(rounds_needed, i);
-                spent.mul_f64(iters as f64 / (rounds_needed * per_round) as f64)
+                in_rounds(iters, u64::from(BATCH), |needed| rounds.run(needed, i))
             })
         });
     }

@@ -1,5 +1,6 @@
 //! The table the interleaved benches (`layer_paired`, `layer_threads`,
-//! `keyed_admission`) print after their rounds.
+//! `keyed_admission`) print after their rounds, and the time they hand
+//! criterion for its iterations ([`in_rounds`], `admission_paired` too).
 
 /// One contender's figures, round by round: its ns per request, and what
 /// it cost beyond its baseline in the same round.
@@ -118,6 +119,20 @@ impl<const N: usize> RoundTable<N> {
     ) -> Vec<Row> {
         rows(ids, |i| self.column(i), |i| self.beyond(i, baseline(i)))
     }
+}
+
+/// What criterion's `iter_custom` asks of an interleaved bench: the time
+/// of `iters` requests of one contender, measured in whole rounds of
+/// `per_round` requests of it. `run(rounds)` runs that many rounds and
+/// returns the time spent in the contender's requests, which is scaled
+/// from the `rounds * per_round` requests timed to `iters`.
+pub(crate) fn in_rounds(
+    iters: u64,
+    per_round: u64,
+    run: impl FnOnce(u64) -> std::time::Duration,
+) -> std::time::Duration {
+    let rounds = iters.div_ceil(per_round);
+    run(rounds).mul_f64(iters as f64 / (rounds * per_round) as f64)
 }
 
 /// The median and the quartiles of some values.

@@ -23,6 +23,8 @@ use governor::clock::{Clock as _, QuantaClock, QuantaUpkeepClock};
 use tower_sliding_window::clock::{CachedClock, Clock, SystemClock};
 use tower_sliding_window::flow::TryPass;
 
+use crate::report::in_rounds;
+
 use super::{
     array_metric, array_metric_cached_clock, governor_never_rejecting,
     governor_upkeep_never_rejecting,
@@ -140,11 +142,9 @@ pub(crate) fn bench(c: &mut Criterion) {
     for (of, name) in NAMES.iter().enumerate().take(BENCHED) {
         group.bench_function(*name, |b| {
             b.iter_custom(|iters| {
-                let rounds_needed = iters.div_ceil(u64::from(BATCH));
-                let spent = rounds.borrow_mut().run(rounds_needed, of);
-                // Criterion asked for `iters` calls; the rounds made
-                // `rounds_needed * BATCH`.
-                spent.mul_f64(iters as f64 / (rounds_needed * u64::from(BATCH)) as f64)
+                in_rounds(iters, u64::from(BATCH), |needed| {
+                    rounds.borrow_mut().run(needed, of)
+                })
             })
         });
     }

@@ -43,7 +43,7 @@ use axum::Router;
 use criterion::{Criterion, Throughput};
 
 use super::{runtime, serve_one, Contender};
-use crate::report::{print_ratio, print_rows, ratios, Quartiles, RoundTable};
+use crate::report::{in_rounds, print_ratio, print_rows, ratios, Quartiles, RoundTable};
 
 /// Requests per contender per round: long enough that the two clock reads
 /// around it cost under a nanosecond per request, short enough (tens of
@@ -185,12 +185,9 @@ pub(crate) fn bench(c: &mut Criterion) {
     for (i, contender) in Contender::ALL.iter().enumerate() {
         group.bench_function(contender.id(), |b| {
             b.iter_custom(|iters| {
-                let per_round = u64::from(batch(*contender));
-                let rounds_needed = iters.div_ceil(per_round);
-                let spent = runtime.block_on(rounds.borrow_mut().run(rounds_needed, i));
-                // `rounds_needed * per_round` requests of this contender
-                // were timed; criterion wants the time of `iters`.
-                spent.mul_f64(iters as f64 / (rounds_needed * per_round) as f64)
+                in_rounds(iters, u64::from(batch(*contender)), |needed| {
+                    runtime.block_on(rounds.borrow_mut().run(needed, i))
+                })
             })
         });
     }

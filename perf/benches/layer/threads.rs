@@ -44,7 +44,7 @@ use axum::Router;
 use criterion::{Criterion, Throughput};
 
 use super::{common, runtime, Contender, CLIENT, PEER};
-use crate::report::{print_ratio, print_rows, RoundTable};
+use crate::report::{in_rounds, print_ratio, print_rows, RoundTable};
 
 /// Threads sending at once: one per core on the reference machine.
 const THREADS: usize = 2;
@@ -362,12 +362,10 @@ pub(crate) fn bench(c: &mut Criterion) {
     for (i, id) in pair_ids().iter().enumerate() {
         group.bench_function(*id, |b| {
             b.iter_custom(|iters| {
-                let per_round = u64::from(BATCH) * THREADS as u64;
-                let rounds_needed = iters.div_ceil(per_round);
-                let spent = rounds.borrow_mut().run(rounds_needed, i);
-                // `rounds_needed * per_round` requests of this pair were
-                // timed; criterion wants the time of `iters`.
-                spent.mul_f64(iters as f64 / (rounds_needed * per_round) as f64)
+                // A round sends the pair's requests from every thread.
+                in_rounds(iters, u64::from(BATCH) * THREADS as u64, |needed| {
+                    rounds.borrow_mut().run(needed, i)
+                })
             })
         });
     }
