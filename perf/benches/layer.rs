@@ -29,6 +29,8 @@
 //! | `tower_governor_peer_ip` | `tower_governor` keyed by its `PeerIpKeyExtractor`; the same request |
 //! | `ours_compact_header`    | `ours_header`'s key, `.compact()`, see below              |
 //! | `ours_compact_peer_ip`   | `ours_peer_ip`'s key, `.compact()`, see below; the peer request |
+//! | `ours_compact_header_cached_clock` | `ours_compact_header`'s layer on a `CachedClock` (its own) |
+//! | `ours_compact_peer_ip_cached_clock` | `ours_compact_peer_ip`'s layer on a `CachedClock` (its own); the peer request |
 //! | `bare_router_huge_header`| none; the request's `x-api-key` is 64 KiB                |
 //! | `ours_header_huge_header`| `ours_header`'s layer; the request's `x-api-key` is 64 KiB |
 //!
@@ -83,6 +85,7 @@ use tokio::runtime::Runtime;
 use tower::ServiceExt;
 use tower_governor::key_extractor::{GlobalKeyExtractor, PeerIpKeyExtractor};
 use tower_sliding_window::breaker::Breaker;
+use tower_sliding_window::clock::CachedClock;
 use tower_sliding_window::system::SystemRule;
 use tower_sliding_window::{HeaderKey, KeyExtractor, PeerIpKey, SlidingWindowLayer};
 
@@ -129,12 +132,14 @@ pub(crate) enum Contender {
     TowerGovernorPeerIp,
     OursCompactHeader,
     OursCompactPeerIp,
+    OursCompactHeaderCachedClock,
+    OursCompactPeerIpCachedClock,
 }
 
 impl Contender {
     /// Every contender, in the order of the reports. The no-op layer must
     /// stay in the list: the paired figures are taken against it.
-    pub(crate) const ALL: [Contender; 18] = [
+    pub(crate) const ALL: [Contender; 20] = [
         Contender::Bare,
         Contender::Noop,
         Contender::OursGlobal,
@@ -153,6 +158,8 @@ impl Contender {
         Contender::TowerGovernorPeerIp,
         Contender::OursCompactHeader,
         Contender::OursCompactPeerIp,
+        Contender::OursCompactHeaderCachedClock,
+        Contender::OursCompactPeerIpCachedClock,
     ];
 
     /// The benchmark id within a group.
@@ -176,6 +183,8 @@ impl Contender {
             Contender::TowerGovernorPeerIp => "tower_governor_peer_ip",
             Contender::OursCompactHeader => "ours_compact_header",
             Contender::OursCompactPeerIp => "ours_compact_peer_ip",
+            Contender::OursCompactHeaderCachedClock => "ours_compact_header_cached_clock",
+            Contender::OursCompactPeerIpCachedClock => "ours_compact_peer_ip_cached_clock",
         }
     }
 
@@ -187,6 +196,7 @@ impl Contender {
                 | Contender::OursPeerIp
                 | Contender::TowerGovernorPeerIp
                 | Contender::OursCompactPeerIp
+                | Contender::OursCompactPeerIpCachedClock
         )
     }
 
@@ -286,6 +296,13 @@ impl Contender {
                 app.layer(compact_never_rejecting(HeaderKey::new(API_KEY)))
             }
             Contender::OursCompactPeerIp => app.layer(compact_never_rejecting(PeerIpKey)),
+            // Each with an upkeep thread of its own, stopped when the app
+            // is dropped at the end of the group.
+            Contender::OursCompactHeaderCachedClock => app
+                .layer(compact_never_rejecting(HeaderKey::new(API_KEY)).clock(CachedClock::new())),
+            Contender::OursCompactPeerIpCachedClock => {
+                app.layer(compact_never_rejecting(PeerIpKey).clock(CachedClock::new()))
+            }
             Contender::TowerGovernorHeader => app.layer(governor_setup::never_rejecting(
                 governor_setup::HeaderString(API_KEY),
             )),

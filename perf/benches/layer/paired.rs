@@ -22,13 +22,15 @@
 //!   thousands of rounds varies far less within a run, more between runs);
 //! - for our contenders, their cost beyond the no-op layer relative to
 //!   tower_governor's with the same kind of key (global, the header for
-//!   `ours_header` and `ours_compact_header`, the peer's address for
-//!   `ours_peer_ip` and `ours_compact_peer_ip`): the ratio of the two medians, and the median of the
-//!   per-round ratios;
+//!   `ours_header` and the compact header contenders, the peer's address
+//!   for `ours_peer_ip` and the compact peer contenders): the ratio of the
+//!   two medians, and the median of the per-round ratios;
 //! - for `ours_global_breaker`, `ours_global_system` and
 //!   `ours_global_limit_per`, the median per-round difference to
 //!   `ours_global` (the cost of one closed breaker, of a system rule, of a
-//!   second window per key) with its quartiles;
+//!   second window per key), and for the compact contenders on a
+//!   `CachedClock` the difference to the same layer on the system clock,
+//!   each with its quartiles;
 //! - for the huge header, our header-keyed layer's ns per request relative
 //!   to the bare router's with the same request (ratio of the medians,
 //!   median of the per-round ratios), and the median per-round difference.
@@ -125,24 +127,41 @@ impl Rounds {
             (Contender::OursPeerIp, Contender::TowerGovernorPeerIp),
             (Contender::OursCompactHeader, Contender::TowerGovernorHeader),
             (Contender::OursCompactPeerIp, Contender::TowerGovernorPeerIp),
+            (
+                Contender::OursCompactHeaderCachedClock,
+                Contender::TowerGovernorHeader,
+            ),
+            (
+                Contender::OursCompactPeerIpCachedClock,
+                Contender::TowerGovernorPeerIp,
+            ),
         ] {
             print_ratio(&rows[index(ours)], &rows[index(governor)], "no-op");
         }
         // What one closed breaker, a system rule and a second window
-        // (`limit_per`) add to the same layer, round by round.
-        for added in [
-            Contender::OursGlobalBreaker,
-            Contender::OursGlobalSystem,
-            Contender::OursGlobalLimitPer,
+        // (`limit_per`) add to the same layer, and what the cached clock
+        // saves the compact layers, round by round.
+        for (added, to) in [
+            (Contender::OursGlobalBreaker, Contender::OursGlobal),
+            (Contender::OursGlobalSystem, Contender::OursGlobal),
+            (Contender::OursGlobalLimitPer, Contender::OursGlobal),
+            (
+                Contender::OursCompactHeaderCachedClock,
+                Contender::OursCompactHeader,
+            ),
+            (
+                Contender::OursCompactPeerIpCachedClock,
+                Contender::OursCompactPeerIp,
+            ),
         ] {
             let with = self.ns.column(index(added));
-            let without = self.ns.column(index(Contender::OursGlobal));
+            let without = self.ns.column(index(to));
             let difference = with.iter().zip(&without).map(|(w, o)| w - o).collect();
             let difference = Quartiles::of(difference);
             println!(
                 "{} - {}: {:.1} ns (median per-round difference) [{:.1}, {:.1}]",
                 added.id(),
-                Contender::OursGlobal.id(),
+                to.id(),
                 difference.median,
                 difference.lower,
                 difference.upper
