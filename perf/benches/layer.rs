@@ -8,8 +8,9 @@
 //! `x-api-key` value instead. Each request is built, sent with
 //! `ready().call()`, and its body read to the end, as a server would. The
 //! router is prepared with `with_state(())`, as `axum::serve` prepares it for
-//! each connection. Only the layer (and, for the last two, the header)
-//! differs:
+//! each connection. Only the layer differs (and the request: the 64 KiB
+//! header of the huge-header contenders, the peer's address of the
+//! peer-address ones):
 //!
 //! | id                       | layer                                                    |
 //! |--------------------------|----------------------------------------------------------|
@@ -38,8 +39,9 @@
 //! sends a key more than that per second, so the compact contenders use a
 //! window of 10 ms in 10 buckets of 1 ms with a limit of 65 535 (6.5 million
 //! per second): the same work per request as the default window, with a
-//! bucket rotation every millisecond (once per a few hundred requests)
-//! instead of every 100 ms.
+//! bucket rotation every millisecond (once per a few hundred requests in
+//! `layer`, once a round, every 32 to 45 of the contender's requests, in
+//! `layer_paired`) instead of every 100 ms.
 //!
 //! The peer-address contenders' requests carry axum's
 //! `ConnectInfo<SocketAddr>` extension, as `axum::serve` with
