@@ -17,7 +17,7 @@ use http::{HeaderName, Request, Response, StatusCode};
 use proptest::prelude::*;
 use tower::{service_fn, Layer, Service};
 use tower_sliding_window::breaker::Breaker;
-use tower_sliding_window::clock::{Clock, ManualClock};
+use tower_sliding_window::clock::{CachedClock, Clock, ManualClock};
 use tower_sliding_window::{HeaderKey, SlidingWindowLayer, Snapshot};
 
 use support::{clock, req_with};
@@ -295,6 +295,65 @@ fn frozen_clock_real_threads_exactly_the_limit_passes_per_key() {
         thread.join().unwrap();
     }
     // 160 requests per key, 50 passes each, the rest blocked.
+    for (i, name) in keys.iter().enumerate() {
+        assert_eq!(passed[i].load(Ordering::Relaxed), limit, "{name}");
+        let snapshot = stats.snapshot(&Some(name.clone())).unwrap();
+        assert_eq!(
+            (snapshot.pass, snapshot.block),
+            (limit, 160 - limit),
+            "{name}"
+        );
+    }
+}
+
+/// The cheaper clock the README suggests for a compact layer: its
+/// millisecond is a cached load that an upkeep thread moves, so real
+/// threads decide on readings the clock hands out while it runs. A minute's
+/// window (ten buckets of 6 s) keeps every pass of the test in it, so
+/// exactly the limit passes per key, each refusal says when to retry, and
+/// the handle counts what the threads saw.
+#[test]
+fn a_compact_layer_on_a_cached_clock_admits_exactly_the_limit_on_real_threads() {
+    let limit = 50;
+    let layer = keyed(limit)
+        .window(Duration::from_secs(60), 10)
+        .compact()
+        .clock(CachedClock::new());
+    let stats = layer.handle();
+    let service = layer.layer(inner());
+    let keys: Vec<String> = (0..8).map(|i| format!("k{i}")).collect();
+    let passed: Arc<Vec<AtomicU64>> =
+        Arc::new((0..keys.len()).map(|_| AtomicU64::new(0)).collect());
+    let threads: Vec<_> = (0..4)
+        .map(|_| {
+            let mut service = service.clone();
+            let keys = keys.clone();
+            let passed = Arc::clone(&passed);
+            thread::spawn(move || {
+                for _ in 0..40 {
+                    for (i, name) in keys.iter().enumerate() {
+                        let (status, headers) = call(&mut service, Some(name));
+                        if status == StatusCode::OK {
+                            passed[i].fetch_add(1, Ordering::Relaxed);
+                            continue;
+                        }
+                        assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{name}");
+                        let retry_after = headers
+                            .iter()
+                            .find(|(header, _)| header == "retry-after")
+                            .map(|(_, value)| value.parse::<u64>().unwrap());
+                        assert!(
+                            retry_after.is_some_and(|seconds| (1..=60).contains(&seconds)),
+                            "{name}: {headers:?}"
+                        );
+                    }
+                }
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().unwrap();
+    }
     for (i, name) in keys.iter().enumerate() {
         assert_eq!(passed[i].load(Ordering::Relaxed), limit, "{name}");
         let snapshot = stats.snapshot(&Some(name.clone())).unwrap();
