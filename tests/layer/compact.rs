@@ -18,7 +18,7 @@ use proptest::prelude::*;
 use tower::{service_fn, Layer, Service};
 use tower_sliding_window::breaker::Breaker;
 use tower_sliding_window::clock::{CachedClock, Clock, ManualClock};
-use tower_sliding_window::{HeaderKey, SlidingWindowLayer, Snapshot};
+use tower_sliding_window::{HeaderKey, SlidingWindowLayer, Snapshot, StatsHandle};
 
 use support::{clock, req_with};
 
@@ -271,8 +271,31 @@ fn frozen_clock_real_threads_exactly_the_limit_passes_per_key() {
         .strict()
         .clock(ManualClock::new(10_050));
     let stats = layer.handle();
-    let service = layer.layer(inner());
-    let keys: Vec<String> = (0..8).map(|i| format!("k{i}")).collect();
+    let passed = passes_from_threads(layer.layer(inner()), |_, _, _| {});
+    assert_exactly_the_limit_passed(&stats, &passed, limit);
+}
+
+/// Keys of [`passes_from_threads`].
+const THREAD_KEYS: usize = 8;
+
+/// Requests each key is sent by [`passes_from_threads`]: 4 threads, 40
+/// rounds each.
+const THREAD_SENDS: u64 = 160;
+
+/// Sends [`THREAD_SENDS`] requests for each of the keys `k0` to `k7` from
+/// four threads at once (each thread 40 rounds over every key) through
+/// clones of `service`; `refused` sees the key, status and headers of
+/// every answer other than 200. The passes per key.
+fn passes_from_threads<S>(
+    service: S,
+    refused: fn(&str, StatusCode, &[(String, String)]),
+) -> Vec<u64>
+where
+    S: Service<Request<Body>, Response = Response<Body>> + Clone + Send + 'static,
+    S::Error: std::fmt::Debug,
+    S::Future: Send,
+{
+    let keys: Vec<String> = (0..THREAD_KEYS).map(|i| format!("k{i}")).collect();
     let passed: Arc<Vec<AtomicU64>> =
         Arc::new((0..keys.len()).map(|_| AtomicU64::new(0)).collect());
     let threads: Vec<_> = (0..4)
@@ -283,8 +306,11 @@ fn frozen_clock_real_threads_exactly_the_limit_passes_per_key() {
             thread::spawn(move || {
                 for _ in 0..40 {
                     for (i, name) in keys.iter().enumerate() {
-                        if call(&mut service, Some(name)).0 == StatusCode::OK {
+                        let (status, headers) = call(&mut service, Some(name));
+                        if status == StatusCode::OK {
                             passed[i].fetch_add(1, Ordering::Relaxed);
+                        } else {
+                            refused(name, status, &headers);
                         }
                     }
                 }
@@ -294,13 +320,24 @@ fn frozen_clock_real_threads_exactly_the_limit_passes_per_key() {
     for thread in threads {
         thread.join().unwrap();
     }
-    // 160 requests per key, 50 passes each, the rest blocked.
-    for (i, name) in keys.iter().enumerate() {
-        assert_eq!(passed[i].load(Ordering::Relaxed), limit, "{name}");
+    passed.iter().map(|p| p.load(Ordering::Relaxed)).collect()
+}
+
+/// Exactly `limit` of [`passes_from_threads`]' requests passed for every
+/// key, and the handle counts the rest as blocks.
+fn assert_exactly_the_limit_passed(
+    stats: &StatsHandle<Option<String>>,
+    passed: &[u64],
+    limit: u64,
+) {
+    assert_eq!(passed.len(), THREAD_KEYS);
+    for (i, &passes) in passed.iter().enumerate() {
+        let name = format!("k{i}");
+        assert_eq!(passes, limit, "{name}");
         let snapshot = stats.snapshot(&Some(name.clone())).unwrap();
         assert_eq!(
             (snapshot.pass, snapshot.block),
-            (limit, 160 - limit),
+            (limit, THREAD_SENDS - limit),
             "{name}"
         );
     }
@@ -320,49 +357,18 @@ fn a_compact_layer_on_a_cached_clock_admits_exactly_the_limit_on_real_threads() 
         .compact()
         .clock(CachedClock::new());
     let stats = layer.handle();
-    let service = layer.layer(inner());
-    let keys: Vec<String> = (0..8).map(|i| format!("k{i}")).collect();
-    let passed: Arc<Vec<AtomicU64>> =
-        Arc::new((0..keys.len()).map(|_| AtomicU64::new(0)).collect());
-    let threads: Vec<_> = (0..4)
-        .map(|_| {
-            let mut service = service.clone();
-            let keys = keys.clone();
-            let passed = Arc::clone(&passed);
-            thread::spawn(move || {
-                for _ in 0..40 {
-                    for (i, name) in keys.iter().enumerate() {
-                        let (status, headers) = call(&mut service, Some(name));
-                        if status == StatusCode::OK {
-                            passed[i].fetch_add(1, Ordering::Relaxed);
-                            continue;
-                        }
-                        assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{name}");
-                        let retry_after = headers
-                            .iter()
-                            .find(|(header, _)| header == "retry-after")
-                            .map(|(_, value)| value.parse::<u64>().unwrap());
-                        assert!(
-                            retry_after.is_some_and(|seconds| (1..=60).contains(&seconds)),
-                            "{name}: {headers:?}"
-                        );
-                    }
-                }
-            })
-        })
-        .collect();
-    for thread in threads {
-        thread.join().unwrap();
-    }
-    for (i, name) in keys.iter().enumerate() {
-        assert_eq!(passed[i].load(Ordering::Relaxed), limit, "{name}");
-        let snapshot = stats.snapshot(&Some(name.clone())).unwrap();
-        assert_eq!(
-            (snapshot.pass, snapshot.block),
-            (limit, 160 - limit),
-            "{name}"
+    let passed = passes_from_threads(layer.layer(inner()), |name, status, headers| {
+        assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{name}");
+        let retry_after = headers
+            .iter()
+            .find(|(header, _)| header == "retry-after")
+            .map(|(_, value)| value.parse::<u64>().unwrap());
+        assert!(
+            retry_after.is_some_and(|seconds| (1..=60).contains(&seconds)),
+            "{name}: {headers:?}"
         );
-    }
+    });
+    assert_exactly_the_limit_passed(&stats, &passed, limit);
 }
 
 /// A change to a layer's configuration.
@@ -842,32 +848,11 @@ fn frozen_clock_real_threads_each_window_of_a_compact_key_holds_exactly_what_was
             .limit_per(MINUTE, further)
             .clock(ManualClock::new(10_050));
         let stats = layer.handle();
-        let service = layer.layer(inner());
-        let keys: Vec<String> = (0..8).map(|i| format!("k{i}")).collect();
-        let passed: Arc<Vec<AtomicU64>> =
-            Arc::new((0..keys.len()).map(|_| AtomicU64::new(0)).collect());
-        let threads: Vec<_> = (0..4)
-            .map(|_| {
-                let mut service = service.clone();
-                let keys = keys.clone();
-                let passed = Arc::clone(&passed);
-                thread::spawn(move || {
-                    for _ in 0..40 {
-                        for (i, name) in keys.iter().enumerate() {
-                            if call(&mut service, Some(name)).0 == StatusCode::OK {
-                                passed[i].fetch_add(1, Ordering::Relaxed);
-                            }
-                        }
-                    }
-                })
-            })
-            .collect();
-        for thread in threads {
-            thread.join().unwrap();
-        }
+        let passed = passes_from_threads(layer.layer(inner()), |_, _, _| {});
         let limit = first.min(further);
-        for (i, name) in keys.iter().enumerate() {
-            assert_eq!(passed[i].load(Ordering::Relaxed), limit, "{name}");
+        for (i, &passes) in passed.iter().enumerate() {
+            let name = &format!("k{i}");
+            assert_eq!(passes, limit, "{name}");
             let windows = stats.windows(&key(name)).unwrap();
             let counts: Vec<(Duration, u64, u64)> = windows
                 .iter()
@@ -882,7 +867,7 @@ fn frozen_clock_real_threads_each_window_of_a_compact_key_holds_exactly_what_was
                 "{name}"
             );
             let snapshot = stats.snapshot(&key(name)).unwrap();
-            assert_eq!(snapshot.block, 160 - limit, "{name}");
+            assert_eq!(snapshot.block, THREAD_SENDS - limit, "{name}");
         }
     }
 }
