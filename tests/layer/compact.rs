@@ -499,16 +499,16 @@ enum Action {
 
 /// The keys of the differential test; `None` sends no header.
 /// Keys of the differential test: short ones, the longest text a compact
-/// slot holds in place (70 bytes), one byte more (a block of its own), and
-/// the header's absence.
+/// slot holds in place (64 bytes), one byte more (kept beside the slots,
+/// and compared only under the group's lock), and the header's absence.
 const KEYS: [Option<&str>; 7] = [
     Some("a"),
     Some("b"),
     Some("rule"),
     None,
     Some(""),
-    Some("0123456789012345678901234567890123456789012345678901234567890123456789"),
-    Some("01234567890123456789012345678901234567890123456789012345678901234567890"),
+    Some("0123456789012345678901234567890123456789012345678901234567890123"),
+    Some("01234567890123456789012345678901234567890123456789012345678901234"),
 ];
 
 fn steps() -> impl Strategy<Value = Vec<Step>> {
@@ -977,19 +977,22 @@ where
         .status()
 }
 
-/// Header values around the lengths a compact slot holds in place (70
+/// Header values around the lengths a compact slot holds in place (64
 /// bytes of text) and the longest key kept verbatim (256 bytes, then a
 /// digest form): empty, 64, 65, 70, 71 and 256 bytes, 257 and 16 KiB (digest
-/// forms), multi-byte characters ending at and across the 70-byte line, and
-/// bytes that are not UTF-8 (escaped after DEL, short and past 256 bytes).
+/// forms), multi-byte characters ending at and across the 64-byte line (and
+/// the 70-byte line slots held before), and bytes that are not UTF-8
+/// (escaped after DEL, short and past 256 bytes).
 fn hostile_values() -> Vec<Vec<u8>> {
     let mut values: Vec<Vec<u8>> = [0usize, 1, 63, 64, 65, 69, 70, 71, 72, 255, 256, 257]
         .into_iter()
         .map(|len| vec![b'k'; len])
         .collect();
     values.push(vec![b'x'; 16 * 1024]);
-    // 35 two-byte characters: 70 bytes; one more byte, and the last
-    // character ends past the line.
+    // 32 and 35 two-byte characters: 64 and 70 bytes; one more byte, and
+    // the last character ends past the line.
+    values.push("é".repeat(32).into_bytes());
+    values.push(format!("k{}", "é".repeat(32)).into_bytes());
     values.push("é".repeat(35).into_bytes());
     values.push(format!("k{}", "é".repeat(35)).into_bytes());
     values.push("€".repeat(24).into_bytes());

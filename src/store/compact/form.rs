@@ -1,25 +1,33 @@
 //! How a slot of a `CompactTable` holds its key: the key itself
-//! ([`Plain`]), or, for `Option<String>` keys (`HeaderKey`'s), the text
-//! inline in the slot ([`InlineText`]), which spares a short key the heap
-//! block of its own a `String` needs (a 64-byte value costs an 80-byte
-//! block on glibc: its size header and the rounding to 16 bytes).
+//! ([`Plain`]), or, for the keys of the crate's two common client
+//! extractors, the key in atomics that a request compares without the
+//! group's lock (see the table's module docs, "Lookups without the
+//! lock"):
 //!
-//! The table picks the form from its key type (see [`inline_text`] and
+//! - `Option<IpAddr>` (the address extractors'): [`AtomicAddr`], the
+//!   address in four words and a state word.
+//! - `Option<String>` (`HeaderKey`'s): [`AtomicText`], a text of up to 64
+//!   bytes in sixteen words and a state word, in the slot itself (which
+//!   spares it the heap block of its own a `String` needs: a 64-byte value
+//!   costs an 80-byte block on glibc, its size header and the rounding to
+//!   16 bytes). A longer text is kept in its group's [`Spilled`] texts and
+//!   compared only under the group's lock.
+//!
+//! The table picks the form from its key type (see [`atomic_text`] and
 //! [`atomic_addr`]): the choice is made by the compiler for each key type
 //! (a comparison of two constant type ids), so a table of address keys has
 //! no branch for it.
 //!
 //! A slot's key is a [`KeyCell`]: `Option<S>` of a form `S`, read and
-//! written under the group's lock, or, for `Option<IpAddr>` keys (the
-//! address extractors'), an [`AtomicAddr`], the address in atomics that a
-//! request compares without the lock (see the table's module docs,
-//! "Lookups without the lock").
+//! written under the group's lock, or one of the two cells in atomics
+//! ([`SharedCell`]).
 
 use std::any::{Any, TypeId};
 use std::borrow::{Borrow, Cow};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use crate::sync::{AtomicU32, Ordering};
+use super::table::GROUP;
+use crate::sync::{read, write, AtomicU32, Ordering, RwLock};
 
 /// How a slot holds a key of type `K`.
 pub(crate) trait Form<K: Clone>: Sized + Send + Sync {
@@ -99,154 +107,40 @@ impl<K: Clone + Eq + Send + Sync> Form<K> for Plain<K> {
     }
 }
 
-/// Bytes of text an [`InlineText`] holds in the slot: as many as fit
-/// beside its two bytes of length and variant in the 72 bytes the
-/// variant holding a longer key's pointer needs anyway (8-byte aligned).
-pub(crate) const INLINE_BYTES: usize = 70;
-
-/// An `Option<String>` key in a slot: `None`, the text inline when it is at
-/// most [`INLINE_BYTES`] long, else the text in a heap block of its own
-/// (`Box<str>`: its length, not a `String`'s capacity too). A key has one
-/// form only: inline exactly when short enough.
-#[derive(Debug)]
-pub(crate) enum InlineText {
-    /// `None`.
-    Absent,
-    /// `Some` of the first `len` bytes of `bytes` (valid UTF-8, copied
-    /// from a `str`).
-    Inline { len: u8, bytes: [u8; INLINE_BYTES] },
-    /// `Some` of a text longer than [`INLINE_BYTES`].
-    Heap(Box<str>),
-}
-
-impl InlineText {
-    /// The form of `key`: inline (copied, and the `String` dropped) when
-    /// short enough, else the `String` as the heap form (no copy when its
-    /// capacity is its length, as the crate's extractors make it).
-    pub(crate) fn of(key: Option<String>) -> Self {
-        match key {
-            None => InlineText::Absent,
-            Some(text) if text.len() <= INLINE_BYTES => {
-                let mut bytes = [0u8; INLINE_BYTES];
-                bytes[..text.len()].copy_from_slice(text.as_bytes());
-                InlineText::Inline {
-                    // At most `INLINE_BYTES` (70): fits a byte.
-                    len: text.len() as u8,
-                    bytes,
-                }
-            }
-            Some(text) => InlineText::Heap(text.into_boxed_str()),
-        }
-    }
-
-    /// The key as `Option<&str>`.
-    pub(crate) fn text(&self) -> Option<Cow<'_, str>> {
-        match self {
-            InlineText::Absent => None,
-            InlineText::Inline { len, bytes } => {
-                // Copied from a `str` whole: always valid, borrowed.
-                Some(String::from_utf8_lossy(&bytes[..usize::from(*len)]))
-            }
-            InlineText::Heap(text) => Some(Cow::Borrowed(text)),
-        }
-    }
-
-    /// Whether this is the key `key`, without making a `String`.
-    #[inline(always)]
-    pub(crate) fn is_text(&self, key: Option<&str>) -> bool {
-        match (self, key) {
-            (InlineText::Absent, None) => true,
-            (InlineText::Inline { len, bytes }, Some(text)) => {
-                equal_short(&bytes[..usize::from(*len)], text.as_bytes())
-            }
-            (InlineText::Heap(held), Some(text)) => **held == *text,
-            _ => false,
-        }
-    }
-}
-
-/// `a == b` without a call for up to 32 bytes: two overlapping
-/// comparisons of a fixed size, as `memcmp` does inside. Every lookup of
-/// a string key compares it with the slot's text this way.
-#[inline(always)]
-fn equal_short(a: &[u8], b: &[u8]) -> bool {
-    fn word<const N: usize>(bytes: &[u8], at: usize) -> [u8; N] {
-        bytes[at..at + N].try_into().expect("N bytes from `at`")
-    }
-    let n = a.len();
-    if b.len() != n {
-        return false;
-    }
-    match n {
-        0 => true,
-        1..=3 => a[0] == b[0] && a[n / 2] == b[n / 2] && a[n - 1] == b[n - 1],
-        4..=7 => word::<4>(a, 0) == word::<4>(b, 0) && word::<4>(a, n - 4) == word::<4>(b, n - 4),
-        8..=16 => word::<8>(a, 0) == word::<8>(b, 0) && word::<8>(a, n - 8) == word::<8>(b, n - 8),
-        17..=32 => {
-            word::<16>(a, 0) == word::<16>(b, 0) && word::<16>(a, n - 16) == word::<16>(b, n - 16)
-        }
-        _ => a == b,
-    }
-}
-
-/// Whether a table with keys `K` holds them as [`InlineText`]: exactly
-/// for `Option<String>`. Both type ids are constants of the build, so the
-/// comparison is folded away.
-#[inline(always)]
-pub(crate) fn inline_text<K: 'static>() -> bool {
-    TypeId::of::<K>() == TypeId::of::<Option<String>>()
-}
-
-impl<K: Clone + 'static> Form<K> for InlineText {
-    type Probe<'a>
-        = Option<&'a str>
-    where
-        K: 'a;
-
-    #[inline]
-    fn probe(key: &K) -> Option<Option<&str>> {
-        (key as &dyn Any)
-            .downcast_ref::<Option<String>>()
-            .map(Option::as_deref)
-    }
-
-    fn store(key: &mut Option<K>) -> Option<Self> {
-        let key = (key as &mut dyn Any).downcast_mut::<Option<Option<String>>>()?;
-        key.take().map(InlineText::of)
-    }
-
-    #[inline]
-    fn is<Q: Eq + ?Sized>(&self, probe: Option<&Option<&str>>, key: &Q) -> bool
-    where
-        K: Borrow<Q>,
-    {
-        match probe {
-            Some(probe) => self.is_text(*probe),
-            // A lookup by another form of the key (not made by the crate's
-            // extractors): compared with the key made from the slot.
-            None => <Self as Form<K>>::key(self).is_some_and(|held| (*held).borrow() == key),
-        }
-    }
-
-    fn key(&self) -> Option<Cow<'_, K>> {
-        let mut key = Some(self.text().map(Cow::into_owned));
-        (&mut key as &mut dyn Any)
-            .downcast_mut::<Option<K>>()
-            .and_then(Option::take)
-            .map(Cow::Owned)
-    }
-}
-
 /// A slot's key cell, whatever its key type: what it takes, and its empty
 /// state. Whether a slot holds a key is its tag's to say (a vacant shared
 /// slot keeps the key it had, see the table's `PutKey::vacate`).
-pub(crate) trait Cell: Sized + Send + Sync {
+pub(crate) trait Cell: Sized {
     /// A key as the cell takes it, made before the slot is touched.
     type Stored;
 
+    /// What a group of these cells keeps beside its slots for keys too
+    /// large for a cell ([`Spilled`] for [`AtomicText`]; nothing for the
+    /// others).
+    type Spill: Send + Sync;
+
     /// An empty cell.
     fn empty() -> Self;
+
+    /// A group's empty [`Spill`](Self::Spill).
+    fn spill() -> Self::Spill;
 }
+
+/// A cell's place: its group's [`Spill`](Cell::Spill) and its slot's
+/// index, which a cell that spills long keys reads them with.
+#[derive(Debug)]
+pub(crate) struct At<'a, S> {
+    pub(crate) spill: &'a S,
+    pub(crate) at: usize,
+}
+
+impl<S> Clone for At<'_, S> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<S> Copy for At<'_, S> {}
 
 /// A slot's key: nothing, or one key in the slot's form.
 pub(crate) trait KeyCell<K: Clone>: Cell {
@@ -264,35 +158,67 @@ pub(crate) trait KeyCell<K: Clone>: Cell {
     /// from the key type).
     fn store(key: &mut Option<K>) -> Option<Self::Stored>;
 
-    /// Whether the cell holds the key `key` (with `probe`, its probe, when
-    /// the lookup has it).
-    fn is<Q: Eq + ?Sized>(&self, probe: Option<&Self::Probe<'_>>, key: &Q) -> bool
+    /// Whether the cell (at `at`) holds the key `key` (with `probe`, its
+    /// probe, when the lookup has it).
+    fn is<Q: Eq + ?Sized>(
+        &self,
+        at: At<'_, Self::Spill>,
+        probe: Option<&Self::Probe<'_>>,
+        key: &Q,
+    ) -> bool
     where
         K: Borrow<Q>;
 
     /// The key held, borrowed when held as it is, else made.
-    fn key(&self) -> Option<Cow<'_, K>>;
+    fn key(&self, at: At<'_, Self::Spill>) -> Option<Cow<'_, K>>;
 
     /// The key to show a request: `own` (the request's own key, equal to
     /// the one held) when the cell would have to make it, else the held
     /// one.
     #[inline]
-    fn shown<'a>(&'a self, own: Option<&'a K>) -> Option<Cow<'a, K>> {
+    fn shown<'a>(&'a self, at: At<'_, Self::Spill>, own: Option<&'a K>) -> Option<Cow<'a, K>> {
         match own {
             Some(own) => Some(Cow::Borrowed(own)),
-            None => self.key(),
+            None => self.key(at),
         }
     }
 }
 
+/// A key cell in atomics, which a request compares without its group's
+/// lock ([`AtomicAddr`], [`AtomicText`]); see the table's module docs,
+/// "Lookups without the lock".
+pub(crate) trait SharedCell: Cell + Send + Sync {
+    /// What a lookup without the lock compares the cell with.
+    type Seen<'a>;
+
+    /// If the cell holds the key of `probe` (and a lookup without the lock
+    /// may take it there), the state it was seen in.
+    fn seen(&self, probe: &Self::Seen<'_>) -> Option<u32>;
+
+    /// Whether the cell still holds the key it held in state `seen`.
+    fn unchanged(&self, seen: u32) -> bool;
+
+    /// Makes `key` the cell's key (empty for `None`): under the group's
+    /// write lock, with the slot's value sealed. The cell is slot `at` of
+    /// a group whose spill is `spill`.
+    fn put(&self, key: Option<Self::Stored>, spill: &Self::Spill, at: usize);
+
+    /// Marks the cell's key gone, keeping its version (see the table's
+    /// `PutKey::vacate`).
+    fn vacate(&self, spill: &Self::Spill, at: usize);
+}
+
 /// A form's key behind the group's lock: written only under its write
 /// lock, which gives the table `&mut` access.
-impl<S: Send + Sync> Cell for Option<S> {
+impl<S> Cell for Option<S> {
     type Stored = S;
+    type Spill = ();
 
     fn empty() -> Self {
         None
     }
+
+    fn spill() {}
 }
 
 impl<K: Clone, S: Form<K>> KeyCell<K> for Option<S> {
@@ -312,7 +238,7 @@ impl<K: Clone, S: Form<K>> KeyCell<K> for Option<S> {
     }
 
     #[inline(always)]
-    fn is<Q: Eq + ?Sized>(&self, probe: Option<&S::Probe<'_>>, key: &Q) -> bool
+    fn is<Q: Eq + ?Sized>(&self, _: At<'_, ()>, probe: Option<&S::Probe<'_>>, key: &Q) -> bool
     where
         K: Borrow<Q>,
     {
@@ -320,18 +246,18 @@ impl<K: Clone, S: Form<K>> KeyCell<K> for Option<S> {
     }
 
     #[inline]
-    fn key(&self) -> Option<Cow<'_, K>> {
+    fn key(&self, _: At<'_, ()>) -> Option<Cow<'_, K>> {
         self.as_ref().and_then(Form::key)
     }
 
     #[inline]
-    fn shown<'a>(&'a self, own: Option<&'a K>) -> Option<Cow<'a, K>> {
+    fn shown<'a>(&'a self, _: At<'_, ()>, own: Option<&'a K>) -> Option<Cow<'a, K>> {
         self.as_ref().and_then(|held| held.shown(own))
     }
 }
 
 /// Whether a table with keys `K` holds them as [`AtomicAddr`]: exactly
-/// for `Option<IpAddr>`, a constant of the build as for [`inline_text`].
+/// for `Option<IpAddr>`, a constant of the build as for [`atomic_text`].
 #[inline(always)]
 pub(crate) fn atomic_addr<K: 'static>() -> bool {
     TypeId::of::<K>() == TypeId::of::<Option<IpAddr>>()
@@ -512,9 +438,34 @@ impl std::fmt::Debug for AtomicAddr {
 /// finds or makes nothing).
 impl Cell for AtomicAddr {
     type Stored = AddrBits;
+    type Spill = ();
 
     fn empty() -> Self {
         AtomicAddr::new()
+    }
+
+    fn spill() {}
+}
+
+impl SharedCell for AtomicAddr {
+    type Seen<'a> = AddrBits;
+
+    #[inline(always)]
+    fn seen(&self, bits: &AddrBits) -> Option<u32> {
+        AtomicAddr::seen(self, bits)
+    }
+
+    #[inline(always)]
+    fn unchanged(&self, seen: u32) -> bool {
+        AtomicAddr::unchanged(self, seen)
+    }
+
+    fn put(&self, key: Option<AddrBits>, _: &(), _: usize) {
+        AtomicAddr::put(self, key.as_ref());
+    }
+
+    fn vacate(&self, _: &(), _: usize) {
+        AtomicAddr::vacate(self);
     }
 }
 
@@ -537,7 +488,7 @@ impl<K: Clone + 'static> KeyCell<K> for AtomicAddr {
     }
 
     #[inline(always)]
-    fn is<Q: Eq + ?Sized>(&self, probe: Option<&AddrBits>, key: &Q) -> bool
+    fn is<Q: Eq + ?Sized>(&self, at: At<'_, ()>, probe: Option<&AddrBits>, key: &Q) -> bool
     where
         K: Borrow<Q>,
     {
@@ -545,12 +496,379 @@ impl<K: Clone + 'static> KeyCell<K> for AtomicAddr {
             Some(bits) => self.seen(bits).is_some(),
             // A lookup by another form of the key (not made by the crate's
             // extractors): compared with the key made from the cell.
-            None => <Self as KeyCell<K>>::key(self).is_some_and(|held| (*held).borrow() == key),
+            None => <Self as KeyCell<K>>::key(self, at).is_some_and(|held| (*held).borrow() == key),
         }
     }
 
-    fn key(&self) -> Option<Cow<'_, K>> {
+    fn key(&self, _: At<'_, ()>) -> Option<Cow<'_, K>> {
         let mut key = Some(self.bits()?.key());
+        (&mut key as &mut dyn Any)
+            .downcast_mut::<Option<K>>()
+            .and_then(Option::take)
+            .map(Cow::Owned)
+    }
+}
+
+/// Whether a table with keys `K` holds them as [`AtomicText`]: exactly
+/// when `K` is `Option<String>` (`HeaderKey`'s keys). A constant for each
+/// `K`, folded away by the compiler.
+#[inline(always)]
+pub(crate) fn atomic_text<K: 'static>() -> bool {
+    TypeId::of::<K>() == TypeId::of::<Option<String>>()
+}
+
+/// Bytes of text an [`AtomicText`] holds in its own words. A longer text
+/// (up to the crate's `MAX_KEY_BYTES`, 256) is kept in its group's
+/// [`Spilled`] texts instead.
+pub(crate) const WORD_TEXT_BYTES: usize = 64;
+
+/// Words of an [`AtomicText`].
+const TEXT_WORDS: usize = WORD_TEXT_BYTES / 4;
+
+// The state word of an `AtomicText`: its kind (the low two bits, `EMPTY`
+// or one of the three below), `VACANT`, the length of a text held in its
+// words (seven bits), and its version (the rest, 22 bits).
+
+/// Holds `None`.
+const NO_TEXT: u32 = 1;
+/// Holds a text of at most [`WORD_TEXT_BYTES`] in its words.
+const SHORT: u32 = 2;
+/// Holds a longer text, kept in the group's [`Spilled`] texts.
+const LONG: u32 = 3;
+const LEN_SHIFT: u32 = 3;
+const LEN: u32 = 0x7F << LEN_SHIFT;
+const TEXT_VERSION_SHIFT: u32 = 10;
+/// A probe's state for a long text: a length no cell's state has, so that
+/// only the locked comparison ([`AtomicText::is_text`]) ever finds it.
+const LONG_PROBE: u32 = LONG | LEN;
+
+/// The four bytes of `bytes` from `4 * i`, zero past its end, as a word.
+#[inline(always)]
+fn words_of(bytes: &[u8]) -> [u32; TEXT_WORDS] {
+    let mut padded = [0u8; WORD_TEXT_BYTES];
+    padded[..bytes.len()].copy_from_slice(bytes);
+    std::array::from_fn(|i| {
+        u32::from_le_bytes([
+            padded[4 * i],
+            padded[4 * i + 1],
+            padded[4 * i + 2],
+            padded[4 * i + 3],
+        ])
+    })
+}
+
+/// An `Option<String>` key as an [`AtomicText`] takes it, made before the
+/// slot is touched.
+#[derive(Debug)]
+pub(crate) enum TextBits {
+    /// `None`.
+    Absent,
+    /// A text of at most [`WORD_TEXT_BYTES`]: its state bits (kind and
+    /// length) and words.
+    Short { head: u32, words: [u32; TEXT_WORDS] },
+    /// A longer text, for the group's [`Spilled`] texts.
+    Long(Box<str>),
+}
+
+impl TextBits {
+    fn of(key: Option<String>) -> TextBits {
+        match key {
+            None => TextBits::Absent,
+            Some(text) if text.len() <= WORD_TEXT_BYTES => {
+                let probe = TextProbe::of(Some(&text));
+                TextBits::Short {
+                    head: probe.head,
+                    words: probe.words,
+                }
+            }
+            Some(text) => TextBits::Long(text.into_boxed_str()),
+        }
+    }
+}
+
+/// What a lookup compares [`AtomicText`] cells with: the state bits a
+/// cell holding the text has, its words, and the text itself (for a long
+/// one).
+#[derive(Debug)]
+pub(crate) struct TextProbe<'a> {
+    head: u32,
+    /// Words of the text that hold some of it: `len.div_ceil(4)`.
+    used: usize,
+    words: [u32; TEXT_WORDS],
+    text: Option<&'a str>,
+}
+
+impl<'a> TextProbe<'a> {
+    /// The probe of the key `text` (`None` for the absent key).
+    #[inline(always)]
+    pub(crate) fn of(text: Option<&'a str>) -> Self {
+        match text {
+            Some(short) if short.len() <= WORD_TEXT_BYTES => TextProbe {
+                // At most 64: seven bits.
+                head: SHORT | ((short.len() as u32) << LEN_SHIFT),
+                used: short.len().div_ceil(4),
+                words: words_of(short.as_bytes()),
+                text,
+            },
+            Some(_) => TextProbe {
+                head: LONG_PROBE,
+                used: 0,
+                words: [0; TEXT_WORDS],
+                text,
+            },
+            None => TextProbe {
+                head: NO_TEXT,
+                used: 0,
+                words: [0; TEXT_WORDS],
+                text,
+            },
+        }
+    }
+}
+
+/// The texts of a group's long keys (longer than [`WORD_TEXT_BYTES`]),
+/// slot by slot, allocated with the group's first long key. Beside the
+/// group's slots, under a lock of its own: written under the group's
+/// write lock and read under its read lock, each time with this lock too
+/// (a lookup without the group's lock never reads it: a long key is
+/// always looked up with the lock). Its 24 bytes a group are 1.5 bytes a
+/// slot.
+#[derive(Debug)]
+pub(crate) struct Spilled(RwLock<Option<Box<LongTexts>>>);
+
+/// A group's long texts, slot by slot.
+type LongTexts = [Option<Box<str>>; GROUP];
+
+impl Spilled {
+    fn new() -> Self {
+        Spilled(RwLock::new(None))
+    }
+
+    /// `f` of slot `at`'s long text, if it has one.
+    fn with<R>(&self, at: usize, f: impl FnOnce(Option<&str>) -> R) -> R {
+        let texts = read(&self.0);
+        f(texts.as_ref().and_then(|texts| texts[at].as_deref()))
+    }
+
+    /// Makes `text` slot `at`'s long text (none for `None`).
+    fn put(&self, at: usize, text: Option<Box<str>>) {
+        let mut texts = write(&self.0);
+        match (texts.as_mut(), text) {
+            (Some(texts), text) => texts[at] = text,
+            (None, None) => {}
+            (None, Some(text)) => {
+                let mut new: Box<LongTexts> = Box::default();
+                new[at] = Some(text);
+                *texts = Some(new);
+            }
+        }
+    }
+}
+
+/// An `Option<String>` key in atomics, so that a request can compare it
+/// with no lock held: a state word and sixteen words of text, 68 bytes
+/// (4-byte aligned: with the 28-byte window, a 96-byte slot). A text of
+/// at most [`WORD_TEXT_BYTES`] (an API key, a tenant name, a token's
+/// digest) is held in the words; a longer one in its group's [`Spilled`]
+/// texts, and compared only under the group's lock.
+///
+/// The same protocol as [`AtomicAddr`]: written only under the group's
+/// write lock, with the slot's value sealed, the words first, then
+/// `state`. A lookup without the lock loads `state`, compares the words,
+/// decides on the value, then loads `state` again; an unchanged state
+/// (version included) proves that the slot held this key when the
+/// decision was recorded.
+pub(crate) struct AtomicText {
+    /// Kind, vacant bit, length and version (see the constants above).
+    state: AtomicU32,
+    /// The text's bytes, four a word in little-endian order, zero past its
+    /// end; only the first `len.div_ceil(4)` words mean anything.
+    words: [AtomicU32; TEXT_WORDS],
+}
+
+impl AtomicText {
+    fn new() -> Self {
+        AtomicText {
+            state: AtomicU32::new(EMPTY),
+            words: std::array::from_fn(|_| AtomicU32::new(0)),
+        }
+    }
+
+    /// If the cell holds `probe`'s text in its words (not vacated), the
+    /// state it was seen in, for [`unchanged`](Self::unchanged). Never for
+    /// a long text.
+    #[inline(always)]
+    pub(crate) fn seen(&self, probe: &TextProbe<'_>) -> Option<u32> {
+        // Acquire: the words stored before this state are read below.
+        let state = self.state.load(Ordering::Acquire);
+        if state & (KIND | VACANT | LEN) != probe.head {
+            return None;
+        }
+        let same = self.words[..probe.used]
+            .iter()
+            .zip(&probe.words[..probe.used])
+            .fold(true, |same, (cell, word)| {
+                same & (cell.load(Ordering::Relaxed) == *word)
+            });
+        same.then_some(state)
+    }
+
+    /// Whether the cell still holds the key it held in state `seen` (a
+    /// vacated key included, see [`AtomicAddr::unchanged`]).
+    #[inline(always)]
+    pub(crate) fn unchanged(&self, seen: u32) -> bool {
+        self.state.load(Ordering::Acquire) & !VACANT == seen
+    }
+
+    /// Whether the cell holds `probe`'s text, long texts included: under
+    /// the group's lock.
+    #[inline(always)]
+    pub(crate) fn is_text(&self, at: At<'_, Spilled>, probe: &TextProbe<'_>) -> bool {
+        if self.seen(probe).is_some() {
+            return true;
+        }
+        probe.head == LONG_PROBE
+            && self.state.load(Ordering::Acquire) & (KIND | VACANT) == LONG
+            && at.spill.with(at.at, |held| held == probe.text)
+    }
+
+    /// The key held (`None` for an empty or vacated cell): under the
+    /// group's lock.
+    fn text(&self, at: At<'_, Spilled>) -> Option<Option<String>> {
+        let state = self.state.load(Ordering::Acquire);
+        if state & VACANT != 0 {
+            return None;
+        }
+        match state & KIND {
+            NO_TEXT => Some(None),
+            SHORT => {
+                let len = ((state & LEN) >> LEN_SHIFT) as usize;
+                let mut bytes: Vec<u8> = self.words[..len.div_ceil(4)]
+                    .iter()
+                    .flat_map(|word| word.load(Ordering::Relaxed).to_le_bytes())
+                    .collect();
+                bytes.truncate(len);
+                // Copied from a `str` under the lock: valid UTF-8.
+                Some(Some(String::from_utf8_lossy(&bytes).into_owned()))
+            }
+            LONG => at
+                .spill
+                .with(at.at, |text| text.map(|text| Some(text.to_owned()))),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Debug for AtomicText {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = self.state.load(Ordering::Acquire);
+        f.debug_struct("AtomicText")
+            .field("kind", &(state & KIND))
+            .field("len", &((state & LEN) >> LEN_SHIFT))
+            .field("vacant", &(state & VACANT != 0))
+            .finish()
+    }
+}
+
+impl Cell for AtomicText {
+    type Stored = TextBits;
+    type Spill = Spilled;
+
+    fn empty() -> Self {
+        AtomicText::new()
+    }
+
+    fn spill() -> Spilled {
+        Spilled::new()
+    }
+}
+
+impl SharedCell for AtomicText {
+    type Seen<'a> = TextProbe<'a>;
+
+    #[inline(always)]
+    fn seen(&self, probe: &TextProbe<'_>) -> Option<u32> {
+        AtomicText::seen(self, probe)
+    }
+
+    #[inline(always)]
+    fn unchanged(&self, seen: u32) -> bool {
+        AtomicText::unchanged(self, seen)
+    }
+
+    fn put(&self, key: Option<TextBits>, spill: &Spilled, at: usize) {
+        let was_long = self.state.load(Ordering::Relaxed) & KIND == LONG;
+        let head = match key {
+            None => EMPTY,
+            Some(TextBits::Absent) => NO_TEXT,
+            Some(TextBits::Short { head, words }) => {
+                let used = (((head & LEN) >> LEN_SHIFT) as usize).div_ceil(4);
+                for (cell, word) in self.words[..used].iter().zip(words) {
+                    cell.store(word, Ordering::Relaxed);
+                }
+                head
+            }
+            Some(TextBits::Long(text)) => {
+                spill.put(at, Some(text));
+                LONG
+            }
+        };
+        if was_long && head != LONG {
+            spill.put(at, None);
+        }
+        let version = (self.state.load(Ordering::Relaxed) >> TEXT_VERSION_SHIFT).wrapping_add(1);
+        // Release: the words (and the spilled text) before the state.
+        self.state
+            .store((version << TEXT_VERSION_SHIFT) | head, Ordering::Release);
+    }
+
+    fn vacate(&self, spill: &Spilled, at: usize) {
+        let state = self.state.load(Ordering::Relaxed);
+        self.state.store(state | VACANT, Ordering::Release);
+        if state & KIND == LONG {
+            spill.put(at, None);
+        }
+    }
+}
+
+impl<K: Clone + 'static> KeyCell<K> for AtomicText {
+    type Probe<'a>
+        = TextProbe<'a>
+    where
+        K: 'a;
+
+    #[inline(always)]
+    fn probe(key: &K) -> Option<TextProbe<'_>> {
+        (key as &dyn Any)
+            .downcast_ref::<Option<String>>()
+            .map(|key| TextProbe::of(key.as_deref()))
+    }
+
+    fn store(key: &mut Option<K>) -> Option<TextBits> {
+        let key = (key as &mut dyn Any).downcast_mut::<Option<Option<String>>>()?;
+        key.take().map(TextBits::of)
+    }
+
+    #[inline(always)]
+    fn is<Q: Eq + ?Sized>(
+        &self,
+        at: At<'_, Spilled>,
+        probe: Option<&TextProbe<'_>>,
+        key: &Q,
+    ) -> bool
+    where
+        K: Borrow<Q>,
+    {
+        match probe {
+            Some(probe) => self.is_text(at, probe),
+            // A lookup by another form of the key: compared with the key
+            // made from the cell.
+            None => <Self as KeyCell<K>>::key(self, at).is_some_and(|held| (*held).borrow() == key),
+        }
+    }
+
+    fn key(&self, at: At<'_, Spilled>) -> Option<Cow<'_, K>> {
+        let mut key = Some(self.text(at)?);
         (&mut key as &mut dyn Any)
             .downcast_mut::<Option<K>>()
             .and_then(Option::take)
@@ -563,76 +881,152 @@ mod tests {
     use super::*;
 
     #[test]
-    fn an_inline_text_is_no_larger_than_a_pointer_variant_needs() {
-        assert_eq!(std::mem::size_of::<InlineText>(), 72);
-        assert_eq!(std::mem::size_of::<Option<InlineText>>(), 72);
+    fn a_text_cell_takes_no_more_than_the_inline_text_it_replaced() {
+        // A state word and sixteen words: 68 bytes, 4-byte aligned.
+        assert_eq!(std::mem::size_of::<AtomicText>(), 68);
+        assert_eq!(std::mem::align_of::<AtomicText>(), 4);
     }
 
-    type Key = Option<String>;
+    type Text = Option<String>;
 
-    fn stored(key: &Key) -> InlineText {
-        <InlineText as Form<Key>>::store(&mut Some(key.clone())).expect("an Option<String>")
+    /// The place of a cell that spills nothing.
+    const NO_SPILL: At<'static, ()> = At { spill: &(), at: 0 };
+
+    /// A cell's place in a group of its own (slot 5 of `spill`).
+    fn at(spill: &Spilled) -> At<'_, Spilled> {
+        At { spill, at: 5 }
     }
 
-    /// Texts around the inline limit (70 bytes), multi-byte characters
-    /// ending at and across it, and the absent key: each is stored in the
-    /// form its length calls for, reads back as it was, and is found by
-    /// its probe and by reference, and by no other key's.
-    #[test]
-    fn option_string_keys_read_back_as_stored_in_either_form() {
-        let mut keys: Vec<Key> = [0usize, 1, 63, 64, 65, 69, 70, 71, 72, 255, 256, 4096]
+    fn text_keys() -> Vec<Text> {
+        let mut keys: Vec<Text> = [0usize, 1, 3, 4, 5, 63, 64, 65, 70, 71, 72, 255, 256]
             .into_iter()
             .map(|len| Some("k".repeat(len)))
             .collect();
-        keys.push(Some("é".repeat(35)));
-        keys.push(Some(format!("k{}", "é".repeat(35))));
+        // Multi-byte characters ending at and across the 64 bytes a cell
+        // holds, a key the header extractor made of invalid bytes, and two
+        // texts that differ only in their last byte, and only in length.
+        keys.push(Some("é".repeat(32)));
+        keys.push(Some(format!("k{}", "é".repeat(32))));
         keys.push(Some("\x7facme\\xff".to_owned()));
+        keys.push(Some(format!("{}a", "k".repeat(63))));
+        keys.push(Some(format!("{}\0", "k".repeat(3))));
         keys.push(None);
+        keys
+    }
+
+    /// Texts around the 64 bytes a cell holds in its words, multi-byte
+    /// characters ending at and across that length, and the absent key:
+    /// each reads back as stored, is found by its own probe and by
+    /// reference and by no other key's, is seen without the lock exactly
+    /// when it is held in the words, is not found once vacated (its long
+    /// text dropped), and takes a new version when the slot is taken again.
+    #[test]
+    fn a_text_cell_holds_its_key_and_tells_every_other_apart() {
+        let keys = text_keys();
+        let spill = Spilled::new();
+        let cell = <AtomicText as Cell>::empty();
         for key in &keys {
-            let held = stored(key);
-            let inline = key.as_ref().is_some_and(|text| text.len() <= INLINE_BYTES);
-            assert_eq!(matches!(held, InlineText::Inline { .. }), inline, "{key:?}");
+            let stored = <AtomicText as KeyCell<Text>>::store(&mut Some(key.clone()))
+                .expect("an Option<String>");
+            let long = key
+                .as_ref()
+                .is_some_and(|text| text.len() > WORD_TEXT_BYTES);
+            assert_eq!(matches!(stored, TextBits::Long(_)), long, "{key:?}");
+            cell.put(Some(stored), &spill, 5);
             assert_eq!(
-                matches!(held, InlineText::Heap(_)),
-                key.as_ref().is_some_and(|text| text.len() > INLINE_BYTES),
-                "{key:?}"
+                <AtomicText as KeyCell<Text>>::key(&cell, at(&spill)).as_deref(),
+                Some(key)
             );
-            assert_eq!(<InlineText as Form<Key>>::key(&held).as_deref(), Some(key));
+            assert_eq!(spill.with(5, |held| held.is_some()), long, "{key:?}");
+            let probe = TextProbe::of(key.as_deref());
+            let seen = cell.seen(&probe);
+            assert_eq!(seen.is_some(), !long, "{key:?} seen without the lock");
             for other in &keys {
-                let probe = <InlineText as Form<Key>>::probe(other);
-                assert!(probe.is_some());
-                let by_probe = <InlineText as Form<Key>>::is(&held, probe.as_ref(), other);
-                let by_reference = <InlineText as Form<Key>>::is(&held, None, other);
+                let probe = TextProbe::of(other.as_deref());
+                let by_probe = KeyCell::<Text>::is(&cell, at(&spill), Some(&probe), other);
+                let by_reference = KeyCell::<Text>::is(&cell, at(&spill), None, other);
                 assert_eq!(by_probe, key == other, "{key:?} against {other:?}");
                 assert_eq!(by_reference, key == other, "{key:?} against {other:?}");
+                if key != other {
+                    assert!(cell.seen(&probe).is_none(), "{key:?} as {other:?}");
+                }
+            }
+            SharedCell::vacate(&cell, &spill, 5);
+            assert!(cell.seen(&probe).is_none(), "{key:?} vacated");
+            assert!(!cell.is_text(at(&spill), &probe), "{key:?} vacated");
+            assert!(spill.with(5, |held| held.is_none()), "{key:?}'s text kept");
+            assert_eq!(<AtomicText as KeyCell<Text>>::key(&cell, at(&spill)), None);
+            if let Some(seen) = seen {
+                assert!(cell.unchanged(seen), "a vacated key keeps its version");
+                let stored = <AtomicText as KeyCell<Text>>::store(&mut Some(key.clone()));
+                cell.put(stored, &spill, 5);
+                assert!(!cell.unchanged(seen), "{key:?} taken again: a new version");
             }
         }
     }
 
-    /// A form is never given a key of another type (the table picks it from
-    /// the type); if it were, it would leave the key where it was.
+    /// A long key replaced by a short one (the slot's key evicted) leaves
+    /// no text behind; an empty cell holds nothing.
     #[test]
-    fn an_inline_text_takes_no_key_of_another_type() {
-        let mut key = Some(String::from("k"));
-        assert!(<InlineText as Form<String>>::store(&mut key).is_none());
-        assert_eq!(key.as_deref(), Some("k"));
-        assert!(<InlineText as Form<String>>::probe(&"k".to_owned()).is_none());
+    fn a_text_cell_drops_its_long_text_with_its_key() {
+        let spill = Spilled::new();
+        let cell = <AtomicText as Cell>::empty();
+        assert_eq!(<AtomicText as KeyCell<Text>>::key(&cell, at(&spill)), None);
+        let long: Text = Some("l".repeat(200));
+        cell.put(
+            <AtomicText as KeyCell<Text>>::store(&mut Some(long.clone())),
+            &spill,
+            5,
+        );
+        assert!(spill.with(5, |held| held.is_some()));
+        let short: Text = Some("s".to_owned());
+        cell.put(
+            <AtomicText as KeyCell<Text>>::store(&mut Some(short.clone())),
+            &spill,
+            5,
+        );
+        assert!(spill.with(5, |held| held.is_none()));
+        assert!(!KeyCell::<Text>::is(&cell, at(&spill), None, &long));
+        assert!(KeyCell::<Text>::is(&cell, at(&spill), None, &short));
+        cell.put(None, &spill, 5);
+        assert_eq!(<AtomicText as KeyCell<Text>>::key(&cell, at(&spill)), None);
     }
 
+    /// A cell is never given a key of another type (the table picks it from
+    /// the type); if it were, it would leave the key where it was.
     #[test]
-    fn a_short_comparison_agrees_with_slice_equality_at_every_length() {
-        let a: Vec<u8> = (1..=80).collect();
-        for n in 0..=80 {
-            assert!(equal_short(&a[..n], &a[..n]), "length {n}");
-            // One byte changed anywhere, and one byte more or less.
+    fn a_text_cell_takes_no_key_of_another_type() {
+        let mut key = Some(String::from("k"));
+        assert!(<AtomicText as KeyCell<String>>::store(&mut key).is_none());
+        assert_eq!(key.as_deref(), Some("k"));
+        assert!(<AtomicText as KeyCell<String>>::probe(&"k".to_owned()).is_none());
+    }
+
+    /// At every length a cell holds, one byte changed anywhere, or one byte
+    /// more or less, is another key.
+    #[test]
+    fn a_text_cell_compares_every_byte_at_every_length() {
+        let text: String = ('a'..='z').cycle().take(WORD_TEXT_BYTES + 1).collect();
+        let spill = Spilled::new();
+        let cell = <AtomicText as Cell>::empty();
+        for n in 0..=WORD_TEXT_BYTES {
+            let key = &text[..n];
+            cell.put(Some(TextBits::of(Some(key.to_owned()))), &spill, 5);
+            assert!(cell.seen(&TextProbe::of(Some(key))).is_some(), "length {n}");
             for i in 0..n {
-                let mut b = a[..n].to_vec();
-                b[i] ^= 0x80;
-                assert!(!equal_short(&a[..n], &b), "length {n}, byte {i}");
+                let mut other = key.as_bytes().to_vec();
+                other[i] = b'_';
+                let other = String::from_utf8(other).expect("ASCII");
+                assert!(
+                    cell.seen(&TextProbe::of(Some(&other))).is_none(),
+                    "length {n}, byte {i}"
+                );
             }
+            assert!(cell.seen(&TextProbe::of(Some(&text[..n + 1]))).is_none());
             if n > 0 {
-                assert!(!equal_short(&a[..n], &a[..n - 1]), "length {n}");
+                assert!(cell.seen(&TextProbe::of(Some(&text[..n - 1]))).is_none());
             }
+            assert!(cell.seen(&TextProbe::of(None)).is_none());
         }
     }
 
@@ -661,7 +1055,7 @@ mod tests {
             assert_eq!(bits.key(), *key);
             cell.put(Some(&bits));
             assert_eq!(
-                <AtomicAddr as KeyCell<Key>>::key(&cell).as_deref(),
+                <AtomicAddr as KeyCell<Key>>::key(&cell, NO_SPILL).as_deref(),
                 Some(key)
             );
             let seen = cell.seen(&bits).expect("its own key");
@@ -672,26 +1066,27 @@ mod tests {
                 );
                 assert!(!KeyCell::<Key>::is(
                     &cell,
+                    NO_SPILL,
                     Some(&AddrBits::of(other)),
                     other
                 ));
-                assert!(!KeyCell::<Key>::is(&cell, None, other));
+                assert!(!KeyCell::<Key>::is(&cell, NO_SPILL, None, other));
             }
-            assert!(KeyCell::<Key>::is(&cell, None, key));
+            assert!(KeyCell::<Key>::is(&cell, NO_SPILL, None, key));
             cell.vacate();
             assert!(cell.seen(&bits).is_none(), "{key:?} vacated");
             assert!(cell.unchanged(seen), "a vacated key keeps its version");
-            assert_eq!(<AtomicAddr as KeyCell<Key>>::key(&cell), None);
+            assert_eq!(<AtomicAddr as KeyCell<Key>>::key(&cell, NO_SPILL), None);
             cell.put(Some(&bits));
             assert!(!cell.unchanged(seen), "{key:?} taken again: a new version");
         }
     }
 
     #[test]
-    fn only_option_string_keys_are_held_inline() {
-        assert!(inline_text::<Option<String>>());
-        assert!(!inline_text::<String>());
-        assert!(!inline_text::<Option<std::net::IpAddr>>());
-        assert!(!inline_text::<Option<Box<str>>>());
+    fn only_option_string_keys_are_held_as_atomic_text() {
+        assert!(atomic_text::<Option<String>>());
+        assert!(!atomic_text::<String>());
+        assert!(!atomic_text::<Option<std::net::IpAddr>>());
+        assert!(!atomic_text::<Option<Box<str>>>());
     }
 }

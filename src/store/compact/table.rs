@@ -19,26 +19,31 @@
 //! A slot holds its key in the form its key type calls for (`form.rs`),
 //! chosen at compile time from `K`:
 //!
-//! - `Option<String>` (`HeaderKey`'s keys): `InlineText`, 72 bytes: the
-//!   text in the slot itself when it is at most 70 bytes long, else a
-//!   `Box<str>` of its own (keys past `MAX_KEY_BYTES` are already a digest
-//!   form of at most 100 bytes). A `String` would cost 24 bytes in the slot
-//!   and a heap block besides (80 bytes for 64 bytes of text on glibc: its
-//!   size header and the rounding to 16). A slot is 104 bytes, a group's
-//!   block 1 664 (1 680 with glibc's header): 120 bytes per key at a load
-//!   of 7/8, whatever the text's length up to 70 bytes.
+//! - `Option<String>` (`HeaderKey`'s keys): `AtomicText`, 68 bytes: a
+//!   state word (kind, length and version) and sixteen 32-bit atomics
+//!   holding a text of up to 64 bytes. A longer text (keys past
+//!   `MAX_KEY_BYTES` are already a digest form of at most 100 bytes) is a
+//!   `Box<str>` of its own, listed in its group's `Spilled` texts beside
+//!   the slots (24 bytes a group, and 256 more once the group has held a
+//!   long key). A `String` would cost 24 bytes in the slot and a heap
+//!   block besides (80 bytes for 64 bytes of text on glibc: its size
+//!   header and the rounding to 16). A slot is 96 bytes, a group's block
+//!   1 560 (1 568 with glibc's header and rounding): 118 bytes per key at a
+//!   load of 7/8, whatever the text's length up to 64 bytes.
 //! - `Option<IpAddr>` (the address extractors' keys): `AtomicAddr`, the
 //!   address in four 32-bit atomics and a state word (kind and version),
-//!   20 bytes, as the key and its padding took: a slot is 48 bytes. These
-//!   groups keep their slots beside the lock (`Shared`), where a request
-//!   reads them without it (see "Lookups without the lock").
+//!   20 bytes, as the key and its padding took: a slot is 48 bytes.
+//!
+//! The groups of both keep their slots beside the lock (`Shared`), where
+//! a request reads them without it (see "Lookups without the lock").
+//!
 //! - Any other type: the key as it is (`Plain<K>`, inline: `Option<Plain<K>>`
 //!   costs no byte more than `K` for the key types of the crate's
 //!   extractors).
 //!
 //! Every form is looked up by the same hash of the key (as `K`, or the
-//! form a lookup borrows it in): an owned key is compared with an inline
-//! text without making a `String` (`Form::probe`); a borrowed one, which
+//! form a lookup borrows it in): an owned key is compared with a cell in
+//! atomics without making a key from it (`KeyCell::probe`); a borrowed one, which
 //! only an extractor of its own can give for `Option<String>` keys, with
 //! the key made from the slot.
 //!
@@ -71,13 +76,17 @@
 //!
 //! # Lookups without the lock
 //!
-//! A request of an address key that passes at once (no RateLimit fields
-//! to answer, no route rule, further window or key with its own limit in
-//! the table) takes no lock: `pass_unlocked` compares the key's candidates
+//! A request of an address key, or of a text key of up to 64 bytes, that
+//! passes at once (no RateLimit fields to answer, no route rule, further
+//! window or key with its own limit in the table) takes no lock:
+//! `pass_unlocked` (`pass_text_unlocked`) compares the key's candidates
 //! in its two groups, records the pass on the slot's window by the
 //! window's own compare-and-swap, and checks the slot's key again. Both
 //! read-modify-writes of a read lock are spared, which is what a request
-//! of a client's address otherwise spent beyond the decision itself.
+//! of a client's key otherwise spent beyond the decision itself, and
+//! requests of one key on several cores no longer take turns at its
+//! group's lock word. A longer text key is compared, and its text read,
+//! only under the group's lock.
 //! Anything else (a refusal, a key not found, a slot that changed keys)
 //! records nothing and takes the locked lookup.
 //!
@@ -148,7 +157,8 @@ use std::hash::Hash;
 use super::hash::GatherState;
 
 use super::form::{
-    atomic_addr, inline_text, AddrBits, AtomicAddr, Cell, InlineText, KeyCell, Plain,
+    atomic_addr, atomic_text, At, AtomicAddr, AtomicText, Cell, KeyCell, Plain, SharedCell,
+    TextProbe,
 };
 use crate::stat::CompactWindow;
 use crate::store::registry::{Owned, PendingKey};
@@ -249,7 +259,40 @@ pub(crate) struct Slot<C, V> {
     value: V,
 }
 
-pub(crate) type Slots<C, V> = Box<[Slot<C, V>; GROUP]>;
+/// A group's slots, and what their cells spill beside them (the texts of
+/// long keys for [`AtomicText`] cells; nothing for the others).
+pub(crate) struct Block<C: Cell, V> {
+    slots: [Slot<C, V>; GROUP],
+    spill: C::Spill,
+}
+
+impl<C: Cell, V> Block<C, V> {
+    /// Slot `at`'s place, which its cell reads a spilled key with.
+    #[inline(always)]
+    fn at(&self, at: usize) -> At<'_, C::Spill> {
+        At {
+            spill: &self.spill,
+            at,
+        }
+    }
+}
+
+impl<C: Cell, V> std::ops::Deref for Block<C, V> {
+    type Target = [Slot<C, V>; GROUP];
+
+    #[inline(always)]
+    fn deref(&self) -> &Self::Target {
+        &self.slots
+    }
+}
+
+impl<C: Cell, V> std::ops::DerefMut for Block<C, V> {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.slots
+    }
+}
+
+pub(crate) type Slots<C, V> = Box<Block<C, V>>;
 
 /// Where a group keeps its slots, allocated with its first key: behind its
 /// lock ([`LockedSlots`]), or beside it ([`Shared`]), for key cells that a
@@ -270,7 +313,7 @@ pub(crate) trait Store<C: Cell, V>: Send + Sync {
 }
 
 /// A group's slots as a guard gives them: `None` until its first key.
-pub(crate) trait SlotsOf<C, V> {
+pub(crate) trait SlotsOf<C: Cell, V> {
     fn slots(&self) -> Option<&Slots<C, V>>;
 }
 
@@ -293,10 +336,13 @@ pub(crate) trait PutKey<C: Cell, V> {
 }
 
 fn new_slots<C: Cell, V: SlotValue>() -> Slots<C, V> {
-    Box::new(std::array::from_fn(|_| Slot {
-        key: C::empty(),
-        value: V::empty(),
-    }))
+    Box::new(Block {
+        slots: std::array::from_fn(|_| Slot {
+            key: C::empty(),
+            value: V::empty(),
+        }),
+        spill: C::spill(),
+    })
 }
 
 /// Slots behind the group's lock: read under its read lock, written under
@@ -327,14 +373,14 @@ impl<S: Send + Sync, V: SlotValue> Store<Option<S>, V> for LockedSlots<Option<S>
     }
 }
 
-impl<C, V> SlotsOf<C, V> for RwLockReadGuard<'_, Option<Slots<C, V>>> {
+impl<C: Cell, V> SlotsOf<C, V> for RwLockReadGuard<'_, Option<Slots<C, V>>> {
     #[inline]
     fn slots(&self) -> Option<&Slots<C, V>> {
         self.as_ref()
     }
 }
 
-impl<C, V> SlotsOf<C, V> for RwLockWriteGuard<'_, Option<Slots<C, V>>> {
+impl<C: Cell, V> SlotsOf<C, V> for RwLockWriteGuard<'_, Option<Slots<C, V>>> {
     #[inline]
     fn slots(&self) -> Option<&Slots<C, V>> {
         self.as_ref()
@@ -359,37 +405,38 @@ impl<S: Send + Sync, V: SlotValue> PutKey<Option<S>, V>
 }
 
 /// Slots beside the group's lock, for key cells in atomics
-/// ([`AtomicAddr`]): read under the read lock, or by a lookup without it
-/// ([`unlocked`](Self::unlocked)); their keys written under the write
-/// lock (with the slot's value sealed, see the module docs). Allocated
-/// once, under the write lock, and kept until the table goes.
-pub(crate) struct Shared<V> {
+/// ([`SharedCell`]: [`AtomicAddr`], [`AtomicText`]): read under the read
+/// lock, or by a lookup without it ([`unlocked`](Self::unlocked)); their
+/// keys written under the write lock (with the slot's value sealed, see
+/// the module docs). Allocated once, under the write lock, and kept until
+/// the table goes.
+pub(crate) struct Shared<C: Cell, V> {
     lock: RwLock<()>,
-    slots: std::sync::OnceLock<Slots<AtomicAddr, V>>,
+    slots: std::sync::OnceLock<Slots<C, V>>,
 }
 
-impl<V> Shared<V> {
+impl<C: Cell, V> Shared<C, V> {
     /// The slots, without the lock: only a key cell's own protocol makes
     /// what is read there consistent.
     #[inline(always)]
-    fn unlocked(&self) -> Option<&Slots<AtomicAddr, V>> {
+    fn unlocked(&self) -> Option<&Slots<C, V>> {
         self.slots.get()
     }
 }
 
 /// [`Shared`] slots with their group's lock held.
-pub(crate) struct SharedGuard<'a, V, G> {
+pub(crate) struct SharedGuard<'a, C: Cell, V, G> {
     _lock: G,
-    slots: &'a std::sync::OnceLock<Slots<AtomicAddr, V>>,
+    slots: &'a std::sync::OnceLock<Slots<C, V>>,
 }
 
-impl<V: SlotValue> Store<AtomicAddr, V> for Shared<V> {
+impl<C: SharedCell, V: SlotValue> Store<C, V> for Shared<C, V> {
     type Read<'a>
-        = SharedGuard<'a, V, RwLockReadGuard<'a, ()>>
+        = SharedGuard<'a, C, V, RwLockReadGuard<'a, ()>>
     where
         Self: 'a;
     type Write<'a>
-        = SharedGuard<'a, V, RwLockWriteGuard<'a, ()>>
+        = SharedGuard<'a, C, V, RwLockWriteGuard<'a, ()>>
     where
         Self: 'a;
 
@@ -416,18 +463,18 @@ impl<V: SlotValue> Store<AtomicAddr, V> for Shared<V> {
     }
 }
 
-impl<V, G> SlotsOf<AtomicAddr, V> for SharedGuard<'_, V, G> {
+impl<C: Cell, V, G> SlotsOf<C, V> for SharedGuard<'_, C, V, G> {
     #[inline]
-    fn slots(&self) -> Option<&Slots<AtomicAddr, V>> {
+    fn slots(&self) -> Option<&Slots<C, V>> {
         self.slots.get()
     }
 }
 
-impl<V: SlotValue> PutKey<AtomicAddr, V> for SharedGuard<'_, V, RwLockWriteGuard<'_, ()>> {
-    fn put(&mut self, at: usize, key: Option<AddrBits>) -> &Slots<AtomicAddr, V> {
+impl<C: SharedCell, V: SlotValue> PutKey<C, V> for SharedGuard<'_, C, V, RwLockWriteGuard<'_, ()>> {
+    fn put(&mut self, at: usize, key: Option<C::Stored>) -> &Slots<C, V> {
         // Allocated here only, under the write lock: never two at once.
         let slots = self.slots.get_or_init(new_slots);
-        slots[at].key.put(key.as_ref());
+        slots[at].key.put(key, &slots.spill, at);
         slots
     }
 
@@ -435,7 +482,7 @@ impl<V: SlotValue> PutKey<AtomicAddr, V> for SharedGuard<'_, V, RwLockWriteGuard
         // The key (marked gone) and the sealed value stay until the slot
         // is taken again (see the trait).
         if let Some(slots) = self.slots.get() {
-            slots[at].key.vacate();
+            slots[at].key.vacate(&slots.spill, at);
         }
     }
 }
@@ -455,8 +502,11 @@ struct Group<St> {
     totals: Totals,
 }
 
-/// A group of `Option<String>` keys, held as [`InlineText`].
-type TextGroup<V> = Group<LockedSlots<Option<InlineText>, V>>;
+/// A group of `Option<String>` keys, held as [`AtomicText`].
+type TextGroup<V> = Group<Shared<AtomicText, V>>;
+
+/// A group of `Option<IpAddr>` keys, held as [`AtomicAddr`].
+type AddrGroup<V> = Group<Shared<AtomicAddr, V>>;
 
 /// A group of keys held as they are.
 type PlainGroup<K, V> = Group<LockedSlots<Option<Plain<K>>, V>>;
@@ -625,6 +675,14 @@ impl<T> std::ops::Deref for Padded<T> {
     }
 }
 
+/// A text key's lookup ([`CompactTable::text_lookup`]), made once for a
+/// request: the key's hash and its probe.
+pub(crate) struct TextLookup<'a> {
+    text: &'a str,
+    hash: u64,
+    probe: TextProbe<'a>,
+}
+
 /// A fixed-capacity table of keys `K` with a value `V` each; see the module
 /// docs.
 ///
@@ -637,7 +695,7 @@ impl<T> std::ops::Deref for Padded<T> {
 pub(crate) struct CompactTable<K, V> {
     /// The groups of a table of `Option<IpAddr>` keys, held in atomics
     /// ([`AtomicAddr`]); empty (no allocation) for any other key type.
-    addr_groups: Box<[Group<Shared<V>>]>,
+    addr_groups: Box<[AddrGroup<V>]>,
     hasher: GatherState,
     /// The limit of keys in slots. Relaxed: read once per request on its
     /// own; written by a rules document (`apply`), which a request sees
@@ -657,7 +715,7 @@ pub(crate) struct CompactTable<K, V> {
     /// At most this many keys in slots (see `occupied`).
     max_keys: usize,
     /// The groups of a table of `Option<String>` keys, held as
-    /// [`InlineText`]; empty for any other key type.
+    /// [`AtomicText`]; empty for any other key type.
     text_groups: Box<[TextGroup<V>]>,
     /// The groups of a table whose keys are held as they are (neither
     /// `Option<String>` nor `Option<IpAddr>`); empty for those.
@@ -718,6 +776,13 @@ pub(crate) fn slot_bytes<S, V>() -> usize {
     std::mem::size_of::<Slot<S, V>>()
 }
 
+/// Bytes of a group's block of slots (allocated with its first key),
+/// with keys in cells `C` and values `V`: its slots and its cells' spill.
+#[cfg(test)]
+pub(crate) fn block_bytes<C: Cell, V>() -> usize {
+    std::mem::size_of::<Block<C, V>>()
+}
+
 /// Bytes of a group's header (its lock, totals and pointer to its slots).
 #[cfg(test)]
 pub(crate) fn group_bytes<St>() -> usize {
@@ -734,14 +799,14 @@ pub(crate) fn groups_for(max_keys: usize) -> usize {
 /// those whose tag matched (`candidates`, from [`Tags::matching`]). A key
 /// is in one slot of a group at most.
 #[inline(always)]
-fn position<C, V>(
+fn position<C: Cell, V>(
     slots: &Slots<C, V>,
     mut candidates: u16,
-    is: impl Fn(&C) -> bool,
+    is: impl Fn(&C, At<'_, C::Spill>) -> bool,
 ) -> Option<usize> {
     while candidates != 0 {
         let at = candidates.trailing_zeros() as usize;
-        if is(&slots[at].key) {
+        if is(&slots[at].key, slots.at(at)) {
             return Some(at);
         }
         candidates &= candidates - 1;
@@ -769,7 +834,7 @@ fn position<C, V>(
 fn search<C: Cell, V, St: Store<C, V>>(
     groups: &[Group<St>],
     hash: u64,
-    is: impl Fn(&C) -> bool,
+    is: impl Fn(&C, At<'_, C::Spill>) -> bool,
 ) -> Option<(usize, St::Read<'_>, usize)> {
     let (first, second, tag) = place_of(hash, groups.len());
     let in_first = groups[first].tags.matching(tag);
@@ -791,7 +856,7 @@ fn search<C: Cell, V, St: Store<C, V>>(
             // A closure of its own, not `&is`: handed on by reference, the
             // predicate made a header key's lookup 22 instructions longer
             // (`perf/counts/layer.rs`).
-            position(held, candidates, |k| is(k))
+            position(held, candidates, |k, at| is(k, at))
         }) {
             return Some((index, slots, at));
         }
@@ -856,10 +921,10 @@ impl<W> std::ops::DerefMut for Locked<W> {
 
 /// Runs `$body` with `$groups` bound to the table's groups, in the form
 /// its key type is held in (a choice folded away at compile time: see
-/// [`inline_text`] and [`atomic_addr`]).
+/// [`atomic_text`] and [`atomic_addr`]).
 macro_rules! on_groups {
     ($table:expr, |$groups:ident| $body:expr) => {
-        if inline_text::<K>() {
+        if atomic_text::<K>() {
             let $groups = &$table.text_groups[..];
             $body
         } else if atomic_addr::<K>() {
@@ -896,7 +961,7 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
                 )
             })
             .collect();
-        let (text, addr) = (inline_text::<K>(), atomic_addr::<K>());
+        let (text, addr) = (atomic_text::<K>(), atomic_addr::<K>());
         let count = |this: bool| if this { n } else { 0 };
         CompactTable {
             addr_groups: (0..count(addr)).map(|_| Group::new()).collect(),
@@ -959,7 +1024,7 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
     /// The place of slot `at` of group `index` (whose totals are
     /// `totals`).
     #[inline]
-    fn slot_place<'a, S>(
+    fn slot_place<'a, S: Cell>(
         &'a self,
         totals: &'a Totals,
         slots: &'a Slots<S, V>,
@@ -1074,7 +1139,7 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
     /// for a table of `Option<String>` keys.
     #[inline(always)]
     pub(crate) fn hash_owned(&self, key: &K) -> u64 {
-        if inline_text::<K>() {
+        if atomic_text::<K>() {
             return 0;
         }
         self.hasher.hash_inline(key)
@@ -1090,7 +1155,7 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
         idle: impl Fn(&V, &[CompactWindow]) -> bool,
         f: impl FnOnce(Place<'_, V>) -> R,
     ) -> R {
-        if inline_text::<K>() {
+        if atomic_text::<K>() {
             return self.with(Owned(key), idle, f);
         }
         if atomic_addr::<K>() {
@@ -1099,7 +1164,7 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
                 &self.addr_groups,
                 key,
                 hash,
-                |held: &AtomicAddr, key| KeyCell::<K>::is(held, probe.as_ref(), key),
+                |held: &AtomicAddr, at, key| KeyCell::<K>::is(held, at, probe.as_ref(), key),
                 idle,
                 f,
             );
@@ -1108,7 +1173,7 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
             &self.groups,
             key,
             hash,
-            |held: &Option<Plain<K>>, key| held.as_ref().is_some_and(|held| held.0 == *key),
+            |held: &Option<Plain<K>>, _, key| held.as_ref().is_some_and(|held| held.0 == *key),
             idle,
             f,
         )
@@ -1123,11 +1188,11 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
         groups: &[Group<St>],
         key: K,
         hash: u64,
-        is: impl Fn(&C, &K) -> bool,
+        is: impl Fn(&C, At<'_, C::Spill>, &K) -> bool,
         idle: impl Fn(&V, &[CompactWindow]) -> bool,
         f: impl FnOnce(Place<'_, V>) -> R,
     ) -> R {
-        if let Some((index, slots, at)) = search(groups, hash, |held| is(held, &key)) {
+        if let Some((index, slots, at)) = search(groups, hash, |held, at| is(held, at, &key)) {
             let slots = slots
                 .slots()
                 .expect("`search` found the key in these slots");
@@ -1158,7 +1223,41 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
             return None;
         }
         let bits = <AtomicAddr as KeyCell<K>>::probe(key)?;
-        let groups = &self.addr_groups[..];
+        Self::pass_in(&self.addr_groups, &bits, hash, &self.default_limit, attempt)
+    }
+
+    /// [`pass_unlocked`](Self::pass_unlocked) for a text key of a table of
+    /// `Option<String>` keys, with its [`text_lookup`](Self::text_lookup).
+    /// Always `None` for a text longer than 64 bytes, which is compared
+    /// only under the lock.
+    #[inline(always)]
+    pub(crate) fn pass_text_unlocked(
+        &self,
+        lookup: &TextLookup<'_>,
+        attempt: impl FnOnce(&V, u64) -> bool,
+    ) -> Option<&Totals> {
+        if !atomic_text::<K>() {
+            return None;
+        }
+        Self::pass_in(
+            &self.text_groups,
+            &lookup.probe,
+            lookup.hash,
+            &self.default_limit,
+            attempt,
+        )
+    }
+
+    /// The pass without the lock of [`pass_unlocked`](Self::pass_unlocked)
+    /// on `groups`, for the key `probe` of hash `hash`.
+    #[inline(always)]
+    fn pass_in<'t, C: SharedCell>(
+        groups: &'t [Group<Shared<C, V>>],
+        probe: &C::Seen<'_>,
+        hash: u64,
+        default_limit: &AtomicU64,
+        attempt: impl FnOnce(&V, u64) -> bool,
+    ) -> Option<&'t Totals> {
         let (first, second, tag) = place_of(hash, groups.len());
         // Both groups' tags before either group's slots, so that the two
         // header lines are fetched at once (as `search` does).
@@ -1170,8 +1269,8 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
                 while candidates != 0 {
                     let at = candidates.trailing_zeros() as usize;
                     let slot = &slots[at];
-                    if let Some(seen) = slot.key.seen(&bits) {
-                        let limit = self.default_limit.load(Ordering::Relaxed);
+                    if let Some(seen) = slot.key.seen(probe) {
+                        let limit = default_limit.load(Ordering::Relaxed);
                         let valid = attempt(&slot.value, limit) && slot.key.unchanged(seen);
                         return valid.then_some(&group.totals);
                     }
@@ -1185,33 +1284,51 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
         None
     }
 
+    /// The lookup of the text key `Some(text)`: its hash and probe, made
+    /// once for [`pass_text_unlocked`](Self::pass_text_unlocked) and
+    /// [`with_text`](Self::with_text).
+    #[inline(always)]
+    pub(crate) fn text_lookup<'a>(&self, text: &'a str) -> TextLookup<'a> {
+        if !atomic_text::<K>() {
+            return TextLookup {
+                text,
+                hash: 0,
+                probe: TextProbe::of(None),
+            };
+        }
+        // `Option<&str>` hashes as `Option<String>`: the discriminant, then
+        // the text's bytes and terminator.
+        TextLookup {
+            text,
+            hash: self.hasher.hash_inline(&Some(text)),
+            probe: TextProbe::of(Some(text)),
+        }
+    }
+
     /// [`with`](Self::with) for the key `Some(text)` of a table of
-    /// `Option<String>` keys, the text lent: compared as it is with the
-    /// texts the slots hold inline, the key made (`to_key`) only to be
-    /// inserted. For a table with no key in its side map: the caller
+    /// `Option<String>` keys (`lookup`, its
+    /// [`text_lookup`](Self::text_lookup)), the text lent: compared with
+    /// the texts the slots hold as it is, the key made (`to_key`) only to
+    /// be inserted. For a table with no key in its side map: the caller
     /// checks [`has_own`](Self::has_own) first (a key moved there since is
     /// found by `insert`, which looks in the side map under the group
     /// locks, as for `with`).
     #[inline]
     pub(crate) fn with_text<R>(
         &self,
-        text: &str,
+        lookup: &TextLookup<'_>,
         to_key: impl FnOnce(&str) -> K,
         idle: impl Fn(&V, &[CompactWindow]) -> bool,
         f: impl FnOnce(Place<'_, V>) -> R,
     ) -> R {
-        if !inline_text::<K>() {
+        if !atomic_text::<K>() {
             // Not a table of `Option<String>` keys (the callers' key type
             // is): the key is made and looked up as it is.
-            return self.with(Owned(to_key(text)), idle, f);
+            return self.with(Owned(to_key(lookup.text)), idle, f);
         }
         let groups = &self.text_groups[..];
-        let key = Some(text);
-        // `Option<&str>` hashes as `Option<String>`: the discriminant, then
-        // the text's bytes and terminator.
-        let hash = self.hasher.hash_inline(&key);
-        let found = search(groups, hash, |held: &Option<InlineText>| {
-            held.as_ref().is_some_and(|held| held.is_text(key))
+        let found = search(groups, lookup.hash, |held: &AtomicText, at| {
+            held.is_text(at, &lookup.probe)
         });
         if let Some((index, slots, at)) = found {
             let slots = slots
@@ -1219,10 +1336,16 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
                 .expect("`search` found the key in these slots");
             return f(self.slot_place(&groups[index].totals, slots, index, at));
         }
-        let pending = Owned(to_key(text));
-        self.insert(groups, pending, hash, idle, false, false, |place, _| {
-            f(place)
-        })
+        let pending = Owned(to_key(lookup.text));
+        self.insert(
+            groups,
+            pending,
+            lookup.hash,
+            idle,
+            false,
+            false,
+            |place, _| f(place),
+        )
     }
 
     /// Whether any key has its own limit (is in the side map).
@@ -1258,14 +1381,14 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
         let hash = self.hasher.hash_key(key);
         let request_key = pending.as_key();
         let probe = request_key.and_then(C::probe);
-        if let Some((index, slots, at)) =
-            search(groups, hash, |held: &C| held.is(probe.as_ref(), key))
-        {
+        if let Some((index, slots, at)) = search(groups, hash, |held: &C, at| {
+            held.is(at, probe.as_ref(), key)
+        }) {
             let slots = slots
                 .slots()
                 .expect("`search` found the key in these slots");
             let shown = if keyed {
-                slots[at].key.shown(request_key)
+                slots[at].key.shown(slots.at(at), request_key)
             } else {
                 None
             };
@@ -1305,11 +1428,11 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
                 let candidates = groups[*index].tags.matching(tag);
                 Some((
                     slots,
-                    position(slots, candidates, |k| k.is(probe.as_ref(), key))?,
+                    position(slots, candidates, |k, at| k.is(at, probe.as_ref(), key))?,
                 ))
             }) {
                 let shown = if keyed {
-                    slots[at].key.shown(request_key)
+                    slots[at].key.shown(slots.at(at), request_key)
                 } else {
                     None
                 };
@@ -1368,7 +1491,7 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
         groups[index].tags.set(at, tag);
         let slots = locked[which].1.slots().expect("allocated above");
         let shown = if keyed {
-            slots[at].key.shown(None)
+            slots[at].key.shown(slots.at(at), None)
         } else {
             None
         };
@@ -1506,12 +1629,13 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
         }
         let hash = self.hasher.hash_key(key);
         on_groups!(self, |groups| {
-            let (index, slots, at) =
-                search(groups, hash, |held| KeyCell::<K>::is(held, None, key))?;
+            let (index, slots, at) = search(groups, hash, |held, at| {
+                KeyCell::<K>::is(held, at, None, key)
+            })?;
             let slots = slots
                 .slots()
                 .expect("`search` found the key in these slots");
-            let owned = KeyCell::<K>::key(&slots[at].key)?;
+            let owned = KeyCell::<K>::key(&slots[at].key, slots.at(at))?;
             let place = self.slot_place(&groups[index].totals, slots, index, at);
             Some(f(&owned, place))
         })
@@ -1549,7 +1673,7 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
                             // Vacant (a shared slot keeps the key it had).
                             continue;
                         }
-                        if let Some(key) = KeyCell::<K>::key(&slot.key) {
+                        if let Some(key) = KeyCell::<K>::key(&slot.key, slots.at(at)) {
                             let place = self.slot_place(&group.totals, slots, index, at);
                             buffer.push(read_one(&key, place));
                         }
@@ -1772,7 +1896,7 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
         for (index, slots) in locked.iter_mut() {
             let Some(at) = slots.slots().and_then(|held| {
                 let candidates = groups[*index].tags.matching(tag);
-                position(held, candidates, |k| k.is(probe.as_ref(), key))
+                position(held, candidates, |k, at| k.is(at, probe.as_ref(), key))
             }) else {
                 continue;
             };
@@ -2176,7 +2300,7 @@ mod tests {
         assert_eq!(table.get("k", |p| p.value.passes()), Some(4));
     }
 
-    /// A table of `Option<String>` keys (held as inline text) looked up by
+    /// A table of `Option<String>` keys (held in atomics) looked up by
     /// reference, as an extractor of its own may offer its key: the key is
     /// made only when inserted, found again in its slot by reference and
     /// owned, and read back as it was, short or long.
@@ -2217,7 +2341,7 @@ mod tests {
 
     /// A text lent as it is (`with_text`) finds the slot of the key an
     /// owned lookup inserted and the other way round, for texts on both
-    /// sides of the inline limit (70 bytes) and texts one byte apart;
+    /// sides of the 64 bytes a cell holds and texts one byte apart;
     /// the key is made only when inserted; a key with its own limit is
     /// found in the side map.
     #[test]
@@ -2231,7 +2355,7 @@ mod tests {
         let table: CompactTable<Option<String>, Fixed> = CompactTable::new(64, 5, 5, &rules, 0);
         let by_text = |text: &str| {
             table.with_text(
-                text,
+                &table.text_lookup(text),
                 some_owned,
                 |v, _| v.idle(5),
                 |p| (p.value.admit(5, p.limit), p.limit),
@@ -2244,7 +2368,7 @@ mod tests {
                 |p| (p.value.admit(5, p.limit), p.limit),
             )
         };
-        let texts: Vec<String> = [0usize, 1, 7, 8, 9, 16, 17, 69, 70, 71, 200]
+        let texts: Vec<String> = [0usize, 1, 7, 8, 9, 16, 17, 63, 64, 65, 69, 70, 71, 200]
             .into_iter()
             .flat_map(|len| ["k".repeat(len), format!("{}j", "k".repeat(len))])
             .collect();
