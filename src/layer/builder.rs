@@ -394,11 +394,12 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
     ///
     /// A slot is 48 bytes with an address key
     /// ([`PeerIpKey`](crate::PeerIpKey), [`ForwardedIpKey`](crate::ForwardedIpKey):
-    /// `Option<IpAddr>`, 17 bytes); 104 bytes with an `Option<String>` key
+    /// `Option<IpAddr>`, 17 bytes); 96 bytes with an `Option<String>` key
     /// ([`HeaderKey`](crate::HeaderKey)'s), whose text is kept in the slot
-    /// when it is at most 70 bytes long (a longer one, at most
+    /// when it is at most 64 bytes long (a longer one, at most
     /// [`MAX_KEY_BYTES`](crate::key::MAX_KEY_BYTES) or its digest form, in a
-    /// heap block of its own besides); and 56 bytes with a `String` key
+    /// heap block of its own besides, listed in a table of 16 pointers its
+    /// group makes for its first long key); and 56 bytes with a `String` key
     /// ([`PathKey`](crate::PathKey)), whose text is on the heap besides. The
     /// key's window is 28 of those bytes. A group of 16 slots adds a 64-byte
     /// header, one cache line (its lock, its slots' tags, its lifetime
@@ -406,8 +407,8 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
     /// its block of slots. The default table (2^20 keys: 74 899 groups,
     /// 1 198 384 slots) costs 4.8 MB of headers when the layer is built,
     /// and at most 63.5 MB (60.6 bytes per key) with address keys once
-    /// every group is in use, 130.6 MB (124.6 bytes per key) with header
-    /// keys of up to 70 bytes whatever their length, and 73.1 MB with
+    /// every group is in use, 123.4 MB (117.7 bytes per key) with header
+    /// keys of up to 64 bytes whatever their length, and 73.1 MB with
     /// `String` keys plus their text (`cargo test --lib
     /// the_documented_sizes -- --nocapture` prints these figures). Each further window
     /// ([`limit_per`](Self::limit_per)) adds one 28-byte compact window per

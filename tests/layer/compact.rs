@@ -282,10 +282,21 @@ const THREAD_KEYS: usize = 8;
 /// rounds each.
 const THREAD_SENDS: u64 = 160;
 
-/// Sends [`THREAD_SENDS`] requests for each of the keys `k0` to `k7` from
-/// four threads at once (each thread 40 rounds over every key) through
-/// clones of `service`; `refused` sees the key, status and headers of
-/// every answer other than 200. The passes per key.
+/// Key `i` of [`passes_from_threads`]: `k0`, `k2`... short enough to be
+/// held in the slot's own words (and passed without the group's lock),
+/// the odd ones 90 bytes long (held beside the slots, compared under the
+/// group's lock).
+fn thread_key(i: usize) -> String {
+    if i % 2 == 0 {
+        return format!("k{i}");
+    }
+    format!("k{i}-{}", "x".repeat(87))
+}
+
+/// Sends [`THREAD_SENDS`] requests for each of the keys [`thread_key`] 0
+/// to 7 from four threads at once (each thread 40 rounds over every key)
+/// through clones of `service`; `refused` sees the key, status and headers
+/// of every answer other than 200. The passes per key.
 fn passes_from_threads<S>(
     service: S,
     refused: fn(&str, StatusCode, &[(String, String)]),
@@ -295,7 +306,7 @@ where
     S::Error: std::fmt::Debug,
     S::Future: Send,
 {
-    let keys: Vec<String> = (0..THREAD_KEYS).map(|i| format!("k{i}")).collect();
+    let keys: Vec<String> = (0..THREAD_KEYS).map(thread_key).collect();
     let passed: Arc<Vec<AtomicU64>> =
         Arc::new((0..keys.len()).map(|_| AtomicU64::new(0)).collect());
     let threads: Vec<_> = (0..4)
@@ -323,6 +334,35 @@ where
     passed.iter().map(|p| p.load(Ordering::Relaxed)).collect()
 }
 
+/// Header clients turning over a small table under real threads, as
+/// address clients do in `compact_peer.rs`: half of each burst's keys
+/// are short enough to pass without the group's lock, the other half 90
+/// bytes long (held beside the slots, compared under the lock), so that
+/// long keys evict short ones and the other way round while passes
+/// without the lock run. Every client that found a slot passes exactly the
+/// limit in its burst.
+#[test]
+fn header_clients_turning_over_the_table_under_real_threads_pass_exactly_the_limit() {
+    let limit = 5;
+    let clock = ManualClock::new(1_000_000);
+    let layer = keyed(limit).compact().max_keys(16).clock(clock.clone());
+    let stats = layer.handle();
+    super::compact_peer::clients_turning_over(
+        layer.layer(inner()),
+        &clock,
+        limit,
+        |burst, i| {
+            if i % 2 == 0 {
+                return format!("b{burst}-c{i}");
+            }
+            format!("b{burst}-c{i}-{}", "x".repeat(82))
+        },
+        |service, client| call(service, Some(client)).0,
+        |client| stats.snapshot(&key(client)),
+        || stats.len(),
+    );
+}
+
 /// Exactly `limit` of [`passes_from_threads`]' requests passed for every
 /// key, and the handle counts the rest as blocks.
 fn assert_exactly_the_limit_passed(
@@ -332,7 +372,7 @@ fn assert_exactly_the_limit_passed(
 ) {
     assert_eq!(passed.len(), THREAD_KEYS);
     for (i, &passes) in passed.iter().enumerate() {
-        let name = format!("k{i}");
+        let name = thread_key(i);
         assert_eq!(passes, limit, "{name}");
         let snapshot = stats.snapshot(&Some(name.clone())).unwrap();
         assert_eq!(
@@ -346,16 +386,27 @@ fn assert_exactly_the_limit_passed(
 /// The cheaper clock the README suggests for a compact layer: its
 /// millisecond is a cached load that an upkeep thread moves, so real
 /// threads decide on readings the clock hands out while it runs. A minute's
-/// window (ten buckets of 6 s) keeps every pass of the test in it, so
+/// window (two buckets of 30 s) keeps every pass of the test in it, so
 /// exactly the limit passes per key, each refusal says when to retry, and
 /// the handle counts what the threads saw.
+///
+/// A compact key counts the blocks of its newest bucket only, so the test
+/// starts at least 10 s before the next bucket boundary (waiting for one
+/// if the clock is in the last third of a bucket): a boundary crossed
+/// while the threads send would leave the handle fewer blocks than they
+/// saw. Every bucket starts at a multiple of 30 s of the clock's reading.
 #[test]
 fn a_compact_layer_on_a_cached_clock_admits_exactly_the_limit_on_real_threads() {
     let limit = 50;
+    let clock = CachedClock::new();
+    let into_bucket = clock.now_millis() % 30_000;
+    if into_bucket > 20_000 {
+        thread::sleep(Duration::from_millis(30_000 - into_bucket + 20));
+    }
     let layer = keyed(limit)
-        .window(Duration::from_secs(60), 10)
+        .window(Duration::from_secs(60), 2)
         .compact()
-        .clock(CachedClock::new());
+        .clock(clock);
     let stats = layer.handle();
     let passed = passes_from_threads(layer.layer(inner()), |name, status, headers| {
         assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{name}");
@@ -851,7 +902,7 @@ fn frozen_clock_real_threads_each_window_of_a_compact_key_holds_exactly_what_was
         let passed = passes_from_threads(layer.layer(inner()), |_, _, _| {});
         let limit = first.min(further);
         for (i, &passes) in passed.iter().enumerate() {
-            let name = &format!("k{i}");
+            let name = &thread_key(i);
             assert_eq!(passes, limit, "{name}");
             let windows = stats.windows(&key(name)).unwrap();
             let counts: Vec<(Duration, u64, u64)> = windows

@@ -15,7 +15,7 @@ use http::{Request, Response, StatusCode};
 use proptest::prelude::*;
 use tower::{Layer, Service};
 use tower_sliding_window::clock::{Clock, ManualClock};
-use tower_sliding_window::{PeerIpKey, SlidingWindowLayer};
+use tower_sliding_window::{PeerIpKey, SlidingWindowLayer, Snapshot};
 
 use super::compact::inner;
 
@@ -223,25 +223,50 @@ fn clients_turning_over_the_table_under_real_threads_pass_exactly_the_limit() {
         .max_keys(16)
         .clock(clock.clone());
     let stats = layer.handle();
-    let service = layer.layer(inner());
+    clients_turning_over(
+        layer.layer(inner()),
+        &clock,
+        limit,
+        |burst, i| Some(IpAddr::V4(Ipv4Addr::new(198, 51, burst, i))),
+        |service, client| call(service, *client).0,
+        |client| stats.snapshot(client),
+        || stats.len(),
+    );
+}
+
+/// The bursts of [`clients_turning_over_the_table_under_real_threads_pass_exactly_the_limit`]
+/// for a compact layer of limit `limit` and `max_keys` 16 on `clock`
+/// (`service`): `client(burst, i)` is client `i` of a burst, `send`
+/// sends one request of a client, `snapshot` reads a client from the
+/// layer's handle and `len` its number of keys.
+pub(super) fn clients_turning_over<K, S>(
+    service: S,
+    clock: &ManualClock,
+    limit: u64,
+    client: fn(u8, u8) -> K,
+    send: fn(&mut S, &K) -> StatusCode,
+    snapshot: impl Fn(&K) -> Option<Snapshot>,
+    len: impl Fn() -> usize,
+) where
+    K: Clone + Send + Sync + std::fmt::Debug + 'static,
+    S: Clone + Send + 'static,
+{
     let mut in_slots = 0;
     for burst in 0..12u8 {
-        let clients: Vec<IpAddr> = (0..16)
-            .map(|i| IpAddr::V4(Ipv4Addr::new(198, 51, burst, i)))
-            .collect();
+        let clients: Arc<Vec<K>> = Arc::new((0..16).map(|i| client(burst, i)).collect());
         let passed: Arc<Vec<AtomicU64>> =
             Arc::new(clients.iter().map(|_| AtomicU64::new(0)).collect());
         let threads: Vec<_> = (0..4)
             .map(|t| {
                 let mut service = service.clone();
-                let clients = clients.clone();
+                let clients = Arc::clone(&clients);
                 let passed = Arc::clone(&passed);
                 thread::spawn(move || {
                     for round in 0..4 {
                         // Each thread starts at another client.
                         for k in 0..clients.len() {
                             let i = (k + 4 * t + round) % clients.len();
-                            if call(&mut service, Some(clients[i])).0 == StatusCode::OK {
+                            if send(&mut service, &clients[i]) == StatusCode::OK {
                                 passed[i].fetch_add(1, Ordering::Relaxed);
                             }
                         }
@@ -253,16 +278,16 @@ fn clients_turning_over_the_table_under_real_threads_pass_exactly_the_limit() {
             thread.join().unwrap();
         }
         let mut overflowed = 0;
-        for (i, &client) in clients.iter().enumerate() {
+        for (i, client) in clients.iter().enumerate() {
             let passed = passed[i].load(Ordering::Relaxed);
-            match stats.snapshot(&Some(client)) {
+            match snapshot(client) {
                 Some(snapshot) => {
                     in_slots += 1;
-                    assert_eq!(passed, limit, "burst {burst}: {client}");
+                    assert_eq!(passed, limit, "burst {burst}: {client:?}");
                     assert_eq!(
                         (snapshot.pass, snapshot.block),
                         (limit, 16 - limit),
-                        "burst {burst}: {client}"
+                        "burst {burst}: {client:?}"
                     );
                 }
                 None => overflowed += passed,
@@ -273,7 +298,7 @@ fn clients_turning_over_the_table_under_real_threads_pass_exactly_the_limit() {
             "burst {burst}: {overflowed} on the overflow window"
         );
         // The table's keys, and the overflow window's entry once used.
-        assert!(stats.len() <= 16 + 1, "burst {burst}: {} keys", stats.len());
+        assert!(len() <= 16 + 1, "burst {burst}: {} keys", len());
         clock.advance(Duration::from_millis(1_100));
     }
     // Clients took the slots of idle ones (the table holds 16).

@@ -589,6 +589,27 @@ mod loom_models {
         )
     }
 
+    /// The answers of `request` for `keys[0]` and `keys[1]` at `now`, made
+    /// on two threads at once, in that order.
+    fn racing<K>(
+        table: &Arc<CompactTable<K, CompactWindow>>,
+        keys: [K; 2],
+        request: fn(&CompactTable<K, CompactWindow>, K, u64) -> (bool, bool),
+        now: u64,
+    ) -> Vec<(bool, bool)>
+    where
+        K: Eq + Hash + Clone + Send + Sync + 'static,
+    {
+        let threads: Vec<_> = keys
+            .into_iter()
+            .map(|key| {
+                let table = Arc::clone(table);
+                thread::spawn(move || request(&table, key, now))
+            })
+            .collect();
+        threads.into_iter().map(|t| t.join().unwrap()).collect()
+    }
+
     /// Key 1 passed at 0 (a window of two 1 ms buckets: idle from 2 on; a
     /// limit of 2 in the slot, 1 on the overflow window). At 2, a request
     /// of key 1 races key 2, which needs the table's only slot and may
@@ -610,18 +631,9 @@ mod loom_models {
         K: Eq + Hash + Clone + Send + Sync + 'static,
     {
         loom::model(move || {
-            let table: Arc<CompactTable<K, CompactWindow>> =
-                Arc::new(CompactTable::new(1, 2, 1, &HashMap::new(), 0));
+            let table = Arc::new(CompactTable::new(1, 2, 1, &HashMap::new(), 0));
             assert_eq!(request(&table, key(1), 0), (true, false));
-            let threads: Vec<_> = [1u8, 2]
-                .into_iter()
-                .map(|n| {
-                    let table = Arc::clone(&table);
-                    thread::spawn(move || request(&table, key(n), 2))
-                })
-                .collect();
-            let answers: Vec<(bool, bool)> =
-                threads.into_iter().map(|t| t.join().unwrap()).collect();
+            let answers = racing(&table, [key(1), key(2)], request, 2);
             assert!(answers.iter().all(|(passed, _)| *passed), "{answers:?}");
             assert_eq!(answers.iter().filter(|(_, o)| *o).count(), 1, "{answers:?}");
             let in_slot = if answers[0].1 { 2 } else { 1 };
@@ -691,21 +703,11 @@ mod loom_models {
         K: Eq + Hash + Clone + Send + Sync + 'static,
     {
         loom::model(move || {
-            let table: Arc<CompactTable<K, CompactWindow>> =
-                Arc::new(CompactTable::new(16, 2, 2, &HashMap::new(), 0));
+            let table = Arc::new(CompactTable::new(16, 2, 2, &HashMap::new(), 0));
             assert_eq!(request(&table, key(1), 0), (true, false));
-            let threads: Vec<_> = (0..2)
-                .map(|_| {
-                    let table = Arc::clone(&table);
-                    thread::spawn(move || request(&table, key(1), 0).0)
-                })
-                .collect();
-            let passed = threads
-                .into_iter()
-                .map(|t| t.join().unwrap())
-                .filter(|&passed| passed)
-                .count();
-            assert_eq!(passed, 1);
+            let answers = racing(&table, [key(1), key(1)], request, 0);
+            let passed = answers.iter().filter(|(passed, _)| *passed).count();
+            assert_eq!(passed, 1, "{answers:?}");
             let passes = table.get(&key(1), |p| p.value.window_counts(&SHAPE, 0).0);
             assert_eq!(passes, Some(2));
         });

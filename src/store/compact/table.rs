@@ -140,7 +140,11 @@
 //! for the two groups of one key, taken in index order. The side map's lock
 //! is taken with those held (inserts look in the side map again, limit
 //! changes move a key between the two), and no group lock is ever taken
-//! while the side map's is held. A lookup holds one lock at a time.
+//! while the side map's is held. A lookup holds one group lock at a time.
+//! A group's spilled texts (`Spilled`, the long text keys) have a lock of
+//! their own, taken only with the group's lock held (read under its read
+//! lock, written under its write lock) and released before anything else
+//! is taken.
 //!
 //! # Why not one zeroed allocation
 //!
