@@ -407,7 +407,7 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
     /// its block of slots. The default table (2^20 keys: 74 899 groups,
     /// 1 198 384 slots) costs 4.8 MB of headers when the layer is built,
     /// and at most 63.5 MB (60.6 bytes per key) with address keys once
-    /// every group is in use, 123.4 MB (117.7 bytes per key) with header
+    /// every group is in use, 122.2 MB (116.6 bytes per key) with header
     /// keys of up to 64 bytes whatever their length, and 73.1 MB with
     /// `String` keys plus their text (`cargo test --lib
     /// the_documented_sizes -- --nocapture` prints these figures). Each further window

@@ -527,7 +527,11 @@ const TEXT_WORDS: usize = WORD_TEXT_BYTES / 4;
 
 // The state word of an `AtomicText`: its kind (the low two bits, `EMPTY`
 // or one of the three below), `VACANT`, the length of a text held in its
-// words (seven bits), and its version (the rest, 22 bits).
+// words (seven bits), and its version (the rest, 22 bits). The version
+// tells a lookup without the lock that its slot changed keys between its
+// two loads of the state; it could mistake a changed slot for its own
+// only if the slot took 2^22 (4 194 304) keys in between, each under the
+// group's write lock, and the last of them had the same length.
 
 /// Holds `None`.
 const NO_TEXT: u32 = 1;

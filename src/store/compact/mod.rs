@@ -388,9 +388,11 @@ pub(crate) struct CompactLookup<'a, K, F, P> {
     pub(crate) decide: F,
     /// The answer to a pass at once, given the totals it counts in, for a
     /// layer that answers such a pass with nothing more (no RateLimit
-    /// fields): an address key may then pass without its group's lock
-    /// ([`CompactTable::pass_unlocked`]). `None`: every request goes to
-    /// `decide`.
+    /// fields): an address key, or a header key's text of up to 64
+    /// bytes, may then pass without its group's lock
+    /// ([`CompactTable::pass_unlocked`],
+    /// [`CompactTable::pass_text_unlocked`]). `None`: every request goes
+    /// to `decide`.
     pub(crate) passed: Option<P>,
 }
 
@@ -413,9 +415,11 @@ where
         if keys.plain_lookup() {
             // Hashed once, for both lookups.
             let hash = keys.table.hash_owned(&key);
-            // Only address keys are looked up without the lock (a constant
-            // of the build: other key types compile to the locked lookup
-            // alone).
+            // Of owned keys, only address keys are looked up without the
+            // lock (a constant of the build: other key types compile to
+            // the locked lookup alone). A header key's text is, when it is
+            // lent (`some_text`); an owned one (absent, or made of escaped
+            // bytes or a digest) takes the locked lookup.
             if let Some(passed) = passed.filter(|_| atomic_addr::<K>()) {
                 if let Some(totals) = keys.pass_unlocked(&key, hash, now) {
                     return passed(totals);
@@ -541,14 +545,15 @@ mod tests {
         let groups = groups_for(crate::store::COMPACT_DEFAULT_MAX_KEYS);
         assert_eq!(groups, 74_899);
         // Slots, group headers, and the allocator's header of each group's
-        // block of slots (16 bytes on the common allocators; glibc rounds
-        // the text block's 1 560 bytes and its header to 1 568).
+        // block of slots (16 bytes on the common allocators for the address
+        // block's 768).
         let bytes = groups * (GROUP * 48 + header + 16);
         let per_key = bytes as f64 / crate::store::COMPACT_DEFAULT_MAX_KEYS as f64;
         assert!(per_key < 64.0, "{per_key} bytes per key");
         let strings =
             groups * (GROUP * slot_bytes::<Option<Plain<String>>, CompactWindow>() + header + 16);
-        let texts = groups * (text_block.next_multiple_of(16) + header + 16);
+        // glibc's 8-byte size header, then the rounding to 16: 1 568.
+        let texts = groups * ((text_block + 8).next_multiple_of(16) + header);
         let text_per_key = texts as f64 / crate::store::COMPACT_DEFAULT_MAX_KEYS as f64;
         assert!(text_per_key < 128.0, "{text_per_key} bytes per key");
         println!(
@@ -679,10 +684,6 @@ mod loom_models {
         )
     }
 
-    fn addr_passes(table: &AddrTable, key: Option<std::net::IpAddr>, now: u64) -> Option<u64> {
-        table.get(&key, |p| p.value.window_counts(&SHAPE, now).0)
-    }
-
     /// [`admission_racing_an_insert`] with address keys: the request of key
     /// 1 passes without the group's lock (rotating its window) while key
     /// 2's insert may evict key 1 only while it is idle, sealing its window
@@ -764,24 +765,57 @@ mod loom_models {
     /// A request of key 1, free to pass without the lock, while the key is
     /// given a limit of its own (its window moves to the side map): the
     /// request passes once and is counted once, whether its pass landed
-    /// before the move (and moved with the window) or after it.
-    #[test]
-    fn a_pass_without_the_lock_racing_a_limit_of_its_own() {
-        loom::model(|| {
-            let table: Arc<AddrTable> = Arc::new(CompactTable::new(16, 3, 3, &HashMap::new(), 0));
-            assert_eq!(addr_request(&table, addr(1), 0), (true, false));
-            let request = {
+    /// before the move (and moved with the window) or after it. `key` and
+    /// `request` as for [`admission_racing_an_insert`].
+    fn pass_racing_a_limit_of_its_own<K>(
+        key: fn(u8) -> K,
+        request: fn(&CompactTable<K, CompactWindow>, K, u64) -> (bool, bool),
+    ) where
+        K: Eq + Hash + Clone + Send + Sync + 'static,
+    {
+        loom::model(move || {
+            let table = Arc::new(CompactTable::new(16, 3, 3, &HashMap::new(), 0));
+            assert_eq!(request(&table, key(1), 0), (true, false));
+            let passing = {
                 let table = Arc::clone(&table);
-                thread::spawn(move || addr_request(&table, addr(1), 0))
+                thread::spawn(move || request(&table, key(1), 0))
             };
             let limit = {
                 let table = Arc::clone(&table);
-                thread::spawn(move || table.set_limit(addr(1), 5, |w, _| w.is_idle(&SHAPE, 0)))
+                thread::spawn(move || table.set_limit(key(1), 5, |w, _| w.is_idle(&SHAPE, 0)))
             };
             limit.join().unwrap();
-            assert_eq!(request.join().unwrap(), (true, false));
-            assert_eq!(addr_passes(&table, addr(1), 0), Some(2));
-            assert_eq!(table.get(&addr(1), |p| p.limit), Some(5));
+            assert_eq!(passing.join().unwrap(), (true, false));
+            let passes = table.get(&key(1), |p| p.value.window_counts(&SHAPE, 0).0);
+            assert_eq!(passes, Some(2));
+            assert_eq!(table.get(&key(1), |p| p.limit), Some(5));
         });
+    }
+
+    #[test]
+    fn a_pass_without_the_lock_racing_a_limit_of_its_own() {
+        pass_racing_a_limit_of_its_own(addr, addr_request);
+    }
+
+    #[test]
+    fn a_text_pass_without_the_lock_racing_a_limit_of_its_own() {
+        pass_racing_a_limit_of_its_own(text, text_request);
+    }
+
+    /// Text key `n` as [`text`], key 2 as short as key 1: an eviction
+    /// rewrites the words a lookup without the lock compares, under a
+    /// state of the same length.
+    fn short_text(n: u8) -> Option<String> {
+        Some(format!("client-{n}"))
+    }
+
+    /// [`admission_racing_an_insert`] with text keys of one length: the
+    /// request of key 1 passes without the group's lock while key 2's
+    /// insert may evict it only while it is idle, rewriting the slot's
+    /// words (a lookup may read a mix of both keys' words, and must not
+    /// count a pass as key 1's on key 2's window).
+    #[test]
+    fn a_text_pass_without_the_lock_racing_a_short_keys_eviction() {
+        admission_racing_an_insert(short_text, text_request);
     }
 }

@@ -28,7 +28,7 @@
 //!   long key). A `String` would cost 24 bytes in the slot and a heap
 //!   block besides (80 bytes for 64 bytes of text on glibc: its size
 //!   header and the rounding to 16). A slot is 96 bytes, a group's block
-//!   1 560 (1 568 with glibc's header and rounding): 118 bytes per key at a
+//!   1 560 (1 568 with glibc's header and rounding): 112 bytes per key at a
 //!   load of 7/8, whatever the text's length up to 64 bytes.
 //! - `Option<IpAddr>` (the address extractors' keys): `AtomicAddr`, the
 //!   address in four 32-bit atomics and a state word (kind and version),
@@ -124,7 +124,11 @@
 //!
 //! The loom models in `compact/mod.rs` run a pass without the lock against
 //! an eviction, against another pass at the limit, and against a limit of
-//! the key's own.
+//! the key's own, each for address keys and for text keys; a text key is
+//! evicted both by a key of its length (its words rewritten under the
+//! lookup) and by a long one (spilled beside the slots). The eviction
+//! models fail if the second state load is left out, and the one with a
+//! key of the same length also if the words are not compared.
 //!
 //! # Keys with their own limit
 //!
@@ -493,7 +497,8 @@ impl<C: SharedCell, V: SlotValue> PutKey<C, V> for SharedGuard<'_, C, V, RwLockW
 
 /// A group of slots, allocated on its first key, in its store `St`. Tags
 /// and keys are read under the read lock and written under the write lock
-/// (address keys are also read without it, see the module docs); a value's
+/// (the keys of [`Shared`] groups, address and text keys, are also read
+/// without it, see the module docs); a value's
 /// atomics are updated by the caller's closure under the read lock, so a
 /// slot is never emptied or reused while a request uses it.
 ///
@@ -530,10 +535,13 @@ impl<St> Group<St> {
 
 /// The tags of a group's slots, a byte each, slot `i` in byte `i % 8` of
 /// word `i / 8`: 0 for an empty slot, else `0x80 | (hash & 0x7F)` of its
-/// key. Written only under the group's write lock and read only under its
-/// read lock (or write lock), which order every access: the atomics are
-/// `Relaxed`, and atomics at all only because a reader and the lock's
-/// holder are different threads.
+/// key. Written only under the group's write lock and read under its read
+/// lock (or write lock), which order those accesses: the atomics are
+/// `Relaxed`. A lookup without the lock (`pass_in`) reads them too, with
+/// nothing ordering its read: a tag it reads stale only makes it compare
+/// the wrong slots, whose key cells' own protocol then finds nothing (or a
+/// key it then proves is still there), and it falls back to the locked
+/// lookup.
 struct Tags([AtomicU64; 2]);
 
 /// Every byte of a word.
@@ -691,10 +699,12 @@ pub(crate) struct TextLookup<'a> {
 /// docs.
 ///
 /// `repr(C)`, in this order: the fields every request of an address key
-/// reads (the address groups, the hasher, the default limit, the side map's count,
-/// the further windows' count) fill the table's first cache line (the table
-/// is 64-byte aligned by its padded fields), so a request touches one line
-/// of the table besides its groups' locks and slots.
+/// reads (the address groups, the hasher, the default limit, the side map's
+/// count, the further windows' count) fill the table's first cache line
+/// (the table is 64-byte aligned by its padded fields), so a request
+/// touches one line of the table besides its groups' locks and slots. A
+/// text key's request reads its groups on the second line (both slices and
+/// the four words do not fit in one).
 #[repr(C)]
 pub(crate) struct CompactTable<K, V> {
     /// The groups of a table of `Option<IpAddr>` keys, held in atomics
@@ -1928,7 +1938,7 @@ impl<K, V> fmt::Debug for CompactTable<K, V> {
             .field("max_keys", &self.max_keys)
             .field(
                 "slots",
-                &((self.groups.len() + self.text_groups.len()) * GROUP),
+                &((self.groups.len() + self.text_groups.len() + self.addr_groups.len()) * GROUP),
             )
             .field("keys", &self.occupied.load(Ordering::Relaxed))
             .field("default_limit", &self.default_limit.load(Ordering::Relaxed))
