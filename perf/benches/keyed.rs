@@ -16,12 +16,21 @@
 //! | `ours_compact_1m`| our layer keyed by `PeerIpKey`, compact tier, 1 000 000 keys (`max_keys` the same), then the service |
 //! | `ours_full_100k` | our layer keyed by `PeerIpKey`, full tier, 100 000 keys (a full key costs about 5 KiB, so fewer of them) |
 //! | `governor_100k`  | `governor_1m` with 100 000 keys |
+//! | `ours_compact_16`| `ours_compact_1m` with 16 keys, which stay in the cache |
+//! | `governor_16`    | `governor_1m` with 16 keys |
 //!
 //! Our layer runs on the system clock and governor on its default clock;
 //! the limits are far above what any key is sent. After the group, the
 //! table printed gives per contender the median ns per request and the
 //! median per-round difference to `service_alone`, and the ratio of ours to
 //! governor's beyond the floor with the same number of keys.
+//!
+//! Our contenders go through the layer's `Service::call` and its future,
+//! governor's through a plain function: the 16-key pair measures what
+//! that and a lookup in the cache cost, and the report also gives what a
+//! table of 1 000 000 keys adds to each (the 1m contender beyond the
+//! 16-key one, round by round: the lookup's cache misses), so the table's
+//! share can be compared apart from the layer's.
 
 use std::cell::RefCell;
 use std::hint::black_box;
@@ -33,13 +42,16 @@ use http::{Request, StatusCode};
 use tower_sliding_window::{PeerIpKey, SlidingWindowLayer};
 
 use crate::direct::{self, Answer, Driven, GovernorKeyed};
-use crate::report::{in_rounds, print_ratio, print_rows, RoundTable};
+use crate::report::{in_rounds, print_ratio, print_rows, RoundTable, Row};
 
 /// Keys of the large tables.
 const KEYS: u64 = 1_000_000;
 
 /// Keys of the full tier (and of the governor it is compared with).
 const FULL_KEYS: u64 = 100_000;
+
+/// Keys of the small tables, which stay in the cache.
+const SMALL_KEYS: u64 = 16;
 
 /// Requests per contender per round.
 const BATCH: u32 = 64;
@@ -55,15 +67,19 @@ enum Contender {
     OursCompact1m,
     OursFull100k,
     Governor100k,
+    OursCompact16,
+    Governor16,
 }
 
 impl Contender {
-    const ALL: [Contender; 5] = [
+    const ALL: [Contender; 7] = [
         Contender::ServiceAlone,
         Contender::Governor1m,
         Contender::OursCompact1m,
         Contender::OursFull100k,
         Contender::Governor100k,
+        Contender::OursCompact16,
+        Contender::Governor16,
     ];
 
     fn id(self) -> &'static str {
@@ -73,6 +89,8 @@ impl Contender {
             Contender::OursCompact1m => "ours_compact_1m",
             Contender::OursFull100k => "ours_full_100k",
             Contender::Governor100k => "governor_100k",
+            Contender::OursCompact16 => "ours_compact_16",
+            Contender::Governor16 => "governor_16",
         }
     }
 
@@ -81,6 +99,7 @@ impl Contender {
         match self {
             Contender::ServiceAlone | Contender::Governor1m | Contender::OursCompact1m => KEYS,
             Contender::OursFull100k | Contender::Governor100k => FULL_KEYS,
+            Contender::OursCompact16 | Contender::Governor16 => SMALL_KEYS,
         }
     }
 }
@@ -137,6 +156,8 @@ struct Rounds {
     ours_compact: Driven<PeerIpKey>,
     ours_full: Driven<PeerIpKey>,
     governor_100k: GovernorKeyed<IpAddr>,
+    ours_compact_16: Driven<PeerIpKey>,
+    governor_16: GovernorKeyed<IpAddr>,
     rng: [u64; N],
     next_start: usize,
     /// Per round, per contender: ns per request.
@@ -175,6 +196,8 @@ impl Rounds {
             ours_compact: ours(true, KEYS),
             ours_full: ours(false, FULL_KEYS),
             governor_100k: governor(FULL_KEYS),
+            ours_compact_16: ours(true, SMALL_KEYS),
+            governor_16: governor(SMALL_KEYS),
             rng: [SEED; N],
             next_start: 0,
             ns: RoundTable::new(),
@@ -196,6 +219,8 @@ impl Rounds {
                 Contender::OursCompact1m => self.ours_compact.call(request),
                 Contender::OursFull100k => self.ours_full.call(request),
                 Contender::Governor100k => governed(&self.governor_100k, request),
+                Contender::OursCompact16 => self.ours_compact_16.call(request),
+                Contender::Governor16 => governed(&self.governor_16, request),
             };
             black_box(status);
         }
@@ -239,9 +264,28 @@ impl Rounds {
         for (ours, governor) in [
             (Contender::OursCompact1m, Contender::Governor1m),
             (Contender::OursFull100k, Contender::Governor100k),
+            (Contender::OursCompact16, Contender::Governor16),
         ] {
             print_ratio(&rows[index(ours)], &rows[index(governor)], "the floor");
         }
+        // What a table of 1 000 000 keys adds to a lookup in the cache.
+        let added = |large: Contender, small: Contender| Row {
+            id: large.id(),
+            ns: self.ns.column(index(large)),
+            beyond: self.ns.beyond(index(large), index(small)),
+        };
+        let added = [
+            added(Contender::OursCompact1m, Contender::OursCompact16),
+            added(Contender::Governor1m, Contender::Governor16),
+        ];
+        print_rows(
+            "keyed_admission: what 1 000 000 keys add to 16 (the same contender's \
+             16-key twin in the same round)",
+            "beyond 16",
+            18,
+            &added,
+        );
+        print_ratio(&added[0], &added[1], "their 16-key twins");
     }
 }
 
