@@ -26,8 +26,11 @@ use std::any::{Any, TypeId};
 use std::borrow::{Borrow, Cow};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use super::table::GROUP;
 use crate::sync::{read, write, AtomicU32, Ordering, RwLock};
+
+/// Slots per group of the table (and per lock): what a group's
+/// [`Spilled`] texts are sized by.
+pub(crate) const GROUP: usize = 16;
 
 /// How a slot holds a key of type `K`.
 pub(crate) trait Form<K: Clone>: Sized + Send + Sync {

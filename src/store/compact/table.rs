@@ -164,6 +164,7 @@ use std::hash::Hash;
 
 use super::hash::GatherState;
 
+pub(crate) use super::form::GROUP;
 use super::form::{
     atomic_addr, atomic_text, At, AtomicAddr, AtomicText, Cell, KeyCell, Plain, SharedCell,
     TextProbe,
@@ -174,9 +175,6 @@ use crate::sync::{
     read, write, AtomicBool, AtomicU64, AtomicUsize, Ordering, RwLock, RwLockReadGuard,
     RwLockWriteGuard,
 };
-
-/// Slots per group (and per lock).
-pub(crate) const GROUP: usize = 16;
 
 /// The table's state for one key.
 ///
