@@ -594,12 +594,39 @@ mod loom_models {
         )
     }
 
+    /// A request as the layer under test makes it: `request(table, key,
+    /// now)`, whether it passed and whether on the overflow window.
+    type Request<K> = fn(&CompactTable<K, CompactWindow>, K, u64) -> (bool, bool);
+
+    /// A table of `max_keys` keys, limit `limit` (`overflow` on the
+    /// overflow window), where `key` has passed once at 0 by `request`.
+    fn passed_once<K>(
+        max_keys: usize,
+        limit: u64,
+        overflow: u64,
+        key: K,
+        request: Request<K>,
+    ) -> Arc<CompactTable<K, CompactWindow>>
+    where
+        K: Eq + Hash + Clone + Send + Sync + 'static,
+    {
+        let table = Arc::new(CompactTable::new(
+            max_keys,
+            limit,
+            overflow,
+            &HashMap::new(),
+            0,
+        ));
+        assert_eq!(request(&table, key, 0), (true, false));
+        table
+    }
+
     /// The answers of `request` for `keys[0]` and `keys[1]` at `now`, made
     /// on two threads at once, in that order.
     fn racing<K>(
         table: &Arc<CompactTable<K, CompactWindow>>,
         keys: [K; 2],
-        request: fn(&CompactTable<K, CompactWindow>, K, u64) -> (bool, bool),
+        request: Request<K>,
         now: u64,
     ) -> Vec<(bool, bool)>
     where
@@ -629,15 +656,12 @@ mod loom_models {
     /// out by the key's version and decided again, on the overflow
     /// window; it stays counted on key 2's window (stricter for key 2,
     /// never looser), which therefore holds one or two passes.
-    fn admission_racing_an_insert<K>(
-        key: fn(u8) -> K,
-        request: fn(&CompactTable<K, CompactWindow>, K, u64) -> (bool, bool),
-    ) where
+    fn admission_racing_an_insert<K>(key: fn(u8) -> K, request: Request<K>)
+    where
         K: Eq + Hash + Clone + Send + Sync + 'static,
     {
         loom::model(move || {
-            let table = Arc::new(CompactTable::new(1, 2, 1, &HashMap::new(), 0));
-            assert_eq!(request(&table, key(1), 0), (true, false));
+            let table = passed_once(1, 2, 1, key(1), request);
             let answers = racing(&table, [key(1), key(2)], request, 2);
             assert!(answers.iter().all(|(passed, _)| *passed), "{answers:?}");
             assert_eq!(answers.iter().filter(|(_, o)| *o).count(), 1, "{answers:?}");
@@ -697,15 +721,12 @@ mod loom_models {
     /// without the lock, against a limit of 2 with one pass already
     /// counted: exactly one passes. `key` and `request` as for
     /// [`admission_racing_an_insert`].
-    fn passes_without_the_lock_stopping_at_the_limit<K>(
-        key: fn(u8) -> K,
-        request: fn(&CompactTable<K, CompactWindow>, K, u64) -> (bool, bool),
-    ) where
+    fn passes_without_the_lock_stopping_at_the_limit<K>(key: fn(u8) -> K, request: Request<K>)
+    where
         K: Eq + Hash + Clone + Send + Sync + 'static,
     {
         loom::model(move || {
-            let table = Arc::new(CompactTable::new(16, 2, 2, &HashMap::new(), 0));
-            assert_eq!(request(&table, key(1), 0), (true, false));
+            let table = passed_once(16, 2, 2, key(1), request);
             let answers = racing(&table, [key(1), key(1)], request, 0);
             let passed = answers.iter().filter(|(passed, _)| *passed).count();
             assert_eq!(passed, 1, "{answers:?}");
@@ -767,15 +788,12 @@ mod loom_models {
     /// request passes once and is counted once, whether its pass landed
     /// before the move (and moved with the window) or after it. `key` and
     /// `request` as for [`admission_racing_an_insert`].
-    fn pass_racing_a_limit_of_its_own<K>(
-        key: fn(u8) -> K,
-        request: fn(&CompactTable<K, CompactWindow>, K, u64) -> (bool, bool),
-    ) where
+    fn pass_racing_a_limit_of_its_own<K>(key: fn(u8) -> K, request: Request<K>)
+    where
         K: Eq + Hash + Clone + Send + Sync + 'static,
     {
         loom::model(move || {
-            let table = Arc::new(CompactTable::new(16, 3, 3, &HashMap::new(), 0));
-            assert_eq!(request(&table, key(1), 0), (true, false));
+            let table = passed_once(16, 3, 3, key(1), request);
             let passing = {
                 let table = Arc::clone(&table);
                 thread::spawn(move || request(&table, key(1), 0))
