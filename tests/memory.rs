@@ -337,3 +337,65 @@ fn a_compact_header_key_of_up_to_64_bytes_keeps_no_block_beside_its_slot() {
         "a 65-byte key costs {sixty_five:.1} bytes, an 8-byte one {short:.1}"
     );
 }
+
+/// A flood of distinct header keys of the longest verbatim length (256
+/// bytes: a key held beside the slots, in a heap block of its own) into a
+/// compact layer of 4 096 keys, clients turning over as their windows
+/// empty: what the table keeps stays within one slot, one pointer of its
+/// group's table of long texts and one text per slot, plus the groups'
+/// fixed parts; and it stops growing once the table has filled, however
+/// many more keys arrive (evicted keys' texts are freed).
+///
+/// The overflow window's limit lets every key that finds no slot pass, so
+/// that nothing is refused: refused keys are also remembered by the
+/// summary of who is being limited (`StatsHandle::top_blocked`), which
+/// has a bound of its own.
+#[test]
+fn a_flood_of_long_keys_into_a_compact_layer_stays_within_its_bound() {
+    let clock = ManualClock::new(1_000_000);
+    let layer = SlidingWindowLayer::qps(1)
+        .key(HeaderKey::new(HeaderName::from_static("x-key")))
+        .clock(clock.clone())
+        .max_keys(KEYS)
+        .overflow_limit(65_535)
+        .compact();
+    let stats = layer.handle();
+    let f: fn(Request<()>) -> _ = ok;
+    let mut svc: Svc = layer.layer(service_fn(f));
+    send(&mut svc, HeaderValue::from_static("warm-up"));
+    let before = live();
+    let mut flood = |from: usize, to: usize| {
+        for i in from..to {
+            // A second later every earlier key is idle and may be evicted.
+            if i % KEYS == 0 {
+                clock.advance(std::time::Duration::from_millis(1_100));
+            }
+            let value = value_of(i, MAX_KEY_BYTES, b'k');
+            send(&mut svc, HeaderValue::from_bytes(&value).unwrap());
+        }
+        live() - before
+    };
+    let filled = flood(0, 4 * KEYS);
+    let flooded = flood(4 * KEYS, 12 * KEYS);
+    // The table's slots (16 a group), a group's block and its table of 16
+    // long texts (with an allocator header of 16 bytes each), and a text
+    // of 256 bytes (plus its allocator header) per slot.
+    let groups = (KEYS * 8).div_ceil(7).div_ceil(16) as i64;
+    let per_group = 16 * 96 + 24 + 16 + 16 * 16 + 16;
+    let bound = groups * per_group + groups * 16 * (MAX_KEY_BYTES as i64 + 16);
+    println!(
+        "compact layer flooded with 256-byte keys: {filled} bytes after {} keys, {flooded} \
+         after {} (bound {bound}, {} keys held)",
+        4 * KEYS,
+        12 * KEYS,
+        stats.len()
+    );
+    assert!(filled <= bound, "{filled} bytes kept, bound {bound}");
+    assert!(flooded <= bound, "{flooded} bytes kept, bound {bound}");
+    assert!(
+        flooded <= filled + filled / 100,
+        "the table grew from {filled} to {flooded} bytes while its keys turned over"
+    );
+    assert!(stats.len() <= KEYS + 1, "{} keys held", stats.len());
+    assert_eq!(stats.total().block, 0, "nothing was refused");
+}
