@@ -46,15 +46,25 @@ fn ok(_: Request<()>) -> std::future::Ready<Result<Response<Body>, Infallible>> 
     std::future::ready(Ok(Response::new(Body::empty())))
 }
 
-/// A service keyed by `x-key`, its table built.
-fn header_service() -> (Svc, tower_sliding_window::StatsHandle<Option<String>>) {
-    let layer = SlidingWindowLayer::qps(1_000)
+/// A layer of limit `limit` keyed by `x-key` on `clock`.
+fn header_layer(limit: u64, clock: ManualClock) -> SlidingWindowLayer<HeaderKey> {
+    SlidingWindowLayer::qps(limit)
         .key(HeaderKey::new(HeaderName::from_static("x-key")))
-        .clock(ManualClock::new(1_000_000));
+        .clock(clock)
+}
+
+/// `layer` around the innermost service, and its handle.
+fn built(
+    layer: SlidingWindowLayer<HeaderKey>,
+) -> (Svc, tower_sliding_window::StatsHandle<Option<String>>) {
     let stats = layer.handle();
     let f: fn(Request<()>) -> _ = ok;
-    let svc = layer.layer(service_fn(f));
-    (svc, stats)
+    (layer.layer(service_fn(f)), stats)
+}
+
+/// A service keyed by `x-key`, its table built.
+fn header_service() -> (Svc, tower_sliding_window::StatsHandle<Option<String>>) {
+    built(header_layer(1_000, ManualClock::new(1_000_000)))
 }
 
 /// Sends one request with `x-key: value` and drops its future: the entry
@@ -291,14 +301,8 @@ fn a_further_window_of_a_compact_layer_costs_one_compact_window_per_slot() {
 /// the keys: what differs between two lengths is what their text costs
 /// beside the slots.
 fn compact_bytes_per_key(len: usize) -> f64 {
-    let layer = SlidingWindowLayer::qps(1_000)
-        .key(HeaderKey::new(HeaderName::from_static("x-key")))
-        .clock(ManualClock::new(1_000_000))
-        .max_keys(KEYS)
-        .compact();
-    let stats = layer.handle();
-    let f: fn(Request<()>) -> _ = ok;
-    let mut svc: Svc = layer.layer(service_fn(f));
+    let layer = header_layer(1_000, ManualClock::new(1_000_000));
+    let (mut svc, stats) = built(layer.max_keys(KEYS).compact());
     send(&mut svc, HeaderValue::from_static("warm-up"));
     let before = live();
     for i in 0..KEYS - 1 {
@@ -353,15 +357,8 @@ fn a_compact_header_key_of_up_to_64_bytes_keeps_no_block_beside_its_slot() {
 #[test]
 fn a_flood_of_long_keys_into_a_compact_layer_stays_within_its_bound() {
     let clock = ManualClock::new(1_000_000);
-    let layer = SlidingWindowLayer::qps(1)
-        .key(HeaderKey::new(HeaderName::from_static("x-key")))
-        .clock(clock.clone())
-        .max_keys(KEYS)
-        .overflow_limit(65_535)
-        .compact();
-    let stats = layer.handle();
-    let f: fn(Request<()>) -> _ = ok;
-    let mut svc: Svc = layer.layer(service_fn(f));
+    let layer = header_layer(1, clock.clone()).max_keys(KEYS);
+    let (mut svc, stats) = built(layer.overflow_limit(65_535).compact());
     send(&mut svc, HeaderValue::from_static("warm-up"));
     let before = live();
     let mut flood = |from: usize, to: usize| {
