@@ -154,10 +154,7 @@ impl Rounds {
                 Contender::OursCompactPeerIp,
             ),
         ] {
-            let with = self.ns.column(index(added));
-            let without = self.ns.column(index(to));
-            let difference = with.iter().zip(&without).map(|(w, o)| w - o).collect();
-            let difference = Quartiles::of(difference);
+            let difference = Quartiles::of(self.ns.beyond(index(added), index(to)));
             println!(
                 "{} - {}: {:.1} ns (median per-round difference) [{:.1}, {:.1}]",
                 added.id(),
@@ -170,7 +167,10 @@ impl Rounds {
         let bare = self.ns.column(index(Contender::BareHugeHeader));
         let ours = self.ns.column(index(Contender::OursHeaderHugeHeader));
         let (of_medians, per_round) = ratios(&ours, &bare);
-        let difference = ours.iter().zip(&bare).map(|(o, b)| o - b).collect();
+        let difference = self.ns.beyond(
+            index(Contender::OursHeaderHugeHeader),
+            index(Contender::BareHugeHeader),
+        );
         println!(
             "{} / {}: {of_medians:.2} (ratio of medians), {per_round:.2} (median \
              per-round ratio), {:.1} ns more (median per-round difference)",
