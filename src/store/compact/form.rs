@@ -194,12 +194,37 @@ pub(crate) trait SharedCell: Cell + Send + Sync {
     /// What a lookup without the lock compares the cell with.
     type Seen<'a>;
 
+    /// The cell's state word: its kind in the low two bits, [`VACANT`],
+    /// and its version in the high bits (with more between them for some
+    /// cells), written with `Release` after the key's words.
+    fn state(&self) -> &AtomicU32;
+
     /// If the cell holds the key of `probe` (and a lookup without the lock
-    /// may take it there), the state it was seen in.
+    /// may take it there), the state it was seen in, for
+    /// [`unchanged`](Self::unchanged) once the decision is recorded. Never
+    /// for a vacant cell: the key it keeps is not in the slot.
     fn seen(&self, probe: &Self::Seen<'_>) -> Option<u32>;
 
-    /// Whether the cell still holds the key it held in state `seen`.
-    fn unchanged(&self, seen: u32) -> bool;
+    /// Whether the cell still holds the key of `seen` (a state
+    /// [`seen`](Self::seen) returned), loaded after a decision recorded on
+    /// the slot's value (see the table's module docs). A key that left
+    /// since counts as held: it left with its value sealed after the
+    /// decision, which the moved value therefore holds.
+    #[inline(always)]
+    fn unchanged(&self, seen: u32) -> bool {
+        // Acquire: a key change whose value store the decision's swap read
+        // (or came after) is seen here.
+        self.state().load(Ordering::Acquire) & !VACANT == seen
+    }
+
+    /// Marks the key as gone (under the group's write lock, with the
+    /// slot's value sealed and moved out), keeping its version; the state
+    /// it had.
+    fn mark_vacant(&self) -> u32 {
+        let state = self.state().load(Ordering::Relaxed);
+        self.state().store(state | VACANT, Ordering::Release);
+        state
+    }
 
     /// Makes `key` the cell's key (empty for `None`): under the group's
     /// write lock, with the slot's value sealed. The cell is slot `at` of
@@ -369,41 +394,6 @@ impl AtomicAddr {
         }
     }
 
-    /// The cell's state if it holds the key of `bits`, for a lookup without
-    /// the lock: pass it to [`unchanged`](Self::unchanged) once the
-    /// decision is recorded.
-    #[inline(always)]
-    pub(crate) fn seen(&self, bits: &AddrBits) -> Option<u32> {
-        // Acquire: the words of this state are visible below.
-        let state = self.state.load(Ordering::Acquire);
-        // Never for a vacant cell: the key it keeps is not in the slot.
-        let same = (state & (KIND | VACANT) == bits.kind)
-            & (self.words[0].load(Ordering::Relaxed) == bits.words[0])
-            & (self.words[1].load(Ordering::Relaxed) == bits.words[1])
-            & (self.words[2].load(Ordering::Relaxed) == bits.words[2])
-            & (self.words[3].load(Ordering::Relaxed) == bits.words[3]);
-        same.then_some(state)
-    }
-
-    /// Whether the cell still holds the key of `seen` (a state
-    /// [`seen`](Self::seen) returned), loaded after a decision recorded on
-    /// the slot's value (see the table's module docs). A key that left
-    /// since counts as held: it left with its value sealed after the
-    /// decision, which the moved value therefore holds.
-    #[inline(always)]
-    pub(crate) fn unchanged(&self, seen: u32) -> bool {
-        // Acquire: a key change whose value store the decision's swap read
-        // (or came after) is seen here.
-        self.state.load(Ordering::Acquire) & !VACANT == seen
-    }
-
-    /// Marks the key as gone (under the group's write lock, with the
-    /// slot's value sealed and moved out), keeping its version.
-    pub(crate) fn vacate(&self) {
-        let state = self.state.load(Ordering::Relaxed);
-        self.state.store(state | VACANT, Ordering::Release);
-    }
-
     /// The key held, if any.
     fn bits(&self) -> Option<AddrBits> {
         let state = self.state.load(Ordering::Acquire);
@@ -454,13 +444,20 @@ impl SharedCell for AtomicAddr {
     type Seen<'a> = AddrBits;
 
     #[inline(always)]
-    fn seen(&self, bits: &AddrBits) -> Option<u32> {
-        AtomicAddr::seen(self, bits)
+    fn state(&self) -> &AtomicU32 {
+        &self.state
     }
 
     #[inline(always)]
-    fn unchanged(&self, seen: u32) -> bool {
-        AtomicAddr::unchanged(self, seen)
+    fn seen(&self, bits: &AddrBits) -> Option<u32> {
+        // Acquire: the words of this state are visible below.
+        let state = self.state.load(Ordering::Acquire);
+        let same = (state & (KIND | VACANT) == bits.kind)
+            & (self.words[0].load(Ordering::Relaxed) == bits.words[0])
+            & (self.words[1].load(Ordering::Relaxed) == bits.words[1])
+            & (self.words[2].load(Ordering::Relaxed) == bits.words[2])
+            & (self.words[3].load(Ordering::Relaxed) == bits.words[3]);
+        same.then_some(state)
     }
 
     fn put(&self, key: Option<AddrBits>, _: &(), _: usize) {
@@ -468,7 +465,7 @@ impl SharedCell for AtomicAddr {
     }
 
     fn vacate(&self, _: &(), _: usize) {
-        AtomicAddr::vacate(self);
+        self.mark_vacant();
     }
 }
 
@@ -701,32 +698,6 @@ impl AtomicText {
         }
     }
 
-    /// If the cell holds `probe`'s text in its words (not vacated), the
-    /// state it was seen in, for [`unchanged`](Self::unchanged). Never for
-    /// a long text.
-    #[inline(always)]
-    pub(crate) fn seen(&self, probe: &TextProbe<'_>) -> Option<u32> {
-        // Acquire: the words stored before this state are read below.
-        let state = self.state.load(Ordering::Acquire);
-        if state & (KIND | VACANT | LEN) != probe.head {
-            return None;
-        }
-        let same = self.words[..probe.used]
-            .iter()
-            .zip(&probe.words[..probe.used])
-            .fold(true, |same, (cell, word)| {
-                same & (cell.load(Ordering::Relaxed) == *word)
-            });
-        same.then_some(state)
-    }
-
-    /// Whether the cell still holds the key it held in state `seen` (a
-    /// vacated key included, see [`AtomicAddr::unchanged`]).
-    #[inline(always)]
-    pub(crate) fn unchanged(&self, seen: u32) -> bool {
-        self.state.load(Ordering::Acquire) & !VACANT == seen
-    }
-
     /// Whether the cell holds `probe`'s text, long texts included: under
     /// the group's lock.
     #[inline(always)]
@@ -794,13 +765,25 @@ impl SharedCell for AtomicText {
     type Seen<'a> = TextProbe<'a>;
 
     #[inline(always)]
-    fn seen(&self, probe: &TextProbe<'_>) -> Option<u32> {
-        AtomicText::seen(self, probe)
+    fn state(&self) -> &AtomicU32 {
+        &self.state
     }
 
+    /// Only a text held in the words: never a long one.
     #[inline(always)]
-    fn unchanged(&self, seen: u32) -> bool {
-        AtomicText::unchanged(self, seen)
+    fn seen(&self, probe: &TextProbe<'_>) -> Option<u32> {
+        // Acquire: the words stored before this state are read below.
+        let state = self.state.load(Ordering::Acquire);
+        if state & (KIND | VACANT | LEN) != probe.head {
+            return None;
+        }
+        let same = self.words[..probe.used]
+            .iter()
+            .zip(&probe.words[..probe.used])
+            .fold(true, |same, (cell, word)| {
+                same & (cell.load(Ordering::Relaxed) == *word)
+            });
+        same.then_some(state)
     }
 
     fn put(&self, key: Option<TextBits>, spill: &Spilled, at: usize) {
@@ -830,9 +813,7 @@ impl SharedCell for AtomicText {
     }
 
     fn vacate(&self, spill: &Spilled, at: usize) {
-        let state = self.state.load(Ordering::Relaxed);
-        self.state.store(state | VACANT, Ordering::Release);
-        if state & KIND == LONG {
+        if self.mark_vacant() & KIND == LONG {
             spill.put(at, None);
         }
     }
@@ -1080,7 +1061,7 @@ mod tests {
                 assert!(!KeyCell::<Key>::is(&cell, NO_SPILL, None, other));
             }
             assert!(KeyCell::<Key>::is(&cell, NO_SPILL, None, key));
-            cell.vacate();
+            SharedCell::vacate(&cell, &(), 0);
             assert!(cell.seen(&bits).is_none(), "{key:?} vacated");
             assert!(cell.unchanged(seen), "a vacated key keeps its version");
             assert_eq!(<AtomicAddr as KeyCell<Key>>::key(&cell, NO_SPILL), None);

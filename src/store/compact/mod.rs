@@ -456,23 +456,15 @@ where
     where
         K: TextKey,
     {
+        if !self.keys.plain_lookup() {
+            return K::visit_copied(text, self);
+        }
         let CompactLookup {
             keys,
             now,
             decide,
             passed,
         } = self;
-        if !keys.plain_lookup() {
-            return K::visit_copied(
-                text,
-                CompactLookup {
-                    keys,
-                    now,
-                    decide,
-                    passed,
-                },
-            );
-        }
         // Hashed and made into its probe once, for both lookups.
         let lookup = keys.table.text_lookup(text);
         if let Some(passed) = passed {
@@ -621,6 +613,14 @@ mod loom_models {
         table
     }
 
+    /// The passes in `key`'s window at `now`, if the key has a place.
+    fn passes<K>(table: &CompactTable<K, CompactWindow>, key: &K, now: u64) -> Option<u64>
+    where
+        K: Eq + Hash + Clone + Send + Sync + 'static,
+    {
+        table.get(key, |p| p.value.window_counts(&SHAPE, now).0)
+    }
+
     /// The answers of `request` for `keys[0]` and `keys[1]` at `now`, made
     /// on two threads at once, in that order.
     fn racing<K>(
@@ -666,15 +666,14 @@ mod loom_models {
             assert!(answers.iter().all(|(passed, _)| *passed), "{answers:?}");
             assert_eq!(answers.iter().filter(|(_, o)| *o).count(), 1, "{answers:?}");
             let in_slot = if answers[0].1 { 2 } else { 1 };
-            let passes = |w: &CompactWindow| w.window_counts(&SHAPE, 2).0;
-            let held = table.get(&key(in_slot), |p| passes(p.value));
+            let held = passes(&table, &key(in_slot), 2);
             if in_slot == 1 {
                 assert_eq!(held, Some(1));
             } else {
                 assert!(matches!(held, Some(1 | 2)), "{held:?}");
             }
-            assert_eq!(table.get(&key(3 - in_slot), |p| passes(p.value)), None);
-            assert_eq!(passes(table.overflow_place().value), 1);
+            assert_eq!(passes(&table, &key(3 - in_slot), 2), None);
+            assert_eq!(table.overflow_place().value.window_counts(&SHAPE, 2).0, 1);
         });
     }
 
@@ -730,8 +729,7 @@ mod loom_models {
             let answers = racing(&table, [key(1), key(1)], request, 0);
             let passed = answers.iter().filter(|(passed, _)| *passed).count();
             assert_eq!(passed, 1, "{answers:?}");
-            let passes = table.get(&key(1), |p| p.value.window_counts(&SHAPE, 0).0);
-            assert_eq!(passes, Some(2));
+            assert_eq!(passes(&table, &key(1), 0), Some(2));
         });
     }
 
@@ -804,8 +802,7 @@ mod loom_models {
             };
             limit.join().unwrap();
             assert_eq!(passing.join().unwrap(), (true, false));
-            let passes = table.get(&key(1), |p| p.value.window_counts(&SHAPE, 0).0);
-            assert_eq!(passes, Some(2));
+            assert_eq!(passes(&table, &key(1), 0), Some(2));
             assert_eq!(table.get(&key(1), |p| p.limit), Some(5));
         });
     }
