@@ -286,25 +286,29 @@ fn a_further_window_of_a_compact_layer_costs_one_compact_window_per_slot() {
     for per_key in [first, second] {
         assert!((28.0..=32.5).contains(&per_key), "{per_key}");
     }
-    // Without further windows, the built table is the groups' headers (64
-    // bytes per 16 slots, at a load of 7/8: 4.6 bytes per key): no byte
-    // per key for windows it does not have.
+    // Without further windows, the table holding its first key is the
+    // groups' headers and block indexes (68 bytes per 16 slots, at a load
+    // of 7/8: 4.9 bytes per key) and the first chunk of 64 blocks of
+    // slots (1 560 bytes a block with header keys): no byte per key for
+    // windows it does not have.
+    let first_chunk = 64 * 1_560;
     assert!(
-        (none as f64 / max_keys as f64) < 5.0,
+        ((none - first_chunk) as f64 / max_keys as f64) < 5.25,
         "{none} bytes for {max_keys} keys"
     );
 }
 
-/// Net bytes a compact layer of `KEYS` keys keeps per key, with `KEYS - 1`
-/// distinct header values of `len` bytes (at least 8) after a warm-up key.
-/// Every group of the table takes keys, so the slots cost the same whatever
-/// the keys: what differs between two lengths is what their text costs
-/// beside the slots.
+/// Net bytes a compact layer of `KEYS` keys keeps per key, the table's
+/// headers included, with a warm-up key (which builds the table) and
+/// `KEYS - 1` distinct header values of `len` bytes (at least 8). Every
+/// group of the table takes keys, so the slots cost the same whatever the
+/// keys: what differs between two lengths is what their text costs beside
+/// the slots.
 fn compact_bytes_per_key(len: usize) -> f64 {
     let layer = header_layer(1_000, ManualClock::new(1_000_000));
     let (mut svc, stats) = built(layer.max_keys(KEYS).compact());
-    send(&mut svc, HeaderValue::from_static("warm-up"));
     let before = live();
+    send(&mut svc, HeaderValue::from_static("warm-up"));
     for i in 0..KEYS - 1 {
         send(
             &mut svc,
@@ -314,7 +318,7 @@ fn compact_bytes_per_key(len: usize) -> f64 {
     let bytes = live() - before;
     // Keys that found no slot share the overflow entry: fewer than 1 %.
     assert!(stats.len() * 100 >= KEYS * 99, "{} keys held", stats.len());
-    bytes as f64 / (KEYS - 1) as f64
+    bytes as f64 / KEYS as f64
 }
 
 /// A compact layer keyed by a header holds a key's text in its slot when it

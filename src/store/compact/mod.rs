@@ -530,22 +530,22 @@ mod tests {
         assert_eq!(slot_bytes::<AtomicText, CompactWindow>(), 96);
         let text_block = block_bytes::<AtomicText, CompactWindow>();
         assert_eq!(text_block, GROUP * 96 + 24);
-        // One cache line: lock, tags, totals and the slots' pointer.
+        // One cache line: lock, tags and totals.
         let header = group_bytes::<Shared<AtomicAddr, CompactWindow>>();
         assert_eq!(header, 64);
         assert_eq!(group_bytes::<Shared<AtomicText, CompactWindow>>(), 64);
         let groups = groups_for(crate::store::COMPACT_DEFAULT_MAX_KEYS);
         assert_eq!(groups, 74_899);
-        // Slots, group headers, and the allocator's header of each group's
-        // block of slots (16 bytes on the common allocators for the address
-        // block's 768).
-        let bytes = groups * (GROUP * 48 + header + 16);
+        // Slots (in chunks of 64 blocks: one allocation a chunk), group
+        // headers, and each group's 4-byte block index.
+        let bytes = groups * (GROUP * 48 + header + 4);
         let per_key = bytes as f64 / crate::store::COMPACT_DEFAULT_MAX_KEYS as f64;
         assert!(per_key < 64.0, "{per_key} bytes per key");
+        // Keys of other types keep their block behind the lock, allocated
+        // on its own (16 bytes of the allocator's header).
         let strings =
             groups * (GROUP * slot_bytes::<Option<Plain<String>>, CompactWindow>() + header + 16);
-        // glibc's 8-byte size header, then the rounding to 16: 1 568.
-        let texts = groups * ((text_block + 8).next_multiple_of(16) + header);
+        let texts = groups * (text_block + header + 4);
         let text_per_key = texts as f64 / crate::store::COMPACT_DEFAULT_MAX_KEYS as f64;
         assert!(text_per_key < 128.0, "{text_per_key} bytes per key");
         println!(

@@ -5,11 +5,16 @@
 //!
 //! The table is an array of groups, made when the table is built: a
 //! group is its read-write lock, two lifetime counters (passes and blocks
-//! of every key that has lived in the group, for exporters' counters), its
-//! slots' tags and a pointer to its [`GROUP`] slots, allocated (in one
-//! block) when the group's first key is inserted: a group no key has used
-//! costs its header (64 bytes, one cache line: 4 bytes a slot), not its
-//! slots. A slot is its key and the value `V` (one key's admission state).
+//! of every key that has lived in the group, for exporters' counters) and
+//! its slots' tags, in its header (64 bytes, one cache line: 4 bytes a
+//! slot), and its [`GROUP`] slots, in one block made when the group's
+//! first key is inserted: a group no key has used costs its header, not
+//! its slots. For the key forms read without the lock (address and text
+//! keys), the blocks come from the table's pool (`Blocks`), made 64 at a
+//! time and handed out in order, and a group finds its block by a 4-byte
+//! index in an array beside the headers (see "Reading a key's slots
+//! early"); a group of any other key form keeps its block behind its lock.
+//! A slot is its key and the value `V` (one key's admission state).
 //! Its tag, a byte in the header (0: empty; otherwise 7 bits of the key's
 //! hash with the high bit set), is compared before the key: a lookup
 //! compares the 16 tags of a group at once, on the header's cache line,
@@ -155,7 +160,30 @@
 //! The crate forbids `unsafe` code, and keys stored inline in a table
 //! allocated zeroed (so that its pages become resident only once touched)
 //! need it. The slots of a group are allocated instead when its first key
-//! arrives: memory still grows with the keys seen, a group at a time.
+//! arrives: memory still grows with the keys seen, a chunk of 64 blocks at
+//! a time.
+//!
+//! # Reading a key's slots early
+//!
+//! In a table far larger than the caches (a million clients: 75 000
+//! groups, 57 MB of slots for address keys), a lookup of a random key
+//! misses twice, one miss after the other: its groups' headers, whose
+//! tags say which slot to compare, then that slot. A lookup without the
+//! lock (`pass_in`) shortens that: where each group's block is comes from
+//! the groups' block indexes (4 bytes a group, 300 kB for a million keys,
+//! which stay in a core's cache where the headers do not) and the pool's
+//! 64-block chunks (a few kB), so the lookup loads the key's home slot in
+//! both of its groups (the slot an insert tries first, four bits of its
+//! hash; most keys sit there) while the header lines are still on their
+//! way. When the tags then name the home slot, it is in the cache or
+//! arriving. The early loads are dropped: they only bring lines in, and
+//! the slot is read again, under the key cell's protocol, for its key.
+//! The load in the group that does not hold the key is wasted, and the
+//! decision's compare-and-swap waits for it as for any earlier load; on
+//! a table of a million keys the two together still save most of a miss
+//! (`perf/benches/keyed.rs`). A table whose keys fit in a core's cache
+//! gains nothing from them, and pays their instructions: the loads are
+//! made only once 1 024 groups have taken blocks (`Blocks::spread`).
 
 use std::borrow::Borrow;
 use std::collections::HashMap;
@@ -172,7 +200,7 @@ use super::form::{
 use crate::stat::CompactWindow;
 use crate::store::registry::{Owned, PendingKey};
 use crate::sync::{
-    read, write, AtomicBool, AtomicU64, AtomicUsize, Ordering, RwLock, RwLockReadGuard,
+    read, write, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering, RwLock, RwLockReadGuard,
     RwLockWriteGuard,
 };
 
@@ -265,6 +293,20 @@ pub(crate) struct Slot<C, V> {
     value: V,
 }
 
+impl<C: SharedCell, V: SlotValue> Slot<C, V> {
+    /// Loads the key's state word and drops it: the slot's line is on its
+    /// way to the cache when the lookup reads the slot for what it holds
+    /// (see "Reading a key's slots early" in the module docs). Nothing
+    /// under loom, where the load would only add states.
+    #[inline(always)]
+    fn touch(&self) {
+        #[cfg(not(loom))]
+        {
+            let _ = self.key.state().load(Ordering::Relaxed);
+        }
+    }
+}
+
 /// A group's slots, and what their cells spill beside them (the texts of
 /// long keys for [`AtomicText`] cells; nothing for the others).
 pub(crate) struct Block<C: Cell, V> {
@@ -298,12 +340,19 @@ impl<C: Cell, V> std::ops::DerefMut for Block<C, V> {
     }
 }
 
-pub(crate) type Slots<C, V> = Box<Block<C, V>>;
+pub(crate) type Slots<C, V> = Block<C, V>;
 
 /// Where a group keeps its slots, allocated with its first key: behind its
 /// lock ([`LockedSlots`]), or beside it ([`Shared`]), for key cells that a
 /// request reads without the lock.
 pub(crate) trait Store<C: Cell, V>: Send + Sync {
+    /// What the group keeps out of its header, in an array of its own
+    /// beside the table's groups ([`Groups`]): which of the pool's blocks
+    /// a shared group's slots are, nothing for the others.
+    type Far: Send + Sync;
+    /// What the groups of a table share: the blocks of slots of shared
+    /// groups ([`Blocks`]), nothing for the others.
+    type Pool: Send + Sync;
     /// The slots, read-locked.
     type Read<'a>: SlotsOf<C, V>
     where
@@ -314,8 +363,11 @@ pub(crate) trait Store<C: Cell, V>: Send + Sync {
         Self: 'a;
 
     fn new() -> Self;
-    fn read_slots(&self) -> Self::Read<'_>;
-    fn write_slots(&self) -> Self::Write<'_>;
+    fn far() -> Self::Far;
+    /// The pool of a table of `groups` groups.
+    fn pool(groups: usize) -> Self::Pool;
+    fn read_slots<'a>(&'a self, far: &'a Self::Far, pool: &'a Self::Pool) -> Self::Read<'a>;
+    fn write_slots<'a>(&'a self, far: &'a Self::Far, pool: &'a Self::Pool) -> Self::Write<'a>;
 }
 
 /// A group's slots as a guard gives them: `None` until its first key.
@@ -342,26 +394,28 @@ pub(crate) trait PutKey<C: Cell, V> {
 }
 
 fn new_slots<C: Cell, V: SlotValue>() -> Slots<C, V> {
-    Box::new(Block {
+    Block {
         slots: std::array::from_fn(|_| Slot {
             key: C::empty(),
             value: V::empty(),
         }),
         spill: C::spill(),
-    })
+    }
 }
 
 /// Slots behind the group's lock: read under its read lock, written under
 /// its write lock, as `&mut`.
-pub(crate) type LockedSlots<C, V> = RwLock<Option<Slots<C, V>>>;
+pub(crate) type LockedSlots<C, V> = RwLock<Option<Box<Slots<C, V>>>>;
 
 impl<S: Send + Sync, V: SlotValue> Store<Option<S>, V> for LockedSlots<Option<S>, V> {
+    type Far = ();
+    type Pool = ();
     type Read<'a>
-        = RwLockReadGuard<'a, Option<Slots<Option<S>, V>>>
+        = RwLockReadGuard<'a, Option<Box<Slots<Option<S>, V>>>>
     where
         Self: 'a;
     type Write<'a>
-        = RwLockWriteGuard<'a, Option<Slots<Option<S>, V>>>
+        = RwLockWriteGuard<'a, Option<Box<Slots<Option<S>, V>>>>
     where
         Self: 'a;
 
@@ -369,35 +423,39 @@ impl<S: Send + Sync, V: SlotValue> Store<Option<S>, V> for LockedSlots<Option<S>
         RwLock::new(None)
     }
 
+    fn far() {}
+
+    fn pool(_: usize) {}
+
     #[inline]
-    fn read_slots(&self) -> Self::Read<'_> {
+    fn read_slots<'a>(&'a self, _: &'a (), _: &'a ()) -> Self::Read<'a> {
         read(self)
     }
 
-    fn write_slots(&self) -> Self::Write<'_> {
+    fn write_slots<'a>(&'a self, _: &'a (), _: &'a ()) -> Self::Write<'a> {
         write(self)
     }
 }
 
-impl<C: Cell, V> SlotsOf<C, V> for RwLockReadGuard<'_, Option<Slots<C, V>>> {
+impl<C: Cell, V> SlotsOf<C, V> for RwLockReadGuard<'_, Option<Box<Slots<C, V>>>> {
     #[inline]
     fn slots(&self) -> Option<&Slots<C, V>> {
-        self.as_ref()
+        self.as_deref()
     }
 }
 
-impl<C: Cell, V> SlotsOf<C, V> for RwLockWriteGuard<'_, Option<Slots<C, V>>> {
+impl<C: Cell, V> SlotsOf<C, V> for RwLockWriteGuard<'_, Option<Box<Slots<C, V>>>> {
     #[inline]
     fn slots(&self) -> Option<&Slots<C, V>> {
-        self.as_ref()
+        self.as_deref()
     }
 }
 
 impl<S: Send + Sync, V: SlotValue> PutKey<Option<S>, V>
-    for RwLockWriteGuard<'_, Option<Slots<Option<S>, V>>>
+    for RwLockWriteGuard<'_, Option<Box<Slots<Option<S>, V>>>>
 {
     fn put(&mut self, at: usize, key: Option<S>) -> &Slots<Option<S>, V> {
-        let slots = self.get_or_insert_with(new_slots);
+        let slots = self.get_or_insert_with(|| Box::new(new_slots()));
         slots[at].key = key;
         slots
     }
@@ -412,31 +470,111 @@ impl<S: Send + Sync, V: SlotValue> PutKey<Option<S>, V>
 
 /// Slots beside the group's lock, for key cells in atomics
 /// ([`SharedCell`]: [`AtomicAddr`], [`AtomicText`]): read under the read
-/// lock, or by a lookup without it ([`unlocked`](Self::unlocked)); their
-/// keys written under the write lock (with the slot's value sealed, see
-/// the module docs). Allocated once, under the write lock, and kept until
-/// the table goes.
+/// lock, or by a lookup without it; their keys written under the write
+/// lock (with the slot's value sealed, see the module docs). A block of
+/// the table's [`Blocks`], taken under the write lock with the group's
+/// first key and kept until the table goes; which one is the group's
+/// [`BlockCell`], in an array beside the headers (see "Reading a key's
+/// slots early" in the module docs).
 pub(crate) struct Shared<C: Cell, V> {
     lock: RwLock<()>,
-    slots: std::sync::OnceLock<Slots<C, V>>,
+    cells: std::marker::PhantomData<fn() -> (C, V)>,
 }
 
-impl<C: Cell, V> Shared<C, V> {
-    /// The slots, without the lock: only a key cell's own protocol makes
-    /// what is read there consistent.
+/// Which block of the table's [`Blocks`] a shared group's slots are: 0
+/// until the group's first key, then the block's index plus one. Stored
+/// once, `Release`, after the block's chunk is made (under the group's
+/// write lock); loaded `Acquire`, so a lookup that reads an index finds
+/// its chunk made.
+pub(crate) type BlockCell = AtomicU32;
+
+/// Blocks in a chunk of [`Blocks`].
+const CHUNK: usize = 64;
+
+/// [`CHUNK`] blocks of [`Blocks`] (fewer in a table's last chunk), made
+/// when the first of them is taken.
+type Chunk<C, V> = std::sync::OnceLock<Box<[Slots<C, V>]>>;
+
+/// Blocks taken from which a table is [`spread`](Blocks::spread): 1 024
+/// groups' headers and slots, 850 kB with address keys, about what a
+/// core's private cache holds.
+const SPREAD_BLOCKS: usize = 1024;
+
+/// The blocks of slots of a table's shared groups, handed out in order,
+/// one to each group that takes a key, and made [`CHUNK`] at a time: a
+/// table holds the blocks of the groups that have had keys, and at most
+/// one chunk's worth more, whichever groups they are. A group finds its
+/// block from its [`BlockCell`], four bytes: the array of them is small
+/// enough to stay in a core's cache where the groups' headers (64 bytes
+/// each) do not, so a lookup learns where its slots are without a miss.
+#[repr(C)]
+pub(crate) struct Blocks<C: Cell, V> {
+    chunks: Box<[Chunk<C, V>]>,
+    /// Blocks handed out. Relaxed: it only hands out indexes; a block is
+    /// published by its chunk's `OnceLock` and the group's cell.
+    taken: AtomicUsize,
+    /// Blocks in all: one per group.
+    len: usize,
+}
+
+impl<C: Cell, V: SlotValue> Blocks<C, V> {
+    fn new(groups: usize) -> Self {
+        Blocks {
+            chunks: (0..groups.div_ceil(CHUNK))
+                .map(|_| std::sync::OnceLock::new())
+                .collect(),
+            taken: AtomicUsize::new(0),
+            len: groups,
+        }
+    }
+
+    /// Whether so many groups have taken blocks that a lookup's headers and
+    /// slots are unlikely to be in a core's cache: then a lookup without
+    /// the lock loads its home slots early (see "Reading a key's slots
+    /// early" in the module docs). Blocks are never given back, so a table
+    /// that has been spread once stays so.
     #[inline(always)]
-    fn unlocked(&self) -> Option<&Slots<C, V>> {
-        self.slots.get()
+    fn spread(&self) -> bool {
+        self.taken.load(Ordering::Relaxed) >= SPREAD_BLOCKS
+    }
+
+    /// The block of `cell`, if its group has one.
+    #[inline(always)]
+    fn get(&self, cell: &BlockCell) -> Option<&Slots<C, V>> {
+        let index = cell.load(Ordering::Acquire).checked_sub(1)? as usize;
+        self.chunks.get(index / CHUNK)?.get()?.get(index % CHUNK)
+    }
+
+    /// The block of `cell`, taken now if its group had none: under the
+    /// group's write lock, so a group takes one block at most, and no
+    /// more are taken than there are groups.
+    fn take(&self, cell: &BlockCell) -> &Slots<C, V> {
+        if let Some(block) = self.get(cell) {
+            return block;
+        }
+        let index = self.taken.fetch_add(1, Ordering::Relaxed);
+        let start = index / CHUNK * CHUNK;
+        let chunk = self.chunks[index / CHUNK].get_or_init(|| {
+            (start..self.len.min(start + CHUNK))
+                .map(|_| new_slots())
+                .collect()
+        });
+        // The table has fewer than `u32::MAX` groups (`CompactTable::new`).
+        cell.store(index as u32 + 1, Ordering::Release);
+        &chunk[index % CHUNK]
     }
 }
 
 /// [`Shared`] slots with their group's lock held.
 pub(crate) struct SharedGuard<'a, C: Cell, V, G> {
     _lock: G,
-    slots: &'a std::sync::OnceLock<Slots<C, V>>,
+    cell: &'a BlockCell,
+    blocks: &'a Blocks<C, V>,
 }
 
 impl<C: SharedCell, V: SlotValue> Store<C, V> for Shared<C, V> {
+    type Far = BlockCell;
+    type Pool = Blocks<C, V>;
     type Read<'a>
         = SharedGuard<'a, C, V, RwLockReadGuard<'a, ()>>
     where
@@ -449,37 +587,47 @@ impl<C: SharedCell, V: SlotValue> Store<C, V> for Shared<C, V> {
     fn new() -> Self {
         Shared {
             lock: RwLock::new(()),
-            slots: std::sync::OnceLock::new(),
+            cells: std::marker::PhantomData,
         }
+    }
+
+    fn far() -> Self::Far {
+        BlockCell::new(0)
+    }
+
+    fn pool(groups: usize) -> Self::Pool {
+        Blocks::new(groups)
     }
 
     #[inline]
-    fn read_slots(&self) -> Self::Read<'_> {
+    fn read_slots<'a>(&'a self, cell: &'a BlockCell, blocks: &'a Blocks<C, V>) -> Self::Read<'a> {
         SharedGuard {
             _lock: read(&self.lock),
-            slots: &self.slots,
+            cell,
+            blocks,
         }
     }
 
-    fn write_slots(&self) -> Self::Write<'_> {
+    fn write_slots<'a>(&'a self, cell: &'a BlockCell, blocks: &'a Blocks<C, V>) -> Self::Write<'a> {
         SharedGuard {
             _lock: write(&self.lock),
-            slots: &self.slots,
+            cell,
+            blocks,
         }
     }
 }
 
-impl<C: Cell, V, G> SlotsOf<C, V> for SharedGuard<'_, C, V, G> {
+impl<C: Cell, V: SlotValue, G> SlotsOf<C, V> for SharedGuard<'_, C, V, G> {
     #[inline]
     fn slots(&self) -> Option<&Slots<C, V>> {
-        self.slots.get()
+        self.blocks.get(self.cell)
     }
 }
 
 impl<C: SharedCell, V: SlotValue> PutKey<C, V> for SharedGuard<'_, C, V, RwLockWriteGuard<'_, ()>> {
     fn put(&mut self, at: usize, key: Option<C::Stored>) -> &Slots<C, V> {
-        // Allocated here only, under the write lock: never two at once.
-        let slots = self.slots.get_or_init(new_slots);
+        // Taken here only, under the write lock: never two at once.
+        let slots = self.blocks.take(self.cell);
         slots[at].key.put(key, &slots.spill, at);
         slots
     }
@@ -487,7 +635,7 @@ impl<C: SharedCell, V: SlotValue> PutKey<C, V> for SharedGuard<'_, C, V, RwLockW
     fn vacate(&mut self, at: usize) {
         // The key (marked gone) and the sealed value stay until the slot
         // is taken again (see the trait).
-        if let Some(slots) = self.slots.get() {
+        if let Some(slots) = self.blocks.get(self.cell) {
             slots[at].key.vacate(&slots.spill, at);
         }
     }
@@ -500,8 +648,9 @@ impl<C: SharedCell, V: SlotValue> PutKey<C, V> for SharedGuard<'_, C, V, RwLockW
 /// atomics are updated by the caller's closure under the read lock, so a
 /// slot is never emptied or reused while a request uses it.
 ///
-/// Aligned to a cache line, which its header fills: a lookup's lock, tags
-/// and pointer to the slots are one line.
+/// Aligned to a cache line, which its header fills: a lookup's lock and
+/// tags are one line. (What the store keeps out of the header, a shared
+/// group's pointer to its slots, is in the [`Groups`]' array beside.)
 #[repr(align(64))]
 struct Group<St> {
     slots: St,
@@ -515,8 +664,11 @@ type TextGroup<V> = Group<Shared<AtomicText, V>>;
 /// A group of `Option<IpAddr>` keys, held as [`AtomicAddr`].
 type AddrGroup<V> = Group<Shared<AtomicAddr, V>>;
 
+/// The store of a group of keys held as they are.
+type PlainGroupStore<K, V> = LockedSlots<Option<Plain<K>>, V>;
+
 /// A group of keys held as they are.
-type PlainGroup<K, V> = Group<LockedSlots<Option<Plain<K>>, V>>;
+type PlainGroup<K, V> = Group<PlainGroupStore<K, V>>;
 
 impl<St> Group<St> {
     fn new<C: Cell, V>() -> Self
@@ -529,6 +681,74 @@ impl<St> Group<St> {
             totals: Totals::new(),
         }
     }
+}
+
+/// A table's groups of one form: their headers, beside them what each
+/// group's store keeps out of its header (`F`, the store's
+/// [`Far`](Store::Far)), group `i`'s at index `i` of each, and what they
+/// share (`P`, the store's [`Pool`](Store::Pool)).
+struct Groups<'a, St, F, P> {
+    headers: &'a [Group<St>],
+    far: &'a [F],
+    pool: &'a P,
+}
+
+impl<St, F, P> Clone for Groups<'_, St, F, P> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<St, F, P> Copy for Groups<'_, St, F, P> {}
+
+impl<'a, St, F, P> Groups<'a, St, F, P> {
+    #[inline(always)]
+    fn len(&self) -> usize {
+        self.headers.len()
+    }
+
+    /// Group `index`'s slots, read-locked.
+    #[inline]
+    fn read<C: Cell, V>(&self, index: usize) -> St::Read<'a>
+    where
+        St: Store<C, V, Far = F, Pool = P>,
+    {
+        self.headers[index]
+            .slots
+            .read_slots(&self.far[index], self.pool)
+    }
+
+    /// Group `index`'s slots, write-locked.
+    fn write<C: Cell, V>(&self, index: usize) -> St::Write<'a>
+    where
+        St: Store<C, V, Far = F, Pool = P>,
+    {
+        self.headers[index]
+            .slots
+            .write_slots(&self.far[index], self.pool)
+    }
+}
+
+impl<St, F, P> std::ops::Index<usize> for Groups<'_, St, F, P> {
+    type Output = Group<St>;
+
+    #[inline(always)]
+    fn index(&self, index: usize) -> &Group<St> {
+        &self.headers[index]
+    }
+}
+
+/// `n` groups of store `St`, what their store keeps beside them, and
+/// their pool.
+#[allow(clippy::type_complexity)]
+fn new_groups<C: Cell, V, St: Store<C, V>>(
+    n: usize,
+) -> (Box<[Group<St>]>, Box<[St::Far]>, St::Pool) {
+    (
+        (0..n).map(|_| Group::new()).collect(),
+        (0..n).map(|_| St::far()).collect(),
+        St::pool(n),
+    )
 }
 
 /// The tags of a group's slots, a byte each, slot `i` in byte `i % 8` of
@@ -697,17 +917,19 @@ pub(crate) struct TextLookup<'a> {
 /// docs.
 ///
 /// `repr(C)`, in this order: the fields every request of an address key
-/// reads (the address groups, the hasher, the default limit, the side map's
-/// count, the further windows' count) fill the table's first cache line
+/// reads (the address groups and their slots' cells, the hasher, the
+/// default limit, the side map's count) fill the table's first cache line
 /// (the table is 64-byte aligned by its padded fields), so a request
 /// touches one line of the table besides its groups' locks and slots. A
-/// text key's request reads its groups on the second line (both slices and
-/// the four words do not fit in one).
+/// text key's request reads its groups on the second line (the slices and
+/// the three words do not fit in one).
 #[repr(C)]
 pub(crate) struct CompactTable<K, V> {
     /// The groups of a table of `Option<IpAddr>` keys, held in atomics
     /// ([`AtomicAddr`]); empty (no allocation) for any other key type.
     addr_groups: Box<[AddrGroup<V>]>,
+    /// Which block of `addr_blocks` each address group's slots are.
+    addr_cells: Box<[BlockCell]>,
     hasher: GatherState,
     /// The limit of keys in slots. Relaxed: read once per request on its
     /// own; written by a rules document (`apply`), which a request sees
@@ -722,6 +944,9 @@ pub(crate) struct CompactTable<K, V> {
     /// which looks in the side map again under the group locks, after the
     /// move.
     own_count: AtomicUsize,
+    /// The address groups' blocks of slots (their chunks first, on the
+    /// table's second line).
+    addr_blocks: Blocks<AtomicAddr, V>,
     /// Further windows per key (`limit_per`): 0 without them.
     further_count: usize,
     /// At most this many keys in slots (see `occupied`).
@@ -729,9 +954,16 @@ pub(crate) struct CompactTable<K, V> {
     /// The groups of a table of `Option<String>` keys, held as
     /// [`AtomicText`]; empty for any other key type.
     text_groups: Box<[TextGroup<V>]>,
+    /// Which block of `text_blocks` each text group's slots are.
+    text_cells: Box<[BlockCell]>,
     /// The groups of a table whose keys are held as they are (neither
     /// `Option<String>` nor `Option<IpAddr>`); empty for those.
     groups: Box<[PlainGroup<K, V>]>,
+    /// Nothing per group: their slots are behind their locks (`()`s take
+    /// no memory).
+    plain_far: Box<[()]>,
+    /// The text groups' blocks of slots.
+    text_blocks: Blocks<AtomicText, V>,
     /// The limit of keys without room. Relaxed, as `default_limit`.
     overflow_limit: AtomicU64,
     /// The further windows of every slot, `further_count` a slot, slot
@@ -843,11 +1075,11 @@ fn position<C: Cell, V>(
 /// they miss because it was inserted since is found by the insert, which
 /// searches both groups again under their write locks.
 #[inline(always)]
-fn search<C: Cell, V, St: Store<C, V>>(
-    groups: &[Group<St>],
+fn search<'a, C: Cell, V, St: Store<C, V>>(
+    groups: Groups<'a, St, St::Far, St::Pool>,
     hash: u64,
     is: impl Fn(&C, At<'_, C::Spill>) -> bool,
-) -> Option<(usize, St::Read<'_>, usize)> {
+) -> Option<(usize, St::Read<'a>, usize)> {
     let (first, second, tag) = place_of(hash, groups.len());
     let in_first = groups[first].tags.matching(tag);
     let second_filled = groups[second].tags.some_filled();
@@ -858,7 +1090,7 @@ fn search<C: Cell, V, St: Store<C, V>>(
     };
     for index in [nearer, further] {
         let group = &groups[index];
-        let slots = group.slots.read_slots();
+        let slots = groups.read(index);
         if let Some(at) = slots.slots().and_then(|held| {
             let candidates = if index == first {
                 in_first
@@ -889,17 +1121,17 @@ fn home_of(hash: u64) -> usize {
 
 /// Write-locks groups `a` and `b` of `groups` (once if they are the same),
 /// the lower index first.
-fn lock_pair<C: Cell, V, St: Store<C, V>>(
-    groups: &[Group<St>],
+fn lock_pair<'a, C: Cell, V, St: Store<C, V>>(
+    groups: Groups<'a, St, St::Far, St::Pool>,
     a: usize,
     b: usize,
-) -> Locked<St::Write<'_>> {
+) -> Locked<St::Write<'a>> {
     let (low, high) = (a.min(b), a.max(b));
-    let first = (low, groups[low].slots.write_slots());
+    let first = (low, groups.write(low));
     if high == low {
         Locked::One([first])
     } else {
-        Locked::Two([first, (high, groups[high].slots.write_slots())])
+        Locked::Two([first, (high, groups.write(high))])
     }
 }
 
@@ -937,16 +1169,49 @@ impl<W> std::ops::DerefMut for Locked<W> {
 macro_rules! on_groups {
     ($table:expr, |$groups:ident| $body:expr) => {
         if atomic_text::<K>() {
-            let $groups = &$table.text_groups[..];
+            let $groups = $table.text();
             $body
         } else if atomic_addr::<K>() {
-            let $groups = &$table.addr_groups[..];
+            let $groups = $table.addr();
             $body
         } else {
-            let $groups = &$table.groups[..];
+            let $groups = $table.plain();
             $body
         }
     };
+}
+
+impl<K, V: SlotValue> CompactTable<K, V> {
+    /// The address groups (empty for other key types).
+    #[inline(always)]
+    fn addr(&self) -> Groups<'_, Shared<AtomicAddr, V>, BlockCell, Blocks<AtomicAddr, V>> {
+        Groups {
+            headers: &self.addr_groups,
+            far: &self.addr_cells,
+            pool: &self.addr_blocks,
+        }
+    }
+
+    /// The text groups (empty for other key types).
+    #[inline(always)]
+    fn text(&self) -> Groups<'_, Shared<AtomicText, V>, BlockCell, Blocks<AtomicText, V>> {
+        Groups {
+            headers: &self.text_groups,
+            far: &self.text_cells,
+            pool: &self.text_blocks,
+        }
+    }
+
+    /// The groups of keys held as they are (empty for address and text
+    /// keys).
+    #[inline(always)]
+    fn plain(&self) -> Groups<'_, PlainGroupStore<K, V>, (), ()> {
+        Groups {
+            headers: &self.groups,
+            far: &self.plain_far,
+            pool: &(),
+        }
+    }
 }
 
 impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K, V> {
@@ -960,7 +1225,10 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
         rules: &HashMap<K, u64>,
         further_count: usize,
     ) -> Self {
-        let n = groups_for(max_keys);
+        // A group's block is found by a 32-bit index: at most
+        // `u32::MAX - 1` groups (60 billion keys, far beyond any memory),
+        // the rest of such a `max_keys` counted on the overflow value.
+        let n = groups_for(max_keys).min(u32::MAX as usize - 1);
         let hasher = GatherState::new();
         let own: HashMap<K, Own<V>> = rules
             .iter()
@@ -975,10 +1243,18 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
             .collect();
         let (text, addr) = (atomic_text::<K>(), atomic_addr::<K>());
         let count = |this: bool| if this { n } else { 0 };
+        let (addr_groups, addr_cells, addr_blocks) = new_groups(count(addr));
+        let (text_groups, text_cells, text_blocks) = new_groups(count(text));
+        let (groups, plain_far, ()) = new_groups(count(!text && !addr));
         CompactTable {
-            addr_groups: (0..count(addr)).map(|_| Group::new()).collect(),
-            text_groups: (0..count(text)).map(|_| Group::new()).collect(),
-            groups: (0..count(!text && !addr)).map(|_| Group::new()).collect(),
+            addr_groups,
+            addr_cells,
+            addr_blocks,
+            text_groups,
+            text_cells,
+            text_blocks,
+            groups,
+            plain_far,
             hasher,
             occupied: Padded(AtomicUsize::new(0)),
             max_keys,
@@ -1173,7 +1449,7 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
         if atomic_addr::<K>() {
             let probe = <AtomicAddr as KeyCell<K>>::probe(&key);
             return self.with_found(
-                &self.addr_groups,
+                self.addr(),
                 key,
                 hash,
                 |held: &AtomicAddr, at, key| KeyCell::<K>::is(held, at, probe.as_ref(), key),
@@ -1182,7 +1458,7 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
             );
         }
         self.with_found(
-            &self.groups,
+            self.plain(),
             key,
             hash,
             |held: &Option<Plain<K>>, _, key| held.as_ref().is_some_and(|held| held.0 == *key),
@@ -1197,7 +1473,7 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
     #[inline(always)]
     fn with_found<C: KeyCell<K>, St: Store<C, V>, R>(
         &self,
-        groups: &[Group<St>],
+        groups: Groups<'_, St, St::Far, St::Pool>,
         key: K,
         hash: u64,
         is: impl Fn(&C, At<'_, C::Spill>, &K) -> bool,
@@ -1235,7 +1511,7 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
             return None;
         }
         let bits = <AtomicAddr as KeyCell<K>>::probe(key)?;
-        Self::pass_in(&self.addr_groups, &bits, hash, &self.default_limit, attempt)
+        Self::pass_in(self.addr(), &bits, hash, &self.default_limit, attempt)
     }
 
     /// [`pass_unlocked`](Self::pass_unlocked) for a text key of a table of
@@ -1252,7 +1528,7 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
             return None;
         }
         Self::pass_in(
-            &self.text_groups,
+            self.text(),
             &lookup.probe,
             lookup.hash,
             &self.default_limit,
@@ -1264,20 +1540,31 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
     /// on `groups`, for the key `probe` of hash `hash`.
     #[inline(always)]
     fn pass_in<'t, C: SharedCell>(
-        groups: &'t [Group<Shared<C, V>>],
+        groups: Groups<'t, Shared<C, V>, BlockCell, Blocks<C, V>>,
         probe: &C::Seen<'_>,
         hash: u64,
         default_limit: &AtomicU64,
         attempt: impl FnOnce(&V, u64) -> bool,
     ) -> Option<&'t Totals> {
         let (first, second, tag) = place_of(hash, groups.len());
-        // Both groups' tags before either group's slots, so that the two
-        // header lines are fetched at once (as `search` does).
+        let slots_of = |index: usize| groups.pool.get(&groups.far[index]);
+        if groups.pool.spread() {
+            // A load of the key's home slot in both groups, before the
+            // headers' tags, so that the home slots' lines are fetched with
+            // the header lines rather than after them (see "Reading a key's
+            // slots early" in the module docs).
+            let home = home_of(hash);
+            for index in [first, second] {
+                if let Some(slots) = slots_of(index) {
+                    slots[home].touch();
+                }
+            }
+        }
         let in_first = groups[first].tags.matching(tag);
         let in_second = groups[second].tags.matching(tag);
         for (index, mut candidates) in [(first, in_first), (second, in_second)] {
-            let group = &groups[index];
-            if let Some(slots) = group.slots.unlocked().filter(|_| candidates != 0) {
+            let group = &groups.headers[index];
+            if let Some(slots) = slots_of(index).filter(|_| candidates != 0) {
                 while candidates != 0 {
                     let at = candidates.trailing_zeros() as usize;
                     let slot = &slots[at];
@@ -1338,7 +1625,7 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
             // is): the key is made and looked up as it is.
             return self.with(Owned(to_key(lookup.text)), idle, f);
         }
-        let groups = &self.text_groups[..];
+        let groups = self.text();
         let found = search(groups, lookup.hash, |held: &AtomicText, at| {
             held.is_text(at, &lookup.probe)
         });
@@ -1371,7 +1658,7 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
     #[inline]
     fn with_in<C: KeyCell<K>, St: Store<C, V>, P: PendingKey<K>, R>(
         &self,
-        groups: &[Group<St>],
+        groups: Groups<'_, St, St::Far, St::Pool>,
         pending: P,
         idle: impl Fn(&V, &[CompactWindow]) -> bool,
         keyed: bool,
@@ -1417,7 +1704,7 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
     #[allow(clippy::too_many_arguments)]
     fn insert<C: KeyCell<K>, St: Store<C, V>, P: PendingKey<K>, R>(
         &self,
-        groups: &[Group<St>],
+        groups: Groups<'_, St, St::Far, St::Pool>,
         pending: P,
         hash: u64,
         idle: impl Fn(&V, &[CompactWindow]) -> bool,
@@ -1542,7 +1829,7 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
     /// slot of the two groups twice at most (its tag, then its idleness).
     fn free_slot<C: Cell, St: Store<C, V>>(
         &self,
-        groups: &[Group<St>],
+        groups: Groups<'_, St, St::Far, St::Pool>,
         locked: &mut [(usize, St::Write<'_>)],
         first: usize,
         home: usize,
@@ -1674,9 +1961,10 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
         }
         buffer.drain(..).for_each(&mut f);
         on_groups!(self, |groups| {
-            for (index, group) in groups.iter().enumerate() {
+            for index in 0..groups.len() {
+                let group = &groups[index];
                 {
-                    let slots = group.slots.read_slots();
+                    let slots = groups.read(index);
                     let Some(slots) = slots.slots() else {
                         continue;
                     };
@@ -1719,6 +2007,7 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
             sum.1 = sum.1.saturating_add(b);
         };
         on_groups!(self, |groups| groups
+            .headers
             .iter()
             .for_each(|g| add(g.totals.get())));
         add(self.own_totals.get());
@@ -1743,7 +2032,7 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
     /// [`set_limit`](Self::set_limit) on the table's `groups`.
     fn set_limit_in<C: KeyCell<K>, St: Store<C, V>>(
         &self,
-        groups: &[Group<St>],
+        groups: Groups<'_, St, St::Far, St::Pool>,
         key: K,
         limit: u64,
         idle: impl Fn(&V, &[CompactWindow]) -> bool,
@@ -1790,7 +2079,7 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
     /// [`remove_limit`](Self::remove_limit) on the table's `groups`.
     fn remove_limit_in<C: KeyCell<K>, St: Store<C, V>, Q>(
         &self,
-        groups: &[Group<St>],
+        groups: Groups<'_, St, St::Far, St::Pool>,
         key: &Q,
         idle: impl Fn(&V, &[CompactWindow]) -> bool,
     ) -> bool
@@ -1898,7 +2187,7 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
     /// none.
     fn take<C: KeyCell<K>, St: Store<C, V>>(
         &self,
-        groups: &[Group<St>],
+        groups: Groups<'_, St, St::Far, St::Pool>,
         locked: &mut [(usize, St::Write<'_>)],
         tag: u8,
         key: &K,
@@ -2065,20 +2354,65 @@ mod tests {
     }
 
     /// The fields a request of an address key reads share the table's
-    /// first cache line.
+    /// first two cache lines.
     #[test]
-    fn a_request_reads_one_cache_line_of_the_table() {
+    fn a_request_reads_two_cache_lines_of_the_table() {
         type T = CompactTable<Option<std::net::IpAddr>, CompactWindow>;
         assert_eq!(std::mem::align_of::<T>(), 64);
         for end in [
             std::mem::offset_of!(T, addr_groups) + 16,
+            std::mem::offset_of!(T, addr_cells) + 16,
             std::mem::offset_of!(T, hasher) + std::mem::size_of::<GatherState>(),
             std::mem::offset_of!(T, default_limit) + 8,
             std::mem::offset_of!(T, own_count) + 8,
-            std::mem::offset_of!(T, further_count) + 8,
+            // The chunks of the blocks (`Blocks` is `repr(C)`, chunks first).
+            std::mem::offset_of!(T, addr_blocks) + 16,
         ] {
-            assert!(end <= 64, "{end}");
+            assert!(end <= 128, "{end}");
         }
+    }
+
+    /// Groups take blocks of slots in the order they take their first
+    /// key, whichever groups they are, a chunk of 64 made at a time (the
+    /// last chunk holds what is left); a group keeps its block; and a
+    /// table counts as spread only from 1 024 blocks taken.
+    #[test]
+    fn groups_take_blocks_in_order_a_chunk_at_a_time() {
+        let groups = CHUNK + 6;
+        let blocks = Blocks::<AtomicAddr, Fixed>::new(groups);
+        let cells: Vec<BlockCell> = (0..groups).map(|_| BlockCell::new(0)).collect();
+        assert!(blocks.get(&cells[40]).is_none());
+        // Group 40 first, then group 3: blocks 0 and 1 of the first chunk.
+        let first = blocks.take(&cells[40]) as *const _;
+        let second = blocks.take(&cells[3]) as *const _;
+        assert_eq!(cells[40].load(Ordering::Relaxed), 1);
+        assert_eq!(cells[3].load(Ordering::Relaxed), 2);
+        assert!(blocks.chunks[1].get().is_none(), "one chunk made");
+        assert_eq!(blocks.chunks[0].get().map(|chunk| chunk.len()), Some(CHUNK));
+        // A group keeps its block, taken again or read.
+        assert_eq!(blocks.take(&cells[40]) as *const _, first);
+        assert_eq!(blocks.get(&cells[3]).map(|b| b as *const _), Some(second));
+        // Every other group: the second chunk is the 6 blocks left.
+        for (index, cell) in cells.iter().enumerate() {
+            if index != 40 && index != 3 {
+                blocks.take(cell);
+            }
+        }
+        assert_eq!(blocks.chunks[1].get().map(|chunk| chunk.len()), Some(6));
+        assert_eq!(blocks.taken.load(Ordering::Relaxed), groups);
+        let mut indexes: Vec<u32> = cells.iter().map(|c| c.load(Ordering::Relaxed)).collect();
+        indexes.sort_unstable();
+        assert_eq!(indexes, (1..=groups as u32).collect::<Vec<_>>());
+        assert!(!blocks.spread());
+
+        let many = Blocks::<AtomicAddr, Fixed>::new(SPREAD_BLOCKS + 1);
+        let cells: Vec<BlockCell> = (0..=SPREAD_BLOCKS).map(|_| BlockCell::new(0)).collect();
+        for cell in &cells[..SPREAD_BLOCKS - 1] {
+            many.take(cell);
+        }
+        assert!(!many.spread());
+        many.take(&cells[SPREAD_BLOCKS - 1]);
+        assert!(many.spread());
     }
 
     #[test]
