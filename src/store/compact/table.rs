@@ -1564,7 +1564,7 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
         let in_second = groups[second].tags.matching(tag);
         for (index, mut candidates) in [(first, in_first), (second, in_second)] {
             let group = &groups.headers[index];
-            if let Some(slots) = (candidates != 0).then(|| slots_of(index)).flatten() {
+            if let Some(slots) = slots_of(index).filter(|_| candidates != 0) {
                 while candidates != 0 {
                     let at = candidates.trailing_zeros() as usize;
                     let slot = &slots[at];
