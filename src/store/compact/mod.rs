@@ -8,6 +8,7 @@
 
 mod form;
 mod hash;
+mod slots;
 mod table;
 
 use std::borrow::Borrow;
@@ -16,7 +17,8 @@ use std::fmt;
 use std::hash::Hash;
 use std::sync::Arc;
 
-pub(crate) use table::{CompactTable, Place, SlotValue, TextLookup, Totals};
+pub(crate) use slots::SlotValue;
+pub(crate) use table::{CompactTable, Place, TextLookup, Totals};
 
 use form::atomic_addr;
 
@@ -506,7 +508,8 @@ mod tests {
     use std::net::IpAddr;
 
     use super::form::{AtomicAddr, AtomicText, Plain};
-    use super::table::{block_bytes, group_bytes, groups_for, slot_bytes, Shared, GROUP};
+    use super::slots::{block_bytes, slot_bytes, Shared};
+    use super::table::{group_bytes, groups_for, GROUP};
     use super::*;
 
     /// The figures `SlidingWindowLayer::compact` documents: bytes of a slot
