@@ -33,8 +33,9 @@
 //!   long key). A `String` would cost 24 bytes in the slot and a heap
 //!   block besides (80 bytes for 64 bytes of text on glibc: its size
 //!   header and the rounding to 16). A slot is 96 bytes, a group's block
-//!   1 560 (1 568 with glibc's header and rounding): 112 bytes per key at a
-//!   load of 7/8, whatever the text's length up to 64 bytes.
+//!   1 560 (64 blocks to an allocation, so no allocator's header each):
+//!   111 bytes per key at a load of 7/8, whatever the text's length up to
+//!   64 bytes.
 //! - `Option<IpAddr>` (the address extractors' keys): `AtomicAddr`, the
 //!   address in four 32-bit atomics and a state word (kind and version),
 //!   20 bytes, as the key and its padding took: a slot is 48 bytes.
@@ -254,7 +255,7 @@ impl Totals {
 ///
 /// Aligned to a cache line, which its header fills: a lookup's lock and
 /// tags are one line. (What the store keeps out of the header, a shared
-/// group's pointer to its slots, is in the [`Groups`]' array beside.)
+/// group's block index, is in the [`Groups`]' array beside.)
 #[repr(align(64))]
 struct Group<St> {
     slots: St,
@@ -521,12 +522,13 @@ pub(crate) struct TextLookup<'a> {
 /// docs.
 ///
 /// `repr(C)`, in this order: the fields every request of an address key
-/// reads (the address groups and their slots' cells, the hasher, the
+/// reads (the address groups and their block indexes, the hasher, the
 /// default limit, the side map's count) fill the table's first cache line
-/// (the table is 64-byte aligned by its padded fields), so a request
-/// touches one line of the table besides its groups' locks and slots. A
-/// text key's request reads its groups on the second line (the slices and
-/// the three words do not fit in one).
+/// and the pool's chunks open its second (the table is 64-byte aligned by
+/// its padded fields), so a request touches two lines of the table
+/// besides its groups' headers, indexes and slots. A text key's request
+/// reads its groups, indexes and pool further on (the slices and the
+/// words do not fit in the first lines).
 #[repr(C)]
 pub(crate) struct CompactTable<K, V> {
     /// The groups of a table of `Option<IpAddr>` keys, held in atomics
@@ -618,7 +620,7 @@ fn place_of(hash: u64, n: usize) -> (usize, usize, u8) {
     (first, second, tag)
 }
 
-/// Bytes of a group's header (its lock, totals and pointer to its slots).
+/// Bytes of a group's header (its lock, tags and totals).
 #[cfg(test)]
 pub(crate) fn group_bytes<St>() -> usize {
     std::mem::size_of::<Group<St>>()
