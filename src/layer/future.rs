@@ -12,6 +12,7 @@
 use std::fmt;
 use std::future::Future;
 use std::marker::PhantomData;
+use std::mem::ManuallyDrop;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
@@ -48,31 +49,72 @@ pin_project! {
 pin_project! {
     #[project = KindProj]
     enum Kind<F, C> {
-        Passed {
+        // The inner service's future, and what happens when it resolves.
+        Running {
             #[pin]
             future: F,
-            completion: Option<Completion<C>>,
-        },
-        // A pass whose completion records nothing (a compact key): no
-        // classifier, no guard, nothing to do when the response arrives but
-        // the RateLimit fields, if the layer sends them on passes.
-        Forwarded {
-            #[pin]
-            future: F,
-            quota: Option<Box<Quota>>,
-            legacy_headers: bool,
+            then: Outlined<Then<C>>,
         },
         Blocked {
             // Boxed: a rejection may allocate, and the future every passed
             // request carries stays small.
-            response: Option<Box<Response<Bytes>>>,
+            response: Outlined<Box<Response<Bytes>>>,
         },
         Waiting {
-            gate: Gate,
             // Boxed for the same reason as `Blocked`.
-            deferred: Option<Box<Deferred<F, C>>>,
+            waiting: Outlined<Box<Waiting<F, C>>>,
         },
     }
+}
+
+/// What a running request does when its inner future resolves.
+enum Then<C> {
+    /// Records the completion of a full key.
+    Record(Completion<C>),
+    /// Nothing to record (a compact key): only the RateLimit fields to
+    /// write, if the layer sends them on passes (taken when written).
+    Write {
+        quota: Option<Box<Quota>>,
+        legacy_headers: bool,
+    },
+}
+
+/// A value dropped out of line (`None` once taken).
+///
+/// Every variant of [`Kind`] holds its fields beside the inner future in
+/// one of these, so the response future's drop is a call or two: small
+/// enough to be inlined where a caller boxes the future (axum's router
+/// does, for every request), which lets the compiler make the future in
+/// place there rather than make it and copy it.
+struct Outlined<T>(ManuallyDrop<Option<T>>);
+
+impl<T> Outlined<T> {
+    fn new(value: T) -> Self {
+        Outlined(ManuallyDrop::new(Some(value)))
+    }
+
+    fn get_mut(&mut self) -> Option<&mut T> {
+        self.0.as_mut()
+    }
+
+    fn take(&mut self) -> Option<T> {
+        self.0.take()
+    }
+}
+
+impl<T> Drop for Outlined<T> {
+    #[inline(never)]
+    fn drop(&mut self) {
+        // The value, if still here, is dropped now; the emptied
+        // `ManuallyDrop` holds nothing to drop.
+        drop(self.take());
+    }
+}
+
+/// A request waiting for its gate, and what it needs once it has passed.
+struct Waiting<F, C> {
+    gate: Gate,
+    deferred: Deferred<F, C>,
 }
 
 /// A waiting request's way on, once its gate has decided: to the inner
@@ -154,9 +196,9 @@ impl<F, C> Deferred<F, C> {
 impl<F, C, R> ResponseFuture<F, C, R> {
     pub(crate) fn passed(future: F, completion: Completion<C>) -> Self {
         ResponseFuture {
-            kind: Kind::Passed {
+            kind: Kind::Running {
                 future,
-                completion: Some(completion),
+                then: Outlined::new(Then::Record(completion)),
             },
             body: PhantomData,
         }
@@ -166,10 +208,12 @@ impl<F, C, R> ResponseFuture<F, C, R> {
     /// is written on the response, if any; nothing else happens.
     pub(crate) fn forwarded(future: F, quota: Option<Box<Quota>>, legacy_headers: bool) -> Self {
         ResponseFuture {
-            kind: Kind::Forwarded {
+            kind: Kind::Running {
                 future,
-                quota,
-                legacy_headers,
+                then: Outlined::new(Then::Write {
+                    quota,
+                    legacy_headers,
+                }),
             },
             body: PhantomData,
         }
@@ -183,7 +227,7 @@ impl<F, C, R> ResponseFuture<F, C, R> {
     pub(crate) fn blocked_boxed(response: Box<Response<Bytes>>) -> Self {
         ResponseFuture {
             kind: Kind::Blocked {
-                response: Some(response),
+                response: Outlined::new(response),
             },
             body: PhantomData,
         }
@@ -193,8 +237,7 @@ impl<F, C, R> ResponseFuture<F, C, R> {
     pub(crate) fn waiting(gate: Gate, deferred: Deferred<F, C>) -> Self {
         ResponseFuture {
             kind: Kind::Waiting {
-                gate,
-                deferred: Some(Box::new(deferred)),
+                waiting: Outlined::new(Box::new(Waiting { gate, deferred })),
             },
             body: PhantomData,
         }
@@ -212,60 +255,84 @@ where
 
     #[inline]
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        // A compact pass with no fields to write, the common case of a
+        // compact layer: the inner poll's result is handed on as it comes.
+        if let KindProj::Running { future, then } = self.as_mut().project().kind.project() {
+            if let Some(Then::Write { quota: None, .. }) = then.get_mut() {
+                return future
+                    .poll(cx)
+                    .map(|result| result.map(|response| R::passed_response(response, None)));
+            }
+        }
+        self.poll_other(cx)
+    }
+}
+
+impl<F, C, R, B, E> ResponseFuture<F, C, R>
+where
+    F: Future<Output = Result<Response<B>, E>>,
+    C: ClassifyResponse,
+    R: BodyKind<B, C::ClassifyEos>,
+    E: fmt::Display + 'static,
+{
+    /// [`poll`](Future::poll) for every other state, out of line so that
+    /// the compact pass's poll stays small.
+    #[inline(never)]
+    fn poll_other(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<Response<R::Body>, E>> {
         let mut kind = self.as_mut().project().kind;
         match kind.as_mut().project() {
-            KindProj::Passed { future, completion } => {
-                let Some(pending) = completion.as_mut() else {
-                    panic!("`ResponseFuture` polled after it completed");
-                };
-                // If the inner future panics, the guard stays marked as in
-                // user code and its drop records the request as a failure.
-                pending.in_flight.enter_user_code();
-                let poll = future.poll(cx);
-                pending.in_flight.leave_user_code();
-                let result = ready!(poll);
-                let done = completion
-                    .take()
-                    .expect("checked above, and only taken here");
-                return Poll::Ready(done.finish::<R, B, E>(result));
-            }
-            KindProj::Forwarded {
-                future,
-                quota,
-                legacy_headers,
-            } => {
-                if quota.is_none() {
-                    // Nothing to write: the inner poll's result is handed
-                    // on as it comes.
-                    return future
-                        .poll(cx)
-                        .map(|result| result.map(|response| R::passed_response(response, None)));
+            KindProj::Running { future, then } => match then.get_mut() {
+                Some(Then::Record(pending)) => {
+                    // If the inner future panics, the guard stays marked as
+                    // in user code and its drop records the request as a
+                    // failure.
+                    pending.in_flight.enter_user_code();
+                    let poll = future.poll(cx);
+                    pending.in_flight.leave_user_code();
+                    let result = ready!(poll);
+                    let Some(Then::Record(done)) = then.take() else {
+                        unreachable!("checked above, and only taken here");
+                    };
+                    return Poll::Ready(done.finish::<R, B, E>(result));
                 }
-                let mut result = ready!(future.poll(cx));
-                if let (Ok(response), Some(quota)) = (&mut result, quota.take()) {
-                    quota.write(response.headers_mut(), *legacy_headers);
+                Some(Then::Write {
+                    quota,
+                    legacy_headers,
+                }) => {
+                    let mut result = ready!(future.poll(cx));
+                    if let (Ok(response), Some(quota)) = (&mut result, quota.take()) {
+                        quota.write(response.headers_mut(), *legacy_headers);
+                    }
+                    return Poll::Ready(result.map(|response| R::passed_response(response, None)));
                 }
-                return Poll::Ready(result.map(|response| R::passed_response(response, None)));
-            }
+                None => panic!("`ResponseFuture` polled after it completed"),
+            },
             KindProj::Blocked { response } => {
                 let response = response
                     .take()
                     .expect("`ResponseFuture` polled after it completed");
                 return Poll::Ready(Ok((*response).map(R::rejected)));
             }
-            KindProj::Waiting { gate, deferred } => {
-                let decision = ready!(gate.as_mut().poll(cx));
-                let deferred = deferred
-                    .take()
-                    .expect("`ResponseFuture` polled after it completed");
+            KindProj::Waiting { waiting } => {
+                let Some(pending) = waiting.get_mut() else {
+                    panic!("`ResponseFuture` polled after it completed");
+                };
+                let decision = ready!(pending.gate.as_mut().poll(cx));
+                let Some(pending) = waiting.take() else {
+                    unreachable!("checked above, and only taken here");
+                };
+                let Waiting { deferred, .. } = *pending;
                 match decision {
                     Decision::Pass(()) => {
                         // A panic in the inner `call` unwinds through here;
                         // the guard, marked as in user code, records it.
                         let (future, completion) = deferred.forward();
-                        kind.set(Kind::Passed {
+                        kind.set(Kind::Running {
                             future,
-                            completion: Some(completion),
+                            then: Outlined::new(Then::Record(completion)),
                         });
                     }
                     Decision::Block(refusal) => {
@@ -277,7 +344,7 @@ where
             }
         }
         // The gate passed: the inner service's future starts now. (Kept out
-        // of a loop so that the common case, `Passed`, is one match.)
+        // of a loop so that the common case, `Running`, is one match.)
         self.poll(cx)
     }
 }
@@ -285,7 +352,7 @@ where
 impl<F, C, R> fmt::Debug for ResponseFuture<F, C, R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let state = match &self.kind {
-            Kind::Passed { .. } | Kind::Forwarded { .. } => "Passed",
+            Kind::Running { .. } => "Passed",
             Kind::Blocked { .. } => "Blocked",
             Kind::Waiting { .. } => "Waiting",
         };
