@@ -277,6 +277,11 @@ const SPREAD_BLOCKS: usize = 1024;
 /// each) do not, so a lookup learns where its slots are without a miss.
 #[repr(C)]
 pub(crate) struct Blocks<C: Cell, V> {
+    /// The first chunk, held here rather than behind `chunks`, so that a
+    /// lookup on a table of up to 64 groups with keys reads no line of
+    /// the pool beyond this one.
+    first: Chunk<C, V>,
+    /// The chunks after the first.
     chunks: Box<[Chunk<C, V>]>,
     /// Blocks handed out. Relaxed: it only hands out indexes; a block is
     /// published by its chunk's `OnceLock` and the group's cell.
@@ -288,7 +293,8 @@ pub(crate) struct Blocks<C: Cell, V> {
 impl<C: Cell, V: SlotValue> Blocks<C, V> {
     fn new(groups: usize) -> Self {
         Blocks {
-            chunks: (0..groups.div_ceil(CHUNK))
+            first: std::sync::OnceLock::new(),
+            chunks: (1..groups.div_ceil(CHUNK))
                 .map(|_| std::sync::OnceLock::new())
                 .collect(),
             taken: AtomicUsize::new(0),
@@ -306,11 +312,20 @@ impl<C: Cell, V: SlotValue> Blocks<C, V> {
         self.taken.load(Ordering::Relaxed) >= SPREAD_BLOCKS
     }
 
+    /// Chunk `n` of the pool.
+    #[inline(always)]
+    fn chunk(&self, n: usize) -> Option<&Chunk<C, V>> {
+        match n.checked_sub(1) {
+            None => Some(&self.first),
+            Some(later) => self.chunks.get(later),
+        }
+    }
+
     /// The block of `cell`, if its group has one.
     #[inline(always)]
     pub(super) fn get(&self, cell: &BlockCell) -> Option<&Slots<C, V>> {
         let index = cell.load(Ordering::Acquire).checked_sub(1)? as usize;
-        self.chunks.get(index / CHUNK)?.get()?.get(index % CHUNK)
+        self.chunk(index / CHUNK)?.get()?.get(index % CHUNK)
     }
 
     /// The block of `cell`, taken now if its group had none: under the
@@ -322,7 +337,13 @@ impl<C: Cell, V: SlotValue> Blocks<C, V> {
         }
         let index = self.taken.fetch_add(1, Ordering::Relaxed);
         let start = index / CHUNK * CHUNK;
-        let chunk = self.chunks[index / CHUNK].get_or_init(|| {
+        // Blocks are taken only while `taken` is below the number of
+        // groups (one per group, under its write lock), so the chunk is
+        // there.
+        let Some(chunk) = self.chunk(index / CHUNK) else {
+            unreachable!("block {index} of a pool of {} blocks", self.len);
+        };
+        let chunk = chunk.get_or_init(|| {
             (start..self.len.min(start + CHUNK))
                 .map(|_| new_slots())
                 .collect()
@@ -443,8 +464,8 @@ mod tests {
         let second = blocks.take(&cells[3]) as *const _;
         assert_eq!(cells[40].load(Ordering::Relaxed), 1);
         assert_eq!(cells[3].load(Ordering::Relaxed), 2);
-        assert!(blocks.chunks[1].get().is_none(), "one chunk made");
-        assert_eq!(blocks.chunks[0].get().map(|chunk| chunk.len()), Some(CHUNK));
+        assert!(blocks.chunks[0].get().is_none(), "one chunk made");
+        assert_eq!(blocks.first.get().map(|chunk| chunk.len()), Some(CHUNK));
         // A group keeps its block, taken again or read.
         assert_eq!(blocks.take(&cells[40]) as *const _, first);
         assert_eq!(blocks.get(&cells[3]).map(|b| b as *const _), Some(second));
@@ -454,7 +475,7 @@ mod tests {
                 blocks.take(cell);
             }
         }
-        assert_eq!(blocks.chunks[1].get().map(|chunk| chunk.len()), Some(6));
+        assert_eq!(blocks.chunks[0].get().map(|chunk| chunk.len()), Some(6));
         assert_eq!(blocks.taken.load(Ordering::Relaxed), groups);
         let mut indexes: Vec<u32> = cells.iter().map(|c| c.load(Ordering::Relaxed)).collect();
         indexes.sort_unstable();

@@ -524,9 +524,11 @@ pub(crate) struct TextLookup<'a> {
 /// `repr(C)`, in this order: the fields every request of an address key
 /// reads (the address groups and their block indexes, the hasher, the
 /// default limit, the side map's count) fill the table's first cache line
-/// and the pool's chunks open its second (the table is 64-byte aligned by
-/// its padded fields), so a request touches two lines of the table
-/// besides its groups' headers, indexes and slots. A text key's request
+/// and the pool (its first chunk in place) opens its second (the table is
+/// 64-byte aligned by its padded fields), so a request touches two lines
+/// of the table besides its groups' headers, indexes and slots, and on a
+/// table whose keys fit in the first chunk's 64 groups, no other line of
+/// the pool. A text key's request
 /// reads its groups, indexes and pool further on (the slices and the
 /// words do not fit in the first lines).
 #[repr(C)]
@@ -550,8 +552,8 @@ pub(crate) struct CompactTable<K, V> {
     /// which looks in the side map again under the group locks, after the
     /// move.
     own_count: AtomicUsize,
-    /// The address groups' blocks of slots (their chunks first, on the
-    /// table's second line).
+    /// The address groups' blocks of slots (on the table's second line,
+    /// the first chunk with them).
     addr_blocks: Blocks<AtomicAddr, V>,
     /// Further windows per key (`limit_per`): 0 without them.
     further_count: usize,
@@ -1958,8 +1960,10 @@ mod tests {
             std::mem::offset_of!(T, hasher) + std::mem::size_of::<GatherState>(),
             std::mem::offset_of!(T, default_limit) + 8,
             std::mem::offset_of!(T, own_count) + 8,
-            // The chunks of the blocks (`Blocks` is `repr(C)`, chunks first).
-            std::mem::offset_of!(T, addr_blocks) + 16,
+            // The pool: its first chunk, the others' array, the count
+            // `spread` reads.
+            std::mem::offset_of!(T, addr_blocks)
+                + std::mem::size_of::<Blocks<AtomicAddr, CompactWindow>>(),
         ] {
             assert!(end <= 128, "{end}");
         }
