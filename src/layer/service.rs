@@ -43,7 +43,7 @@ use super::remote;
 use super::wait::Gate;
 #[cfg(feature = "tokio")]
 use super::wait::{self, Waiter};
-use crate::clock::Clock;
+use crate::clock::{Clock, SharedClock};
 #[cfg(feature = "tokio")]
 use crate::flow::Reason;
 use crate::flow::{self, Decision, Pass, Refusal};
@@ -82,15 +82,28 @@ pub struct SlidingWindow<
 }
 
 /// The state every clone of one [`SlidingWindow`] shares.
+///
+/// `repr(C)`, the compact path's fields first: with the reference counts
+/// before them they fill the allocation's first cache line, which a
+/// request touches anyway (a router's clone of the service counts on it),
+/// so a compact request reads nothing else of the layer's own.
+#[repr(C)]
 struct Shared<K> {
+    /// The compact table, when the layer is compact: `call` then takes the
+    /// compact path (see `compact_decide`).
+    compact: Option<Arc<CompactKeys<K>>>,
+    /// The registry's clock, and `response`'s settings a compact request
+    /// reads, copied here when the service is made (none of them changes
+    /// afterwards): read from `registry` and `response`, they would be two
+    /// more cache lines per request.
+    clock: SharedClock,
+    headers_on_pass: bool,
+    legacy_headers: bool,
     response: Arc<ResponseConfig>,
     /// The key table, resolved from `store` when the service was made, so
     /// that requests reach it without going through the store.
     registry: Arc<Registry<K>>,
     store: Arc<Store<K>>,
-    /// The compact table, when the layer is compact: `call` then takes the
-    /// compact path (see `compact_decide`).
-    compact: Option<Arc<CompactKeys<K>>>,
     /// Which requests may borrow quota (`prioritized`). Without the
     /// `tokio` feature nothing waits, so nothing borrows and it is unread:
     /// such a request is refused as any other (as the crate docs say).
@@ -170,10 +183,13 @@ impl<S, X: KeyExtractor, M, R> SlidingWindow<S, X, M, R> {
             extractor,
             make_classifier,
             shared: Arc::new(Shared {
+                compact,
+                clock: registry.clock().clone(),
+                headers_on_pass: response.headers_on_pass,
+                legacy_headers: response.legacy_headers,
                 response,
                 registry,
                 store,
-                compact,
                 priority,
                 remote,
             }),
@@ -226,7 +242,7 @@ where
         // A compact layer's requests take their own path, decided once
         // here: a full layer pays one predictable branch for it.
         if let Some(keys) = &self.shared.compact {
-            let now = self.shared.registry.clock().now_millis();
+            let now = self.shared.clock.now_millis();
             let lookup = CompactLookup {
                 keys,
                 now,
@@ -237,7 +253,7 @@ where
                 },
                 // What `compact_decide` answers a pass at once with when
                 // there are no RateLimit fields to send.
-                passed: (!self.shared.response.headers_on_pass).then_some(|totals: &Totals| {
+                passed: (!self.shared.headers_on_pass).then_some(|totals: &Totals| {
                     totals.add_pass();
                     CompactOutcome::Pass(None)
                 }),
@@ -250,12 +266,12 @@ where
                 // holds nothing across the inner call, so the inner future
                 // is made in its place in ours (see `call_apart`).
                 CompactOutcome::Pass(None) => {
-                    let legacy_headers = self.shared.response.legacy_headers;
+                    let legacy_headers = self.shared.legacy_headers;
                     let future = call_apart(&mut self.inner, request);
                     ResponseFuture::forwarded(future, None, legacy_headers)
                 }
                 CompactOutcome::Pass(quota) => {
-                    let legacy_headers = self.shared.response.legacy_headers;
+                    let legacy_headers = self.shared.legacy_headers;
                     ResponseFuture::forwarded(self.inner.call(request), quota, legacy_headers)
                 }
                 CompactOutcome::Refused(response, at) => {
@@ -339,7 +355,6 @@ where
             Decision::Pass(pass) => {
                 let quota = self
                     .shared
-                    .response
                     .headers_on_pass
                     .then(|| self.pass_quota(&entry, pass, times));
                 let in_flight = match held {
@@ -407,7 +422,7 @@ impl<S, X: KeyExtractor, M: MakeClassifier, R> SlidingWindow<S, X, M, R> {
             return self.compact_several(keys, place, shape, key, now);
         }
         let window = place.value;
-        if !self.shared.response.headers_on_pass && window.pass_now(shape, now, place.limit) {
+        if !self.shared.headers_on_pass && window.pass_now(shape, now, place.limit) {
             // A pass at once (`CompactWindow::admit`'s own first step) with
             // nothing to answer but the pass itself: what
             // `compact_answer` makes of it.
@@ -513,7 +528,7 @@ impl<S, X: KeyExtractor, M: MakeClassifier, R> SlidingWindow<S, X, M, R> {
         match decision {
             Decision::Pass(pass) => {
                 totals.add_pass();
-                CompactOutcome::Pass(self.shared.response.headers_on_pass.then(|| {
+                CompactOutcome::Pass(self.shared.headers_on_pass.then(|| {
                     let (window, shape) = (counted.window, counted.shape);
                     let window_pass = pass
                         .window_pass
@@ -856,7 +871,7 @@ impl<S, X: KeyExtractor, M: MakeClassifier, R> SlidingWindow<S, X, M, R> {
                 in_flight,
                 classifier,
                 quota,
-                legacy_headers: self.shared.response.legacy_headers,
+                legacy_headers: self.shared.legacy_headers,
             },
         )
     }
