@@ -84,9 +84,10 @@ pub struct SlidingWindow<
 /// The state every clone of one [`SlidingWindow`] shares.
 ///
 /// `repr(C)`, the compact path's fields first: with the reference counts
-/// before them they fill the allocation's first cache line, which a
-/// request touches anyway (a router's clone of the service counts on it),
-/// so a compact request reads nothing else of the layer's own.
+/// before them they take the allocation's first 50 bytes, which a request
+/// touches anyway (a router's clone of the service counts on them): one
+/// cache line, or two where the allocator places the allocation across a
+/// line's end. A compact request reads nothing else of the layer's own.
 #[repr(C)]
 struct Shared<K> {
     /// The compact table, when the layer is compact: `call` then takes the
@@ -1047,5 +1048,27 @@ impl<S: fmt::Debug, X: KeyExtractor + fmt::Debug, M, R> fmt::Debug for SlidingWi
             .field("key", &self.extractor)
             .field("state", &self.shared.store)
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The fields a compact request reads of the layer's shared state
+    /// come right after the `Arc`'s two counts, within the allocation's
+    /// first 64 bytes.
+    #[test]
+    fn a_compact_request_reads_the_first_64_bytes_of_the_shared_state() {
+        type S = Shared<Option<std::net::IpAddr>>;
+        let counts = 2 * std::mem::size_of::<usize>();
+        for end in [
+            std::mem::offset_of!(S, compact) + std::mem::size_of::<Option<Arc<()>>>(),
+            std::mem::offset_of!(S, clock) + std::mem::size_of::<SharedClock>(),
+            std::mem::offset_of!(S, headers_on_pass) + 1,
+            std::mem::offset_of!(S, legacy_headers) + 1,
+        ] {
+            assert!(counts + end <= 64, "{}", counts + end);
+        }
     }
 }
