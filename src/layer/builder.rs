@@ -403,19 +403,18 @@ impl<X: KeyExtractor, M, R> SlidingWindowLayer<X, M, R> {
     /// ([`PathKey`](crate::PathKey)), whose text is on the heap besides. The
     /// key's window is 28 of those bytes. A group of 16 slots adds a 64-byte
     /// header, one cache line (its lock, its slots' tags, its lifetime
-    /// counters), and the index of its block of slots (4 bytes; with
-    /// address and header keys the blocks come 64 at a time in one
-    /// allocation, with `String` keys each block is an allocation of its
-    /// own, with the allocator's header). The default table (2^20 keys:
-    /// 74 899 groups, 1 198 384 slots) costs 4.8 MB of headers when the
-    /// layer is built, and at most 62.6 MB (59.7 bytes per key) with
-    /// address keys once every group is in use, 121.9 MB (116.3 bytes per
-    /// key) with header keys of up to 64 bytes whatever their length, and
-    /// 73.1 MB with
-    /// `String` keys plus their text (`cargo test --lib
-    /// the_documented_sizes -- --nocapture` prints these figures). Each further window
-    /// ([`limit_per`](Self::limit_per)) adds one 28-byte compact window per
-    /// slot, made with the table: 32.0 bytes per key of `max_keys`.
+    /// counters), and the index of its block of slots (4 bytes; with address
+    /// and header keys the blocks come 64 at a time in one allocation, with
+    /// `String` keys each block is an allocation of its own, with the
+    /// allocator's header). The default table (2^20 keys: 74 899 groups,
+    /// 1 198 384 slots) costs 4.8 MB of headers when the layer is built, and
+    /// at most 62.6 MB (59.7 bytes per key) with address keys once every group
+    /// is in use, 121.9 MB (116.3 bytes per key) with header keys of up to 64
+    /// bytes whatever their length, and 73.1 MB with `String` keys plus their
+    /// text (`cargo test --lib the_documented_sizes -- --nocapture` prints
+    /// these figures). Each further window ([`limit_per`](Self::limit_per))
+    /// adds one 28-byte compact window per slot, made with the table: 32.0
+    /// bytes per key of `max_keys`.
     ///
     /// # Limits
     ///
