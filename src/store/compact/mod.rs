@@ -261,7 +261,18 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> CompactKeys<K> {
     /// [`with`](Self::with) for an owned key (see
     /// [`CompactTable::with_owned`]); for a layer where
     /// [`plain_lookup`](Self::plain_lookup) holds.
-    #[inline]
+    ///
+    /// Cold and out of line, as [`with_text`](Self::with_text): the
+    /// locked lookup, taken when a pass at once is not
+    /// ([`pass_unlocked`](Self::pass_unlocked): a refusal, a key not yet
+    /// in the table, a layer that answers a pass with RateLimit fields),
+    /// with its insert and eviction paths. Inlined, they were laid out
+    /// among the instructions of a pass at once in the service's `call`;
+    /// out of line, the single-thread bench's compact contenders ran
+    /// faster in two code layouts (`docs/performance.md`, "the locked
+    /// lookups made cold"). A request that takes it pays one call more.
+    #[cold]
+    #[inline(never)]
     fn with_owned<R>(
         &self,
         key: K,
@@ -290,8 +301,10 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> CompactKeys<K> {
     /// [`with`](Self::with) for the key `Some(text)` (`lookup`, its
     /// [`CompactTable::text_lookup`]), the text lent (see
     /// [`CompactTable::with_text`]); for a layer where
-    /// [`plain_lookup`](Self::plain_lookup) holds.
-    #[inline]
+    /// [`plain_lookup`](Self::plain_lookup) holds. Cold and out of line,
+    /// as [`with_owned`](Self::with_owned).
+    #[cold]
+    #[inline(never)]
     fn with_text<R>(
         &self,
         lookup: &TextLookup<'_>,
