@@ -4,7 +4,8 @@
 //! behind the group's lock ([`LockedSlots`], for keys held as they are),
 //! or beside it ([`Shared`], for the key cells in atomics that a request
 //! reads without the lock), taken from the table's pool of blocks
-//! ([`Blocks`]) and found by a 4-byte index per group ([`BlockCell`]).
+//! ([`Blocks`]), which keeps a 4-byte index per group ([`BlockCell`]) saying
+//! which block is the group's.
 //! The table (`table.rs`) decides which slot a key takes; this module
 //! only keeps them.
 
@@ -114,12 +115,9 @@ pub(crate) type Slots<C, V> = Block<C, V>;
 /// lock ([`LockedSlots`]), or beside it ([`Shared`]), for key cells that a
 /// request reads without the lock.
 pub(crate) trait Store<C: Cell, V>: Send + Sync {
-    /// What the group keeps out of its header, in an array of its own
-    /// beside the table's groups (`Groups`): which of the pool's blocks
-    /// a shared group's slots are, nothing for the others.
-    type Far: Send + Sync;
     /// What the groups of a table share: the blocks of slots of shared
-    /// groups ([`Blocks`]), nothing for the others.
+    /// groups and which group has which ([`Blocks`]), nothing for the
+    /// others.
     type Pool: Send + Sync;
     /// The slots, read-locked.
     type Read<'a>: SlotsOf<C, V>
@@ -131,11 +129,13 @@ pub(crate) trait Store<C: Cell, V>: Send + Sync {
         Self: 'a;
 
     fn new() -> Self;
-    fn far() -> Self::Far;
     /// The pool of a table of `groups` groups.
     fn pool(groups: usize) -> Self::Pool;
-    fn read_slots<'a>(&'a self, far: &'a Self::Far, pool: &'a Self::Pool) -> Self::Read<'a>;
-    fn write_slots<'a>(&'a self, far: &'a Self::Far, pool: &'a Self::Pool) -> Self::Write<'a>;
+    /// The slots of this group, group `index` of the table, read-locked.
+    fn read_slots<'a>(&'a self, index: usize, pool: &'a Self::Pool) -> Self::Read<'a>;
+    /// The slots of this group, group `index` of the table,
+    /// write-locked.
+    fn write_slots<'a>(&'a self, index: usize, pool: &'a Self::Pool) -> Self::Write<'a>;
 }
 
 /// A group's slots as a guard gives them: `None` until its first key.
@@ -176,7 +176,6 @@ fn new_slots<C: Cell, V: SlotValue>() -> Slots<C, V> {
 pub(crate) type LockedSlots<C, V> = RwLock<Option<Box<Slots<C, V>>>>;
 
 impl<S: Send + Sync, V: SlotValue> Store<Option<S>, V> for LockedSlots<Option<S>, V> {
-    type Far = ();
     type Pool = ();
     type Read<'a>
         = RwLockReadGuard<'a, Option<Box<Slots<Option<S>, V>>>>
@@ -191,16 +190,14 @@ impl<S: Send + Sync, V: SlotValue> Store<Option<S>, V> for LockedSlots<Option<S>
         RwLock::new(None)
     }
 
-    fn far() {}
-
     fn pool(_: usize) {}
 
     #[inline]
-    fn read_slots<'a>(&'a self, _: &'a (), _: &'a ()) -> Self::Read<'a> {
+    fn read_slots<'a>(&'a self, _: usize, _: &'a ()) -> Self::Read<'a> {
         read(self)
     }
 
-    fn write_slots<'a>(&'a self, _: &'a (), _: &'a ()) -> Self::Write<'a> {
+    fn write_slots<'a>(&'a self, _: usize, _: &'a ()) -> Self::Write<'a> {
         write(self)
     }
 }
@@ -242,8 +239,8 @@ impl<S: Send + Sync, V: SlotValue> PutKey<Option<S>, V>
 /// lock (with the slot's value sealed, see the table's module docs). A block of
 /// the table's [`Blocks`], taken under the write lock with the group's
 /// first key and kept until the table goes; which one is the group's
-/// [`BlockCell`], in an array beside the headers (see "Reading a key's
-/// slots early" in `table.rs`).
+/// [`BlockCell`] in the pool (see "Reading a key's slots early" in
+/// `table.rs`).
 pub(crate) struct Shared<C: Cell, V> {
     lock: RwLock<()>,
     cells: std::marker::PhantomData<fn() -> (C, V)>,
@@ -272,9 +269,10 @@ const SPREAD_BLOCKS: usize = 1024;
 /// one to each group that takes a key, and made [`CHUNK`] at a time: a
 /// table holds the blocks of the groups that have had keys, and at most
 /// one chunk's worth more, whichever groups they are. A group finds its
-/// block from its [`BlockCell`], four bytes: the array of them is small
-/// enough to stay in a core's cache where the groups' headers (64 bytes
-/// each) do not, so a lookup learns where its slots are without a miss.
+/// block from its [`BlockCell`], four bytes, in the pool's array of them:
+/// small enough to stay in a core's cache where the groups' headers (64
+/// bytes each) do not, so a lookup learns where its slots are without a
+/// miss.
 #[repr(C)]
 pub(crate) struct Blocks<C: Cell, V> {
     /// The first chunk, held here rather than behind `chunks`, so that a
@@ -286,8 +284,9 @@ pub(crate) struct Blocks<C: Cell, V> {
     /// Blocks handed out. Relaxed: it only hands out indexes; a block is
     /// published by its chunk's `OnceLock` and the group's cell.
     taken: AtomicUsize,
-    /// Blocks in all: one per group.
-    len: usize,
+    /// Group `i`'s block, at index `i`: one cell per group, as many as
+    /// there are blocks.
+    cells: Box<[BlockCell]>,
 }
 
 impl<C: Cell, V: SlotValue> Blocks<C, V> {
@@ -298,7 +297,7 @@ impl<C: Cell, V: SlotValue> Blocks<C, V> {
                 .map(|_| std::sync::OnceLock::new())
                 .collect(),
             taken: AtomicUsize::new(0),
-            len: groups,
+            cells: (0..groups).map(|_| BlockCell::new(0)).collect(),
         }
     }
 
@@ -321,18 +320,22 @@ impl<C: Cell, V: SlotValue> Blocks<C, V> {
         }
     }
 
-    /// The block of `cell`, if its group has one.
+    /// The block of group `group`, if it has one.
     #[inline(always)]
-    pub(super) fn get(&self, cell: &BlockCell) -> Option<&Slots<C, V>> {
-        let index = cell.load(Ordering::Acquire).checked_sub(1)? as usize;
+    pub(super) fn get(&self, group: usize) -> Option<&Slots<C, V>> {
+        let index = self
+            .cells
+            .get(group)?
+            .load(Ordering::Acquire)
+            .checked_sub(1)? as usize;
         self.chunk(index / CHUNK)?.get()?.get(index % CHUNK)
     }
 
-    /// The block of `cell`, taken now if its group had none: under the
+    /// The block of group `group`, taken now if it had none: under the
     /// group's write lock, so a group takes one block at most, and no
     /// more are taken than there are groups.
-    fn take(&self, cell: &BlockCell) -> &Slots<C, V> {
-        if let Some(block) = self.get(cell) {
+    fn take(&self, group: usize) -> &Slots<C, V> {
+        if let Some(block) = self.get(group) {
             return block;
         }
         let index = self.taken.fetch_add(1, Ordering::Relaxed);
@@ -340,16 +343,18 @@ impl<C: Cell, V: SlotValue> Blocks<C, V> {
         // Blocks are taken only while `taken` is below the number of
         // groups (one per group, under its write lock), so the chunk is
         // there.
+        let len = self.cells.len();
         let Some(chunk) = self.chunk(index / CHUNK) else {
-            unreachable!("block {index} of a pool of {} blocks", self.len);
+            unreachable!("block {index} of a pool of {len} blocks");
         };
         let chunk = chunk.get_or_init(|| {
-            (start..self.len.min(start + CHUNK))
+            (start..len.min(start + CHUNK))
                 .map(|_| new_slots())
                 .collect()
         });
-        // The table has fewer than `u32::MAX` groups (`CompactTable::new`).
-        cell.store(index as u32 + 1, Ordering::Release);
+        // The table has fewer than `u32::MAX` groups (`CompactTable::new`),
+        // and `group` is one of them (`get` found its cell).
+        self.cells[group].store(index as u32 + 1, Ordering::Release);
         &chunk[index % CHUNK]
     }
 }
@@ -357,12 +362,12 @@ impl<C: Cell, V: SlotValue> Blocks<C, V> {
 /// [`Shared`] slots with their group's lock held.
 pub(crate) struct SharedGuard<'a, C: Cell, V, G> {
     _lock: G,
-    cell: &'a BlockCell,
+    /// The group's index in the table.
+    group: usize,
     blocks: &'a Blocks<C, V>,
 }
 
 impl<C: SharedCell, V: SlotValue> Store<C, V> for Shared<C, V> {
-    type Far = BlockCell;
     type Pool = Blocks<C, V>;
     type Read<'a>
         = SharedGuard<'a, C, V, RwLockReadGuard<'a, ()>>
@@ -380,27 +385,23 @@ impl<C: SharedCell, V: SlotValue> Store<C, V> for Shared<C, V> {
         }
     }
 
-    fn far() -> Self::Far {
-        BlockCell::new(0)
-    }
-
     fn pool(groups: usize) -> Self::Pool {
         Blocks::new(groups)
     }
 
     #[inline]
-    fn read_slots<'a>(&'a self, cell: &'a BlockCell, blocks: &'a Blocks<C, V>) -> Self::Read<'a> {
+    fn read_slots<'a>(&'a self, group: usize, blocks: &'a Blocks<C, V>) -> Self::Read<'a> {
         SharedGuard {
             _lock: read(&self.lock),
-            cell,
+            group,
             blocks,
         }
     }
 
-    fn write_slots<'a>(&'a self, cell: &'a BlockCell, blocks: &'a Blocks<C, V>) -> Self::Write<'a> {
+    fn write_slots<'a>(&'a self, group: usize, blocks: &'a Blocks<C, V>) -> Self::Write<'a> {
         SharedGuard {
             _lock: write(&self.lock),
-            cell,
+            group,
             blocks,
         }
     }
@@ -409,14 +410,14 @@ impl<C: SharedCell, V: SlotValue> Store<C, V> for Shared<C, V> {
 impl<C: Cell, V: SlotValue, G> SlotsOf<C, V> for SharedGuard<'_, C, V, G> {
     #[inline]
     fn slots(&self) -> Option<&Slots<C, V>> {
-        self.blocks.get(self.cell)
+        self.blocks.get(self.group)
     }
 }
 
 impl<C: SharedCell, V: SlotValue> PutKey<C, V> for SharedGuard<'_, C, V, RwLockWriteGuard<'_, ()>> {
     fn put(&mut self, at: usize, key: Option<C::Stored>) -> &Slots<C, V> {
         // Taken here only, under the write lock: never two at once.
-        let slots = self.blocks.take(self.cell);
+        let slots = self.blocks.take(self.group);
         slots[at].key.put(key, &slots.spill, at);
         slots
     }
@@ -424,7 +425,7 @@ impl<C: SharedCell, V: SlotValue> PutKey<C, V> for SharedGuard<'_, C, V, RwLockW
     fn vacate(&mut self, at: usize) {
         // The key (marked gone) and the sealed value stay until the slot
         // is taken again (see the trait).
-        if let Some(slots) = self.blocks.get(self.cell) {
+        if let Some(slots) = self.blocks.get(self.group) {
             slots[at].key.vacate(&slots.spill, at);
         }
     }
@@ -457,38 +458,42 @@ mod tests {
     fn groups_take_blocks_in_order_a_chunk_at_a_time() {
         let groups = CHUNK + 6;
         let blocks = Blocks::<AtomicAddr, CompactWindow>::new(groups);
-        let cells: Vec<BlockCell> = (0..groups).map(|_| BlockCell::new(0)).collect();
-        assert!(blocks.get(&cells[40]).is_none());
+        assert_eq!(blocks.cells.len(), groups);
+        assert!(blocks.get(40).is_none());
+        assert!(blocks.get(groups).is_none(), "no group past the last");
         // Group 40 first, then group 3: blocks 0 and 1 of the first chunk.
-        let first = blocks.take(&cells[40]) as *const _;
-        let second = blocks.take(&cells[3]) as *const _;
-        assert_eq!(cells[40].load(Ordering::Relaxed), 1);
-        assert_eq!(cells[3].load(Ordering::Relaxed), 2);
+        let first = blocks.take(40) as *const _;
+        let second = blocks.take(3) as *const _;
+        assert_eq!(blocks.cells[40].load(Ordering::Relaxed), 1);
+        assert_eq!(blocks.cells[3].load(Ordering::Relaxed), 2);
         assert!(blocks.chunks[0].get().is_none(), "one chunk made");
         assert_eq!(blocks.first.get().map(|chunk| chunk.len()), Some(CHUNK));
         // A group keeps its block, taken again or read.
-        assert_eq!(blocks.take(&cells[40]) as *const _, first);
-        assert_eq!(blocks.get(&cells[3]).map(|b| b as *const _), Some(second));
+        assert_eq!(blocks.take(40) as *const _, first);
+        assert_eq!(blocks.get(3).map(|b| b as *const _), Some(second));
         // Every other group: the second chunk is the 6 blocks left.
-        for (index, cell) in cells.iter().enumerate() {
-            if index != 40 && index != 3 {
-                blocks.take(cell);
+        for group in 0..groups {
+            if group != 40 && group != 3 {
+                blocks.take(group);
             }
         }
         assert_eq!(blocks.chunks[0].get().map(|chunk| chunk.len()), Some(6));
         assert_eq!(blocks.taken.load(Ordering::Relaxed), groups);
-        let mut indexes: Vec<u32> = cells.iter().map(|c| c.load(Ordering::Relaxed)).collect();
+        let mut indexes: Vec<u32> = blocks
+            .cells
+            .iter()
+            .map(|c| c.load(Ordering::Relaxed))
+            .collect();
         indexes.sort_unstable();
         assert_eq!(indexes, (1..=groups as u32).collect::<Vec<_>>());
         assert!(!blocks.spread());
 
         let many = Blocks::<AtomicAddr, CompactWindow>::new(SPREAD_BLOCKS + 1);
-        let cells: Vec<BlockCell> = (0..=SPREAD_BLOCKS).map(|_| BlockCell::new(0)).collect();
-        for cell in &cells[..SPREAD_BLOCKS - 1] {
-            many.take(cell);
+        for group in 0..SPREAD_BLOCKS - 1 {
+            many.take(group);
         }
         assert!(!many.spread());
-        many.take(&cells[SPREAD_BLOCKS - 1]);
+        many.take(SPREAD_BLOCKS - 1);
         assert!(many.spread());
     }
 }

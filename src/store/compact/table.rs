@@ -12,8 +12,8 @@
 //! its slots. For the key forms read without the lock (address and text
 //! keys), the blocks come from the table's pool (`Blocks`), made 64 at a
 //! time and handed out in order, and a group finds its block by a 4-byte
-//! index in an array beside the headers (see "Reading a key's slots
-//! early"); a group of any other key form keeps its block behind its lock.
+//! index the pool keeps per group (see "Reading a key's slots early"); a
+//! group of any other key form keeps its block behind its lock.
 //! A slot is its key and the value `V` (one key's admission state).
 //! Its tag, a byte in the header (0: empty; otherwise 7 bits of the key's
 //! hash with the high bit set), is compared before the key: a lookup
@@ -198,9 +198,7 @@ use super::form::{
     atomic_addr, atomic_text, At, AtomicAddr, AtomicText, Cell, KeyCell, Plain, SharedCell,
     TextProbe,
 };
-use super::slots::{
-    BlockCell, Blocks, LockedSlots, PutKey, Shared, SlotValue, Slots, SlotsOf, Store,
-};
+use super::slots::{Blocks, LockedSlots, PutKey, Shared, SlotValue, Slots, SlotsOf, Store};
 use crate::stat::CompactWindow;
 use crate::store::registry::{Owned, PendingKey};
 use crate::sync::{read, write, AtomicBool, AtomicU64, AtomicUsize, Ordering, RwLock};
@@ -288,25 +286,22 @@ impl<St> Group<St> {
     }
 }
 
-/// A table's groups of one form: their headers, beside them what each
-/// group's store keeps out of its header (`F`, the store's
-/// [`Far`](Store::Far)), group `i`'s at index `i` of each, and what they
-/// share (`P`, the store's [`Pool`](Store::Pool)).
-struct Groups<'a, St, F, P> {
+/// A table's groups of one form: their headers, and what they share
+/// (`P`, the store's [`Pool`](Store::Pool)).
+struct Groups<'a, St, P> {
     headers: &'a [Group<St>],
-    far: &'a [F],
     pool: &'a P,
 }
 
-impl<St, F, P> Clone for Groups<'_, St, F, P> {
+impl<St, P> Clone for Groups<'_, St, P> {
     fn clone(&self) -> Self {
         *self
     }
 }
 
-impl<St, F, P> Copy for Groups<'_, St, F, P> {}
+impl<St, P> Copy for Groups<'_, St, P> {}
 
-impl<'a, St, F, P> Groups<'a, St, F, P> {
+impl<'a, St, P> Groups<'a, St, P> {
     #[inline(always)]
     fn len(&self) -> usize {
         self.headers.len()
@@ -316,25 +311,21 @@ impl<'a, St, F, P> Groups<'a, St, F, P> {
     #[inline]
     fn read<C: Cell, V>(&self, index: usize) -> St::Read<'a>
     where
-        St: Store<C, V, Far = F, Pool = P>,
+        St: Store<C, V, Pool = P>,
     {
-        self.headers[index]
-            .slots
-            .read_slots(&self.far[index], self.pool)
+        self.headers[index].slots.read_slots(index, self.pool)
     }
 
     /// Group `index`'s slots, write-locked.
     fn write<C: Cell, V>(&self, index: usize) -> St::Write<'a>
     where
-        St: Store<C, V, Far = F, Pool = P>,
+        St: Store<C, V, Pool = P>,
     {
-        self.headers[index]
-            .slots
-            .write_slots(&self.far[index], self.pool)
+        self.headers[index].slots.write_slots(index, self.pool)
     }
 }
 
-impl<St, F, P> std::ops::Index<usize> for Groups<'_, St, F, P> {
+impl<St, P> std::ops::Index<usize> for Groups<'_, St, P> {
     type Output = Group<St>;
 
     #[inline(always)]
@@ -343,17 +334,9 @@ impl<St, F, P> std::ops::Index<usize> for Groups<'_, St, F, P> {
     }
 }
 
-/// `n` groups of store `St`, what their store keeps beside them, and
-/// their pool.
-#[allow(clippy::type_complexity)]
-fn new_groups<C: Cell, V, St: Store<C, V>>(
-    n: usize,
-) -> (Box<[Group<St>]>, Box<[St::Far]>, St::Pool) {
-    (
-        (0..n).map(|_| Group::new()).collect(),
-        (0..n).map(|_| St::far()).collect(),
-        St::pool(n),
-    )
+/// `n` groups of store `St`, and their pool.
+fn new_groups<C: Cell, V, St: Store<C, V>>(n: usize) -> (Box<[Group<St>]>, St::Pool) {
+    ((0..n).map(|_| Group::new()).collect(), St::pool(n))
 }
 
 /// The tags of a group's slots, a byte each, slot `i` in byte `i % 8` of
@@ -522,21 +505,19 @@ pub(crate) struct TextLookup<'a> {
 /// docs.
 ///
 /// `repr(C)`, in this order: the fields every request of an address key
-/// reads (the address groups and their block indexes, the hasher, the
-/// default limit, the side map's count) fill the table's first cache line
-/// and the pool (its first chunk in place) opens its second (the table is
-/// 64-byte aligned by its padded fields), so a request touches two lines of
-/// the table besides its groups' headers, indexes and slots, and on a table
-/// whose keys fit in the first chunk's 64 groups, no other line of the
-/// pool. A text key's request reads its groups, indexes and pool further on
+/// reads (the address groups, the hasher, the default limit, the side
+/// map's count, then the pool: its first chunk in place, the count of
+/// blocks taken, the groups' block indexes) take the table's first two
+/// cache lines (the table is 64-byte aligned by its padded fields), so a
+/// request touches two lines of the table besides its groups' headers,
+/// indexes and slots, and on a table whose keys fit in the first chunk's
+/// 64 groups, no other line of the pool. A text key's request reads its groups, indexes and pool further on
 /// (the slices and the words do not fit in the first lines).
 #[repr(C)]
 pub(crate) struct CompactTable<K, V> {
     /// The groups of a table of `Option<IpAddr>` keys, held in atomics
     /// ([`AtomicAddr`]); empty (no allocation) for any other key type.
     addr_groups: Box<[AddrGroup<V>]>,
-    /// Which block of `addr_blocks` each address group's slots are.
-    addr_cells: Box<[BlockCell]>,
     hasher: GatherState,
     /// The limit of keys in slots. Relaxed: read once per request on its
     /// own; written by a rules document (`apply`), which a request sees
@@ -551,8 +532,8 @@ pub(crate) struct CompactTable<K, V> {
     /// which looks in the side map again under the group locks, after the
     /// move.
     own_count: AtomicUsize,
-    /// The address groups' blocks of slots (on the table's second line,
-    /// the first chunk with them).
+    /// The address groups' blocks of slots, and which group has which
+    /// (with the first chunk, within the table's first two lines).
     addr_blocks: Blocks<AtomicAddr, V>,
     /// Further windows per key (`limit_per`): 0 without them.
     further_count: usize,
@@ -561,15 +542,10 @@ pub(crate) struct CompactTable<K, V> {
     /// The groups of a table of `Option<String>` keys, held as
     /// [`AtomicText`]; empty for any other key type.
     text_groups: Box<[TextGroup<V>]>,
-    /// Which block of `text_blocks` each text group's slots are.
-    text_cells: Box<[BlockCell]>,
     /// The groups of a table whose keys are held as they are (neither
     /// `Option<String>` nor `Option<IpAddr>`); empty for those.
     groups: Box<[PlainGroup<K, V>]>,
-    /// Nothing per group: their slots are behind their locks (`()`s take
-    /// no memory).
-    plain_far: Box<[()]>,
-    /// The text groups' blocks of slots.
+    /// The text groups' blocks of slots, and which group has which.
     text_blocks: Blocks<AtomicText, V>,
     /// The limit of keys without room. Relaxed, as `default_limit`.
     overflow_limit: AtomicU64,
@@ -670,7 +646,7 @@ fn position<C: Cell, V>(
 /// searches both groups again under their write locks.
 #[inline(always)]
 fn search<'a, C: Cell, V, St: Store<C, V>>(
-    groups: Groups<'a, St, St::Far, St::Pool>,
+    groups: Groups<'a, St, St::Pool>,
     hash: u64,
     is: impl Fn(&C, At<'_, C::Spill>) -> bool,
 ) -> Option<(usize, St::Read<'a>, usize)> {
@@ -716,7 +692,7 @@ fn home_of(hash: u64) -> usize {
 /// Write-locks groups `a` and `b` of `groups` (once if they are the same),
 /// the lower index first.
 fn lock_pair<'a, C: Cell, V, St: Store<C, V>>(
-    groups: Groups<'a, St, St::Far, St::Pool>,
+    groups: Groups<'a, St, St::Pool>,
     a: usize,
     b: usize,
 ) -> Locked<St::Write<'a>> {
@@ -778,20 +754,18 @@ macro_rules! on_groups {
 impl<K, V: SlotValue> CompactTable<K, V> {
     /// The address groups (empty for other key types).
     #[inline(always)]
-    fn addr(&self) -> Groups<'_, Shared<AtomicAddr, V>, BlockCell, Blocks<AtomicAddr, V>> {
+    fn addr(&self) -> Groups<'_, Shared<AtomicAddr, V>, Blocks<AtomicAddr, V>> {
         Groups {
             headers: &self.addr_groups,
-            far: &self.addr_cells,
             pool: &self.addr_blocks,
         }
     }
 
     /// The text groups (empty for other key types).
     #[inline(always)]
-    fn text(&self) -> Groups<'_, Shared<AtomicText, V>, BlockCell, Blocks<AtomicText, V>> {
+    fn text(&self) -> Groups<'_, Shared<AtomicText, V>, Blocks<AtomicText, V>> {
         Groups {
             headers: &self.text_groups,
-            far: &self.text_cells,
             pool: &self.text_blocks,
         }
     }
@@ -799,10 +773,9 @@ impl<K, V: SlotValue> CompactTable<K, V> {
     /// The groups of keys held as they are (empty for address and text
     /// keys).
     #[inline(always)]
-    fn plain(&self) -> Groups<'_, PlainGroupStore<K, V>, (), ()> {
+    fn plain(&self) -> Groups<'_, PlainGroupStore<K, V>, ()> {
         Groups {
             headers: &self.groups,
-            far: &self.plain_far,
             pool: &(),
         }
     }
@@ -837,18 +810,15 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
             .collect();
         let (text, addr) = (atomic_text::<K>(), atomic_addr::<K>());
         let count = |this: bool| if this { n } else { 0 };
-        let (addr_groups, addr_cells, addr_blocks) = new_groups(count(addr));
-        let (text_groups, text_cells, text_blocks) = new_groups(count(text));
-        let (groups, plain_far, ()) = new_groups(count(!text && !addr));
+        let (addr_groups, addr_blocks) = new_groups(count(addr));
+        let (text_groups, text_blocks) = new_groups(count(text));
+        let (groups, ()) = new_groups(count(!text && !addr));
         CompactTable {
             addr_groups,
-            addr_cells,
             addr_blocks,
             text_groups,
-            text_cells,
             text_blocks,
             groups,
-            plain_far,
             hasher,
             occupied: Padded(AtomicUsize::new(0)),
             max_keys,
@@ -1067,7 +1037,7 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
     #[inline(always)]
     fn with_found<C: KeyCell<K>, St: Store<C, V>, R>(
         &self,
-        groups: Groups<'_, St, St::Far, St::Pool>,
+        groups: Groups<'_, St, St::Pool>,
         key: K,
         hash: u64,
         is: impl Fn(&C, At<'_, C::Spill>, &K) -> bool,
@@ -1134,14 +1104,14 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
     /// on `groups`, for the key `probe` of hash `hash`.
     #[inline(always)]
     fn pass_in<'t, C: SharedCell>(
-        groups: Groups<'t, Shared<C, V>, BlockCell, Blocks<C, V>>,
+        groups: Groups<'t, Shared<C, V>, Blocks<C, V>>,
         probe: &C::Seen<'_>,
         hash: u64,
         default_limit: &AtomicU64,
         attempt: impl FnOnce(&V, u64) -> bool,
     ) -> Option<&'t Totals> {
         let (first, second, tag) = place_of(hash, groups.len());
-        let slots_of = |index: usize| groups.pool.get(&groups.far[index]);
+        let slots_of = |index: usize| groups.pool.get(index);
         if groups.pool.spread() {
             // A load of the key's home slot in both groups, before the
             // headers' tags, so that the home slots' lines are fetched with
@@ -1252,7 +1222,7 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
     #[inline]
     fn with_in<C: KeyCell<K>, St: Store<C, V>, P: PendingKey<K>, R>(
         &self,
-        groups: Groups<'_, St, St::Far, St::Pool>,
+        groups: Groups<'_, St, St::Pool>,
         pending: P,
         idle: impl Fn(&V, &[CompactWindow]) -> bool,
         keyed: bool,
@@ -1298,7 +1268,7 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
     #[allow(clippy::too_many_arguments)]
     fn insert<C: KeyCell<K>, St: Store<C, V>, P: PendingKey<K>, R>(
         &self,
-        groups: Groups<'_, St, St::Far, St::Pool>,
+        groups: Groups<'_, St, St::Pool>,
         pending: P,
         hash: u64,
         idle: impl Fn(&V, &[CompactWindow]) -> bool,
@@ -1423,7 +1393,7 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
     /// slot of the two groups twice at most (its tag, then its idleness).
     fn free_slot<C: Cell, St: Store<C, V>>(
         &self,
-        groups: Groups<'_, St, St::Far, St::Pool>,
+        groups: Groups<'_, St, St::Pool>,
         locked: &mut [(usize, St::Write<'_>)],
         first: usize,
         home: usize,
@@ -1626,7 +1596,7 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
     /// [`set_limit`](Self::set_limit) on the table's `groups`.
     fn set_limit_in<C: KeyCell<K>, St: Store<C, V>>(
         &self,
-        groups: Groups<'_, St, St::Far, St::Pool>,
+        groups: Groups<'_, St, St::Pool>,
         key: K,
         limit: u64,
         idle: impl Fn(&V, &[CompactWindow]) -> bool,
@@ -1673,7 +1643,7 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
     /// [`remove_limit`](Self::remove_limit) on the table's `groups`.
     fn remove_limit_in<C: KeyCell<K>, St: Store<C, V>, Q>(
         &self,
-        groups: Groups<'_, St, St::Far, St::Pool>,
+        groups: Groups<'_, St, St::Pool>,
         key: &Q,
         idle: impl Fn(&V, &[CompactWindow]) -> bool,
     ) -> bool
@@ -1781,7 +1751,7 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, V: SlotValue> CompactTable<K,
     /// none.
     fn take<C: KeyCell<K>, St: Store<C, V>>(
         &self,
-        groups: Groups<'_, St, St::Far, St::Pool>,
+        groups: Groups<'_, St, St::Pool>,
         locked: &mut [(usize, St::Write<'_>)],
         tag: u8,
         key: &K,
@@ -1955,12 +1925,11 @@ mod tests {
         assert_eq!(std::mem::align_of::<T>(), 64);
         for end in [
             std::mem::offset_of!(T, addr_groups) + 16,
-            std::mem::offset_of!(T, addr_cells) + 16,
             std::mem::offset_of!(T, hasher) + std::mem::size_of::<GatherState>(),
             std::mem::offset_of!(T, default_limit) + 8,
             std::mem::offset_of!(T, own_count) + 8,
             // The pool: its first chunk, the others' array, the count
-            // `spread` reads.
+            // `spread` reads, the groups' block indexes.
             std::mem::offset_of!(T, addr_blocks)
                 + std::mem::size_of::<Blocks<AtomicAddr, CompactWindow>>(),
         ] {
