@@ -353,7 +353,8 @@ impl<C: Cell, V: SlotValue> Blocks<C, V> {
                 .collect()
         });
         // The table has fewer than `u32::MAX` groups (`CompactTable::new`),
-        // and `group` is one of them (`get` found its cell).
+        // and `group` is one of them (the table passes only its groups'
+        // indexes, as it indexes their headers).
         self.cells[group].store(index as u32 + 1, Ordering::Release);
         &chunk[index % CHUNK]
     }
