@@ -511,8 +511,9 @@ pub(crate) struct TextLookup<'a> {
 /// cache lines (the table is 64-byte aligned by its padded fields), so a
 /// request touches two lines of the table besides its groups' headers,
 /// indexes and slots, and on a table whose keys fit in the first chunk's
-/// 64 groups, no other line of the pool. A text key's request reads its groups, indexes and pool further on
-/// (the slices and the words do not fit in the first lines).
+/// 64 groups, no other line of the pool. A text key's request reads its
+/// groups, indexes and pool further on (the slices and the words do not
+/// fit in the first lines).
 #[repr(C)]
 pub(crate) struct CompactTable<K, V> {
     /// The groups of a table of `Option<IpAddr>` keys, held in atomics
