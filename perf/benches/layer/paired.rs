@@ -69,6 +69,9 @@ const N: usize = Contender::ALL.len();
 /// The apps and every round run so far.
 struct Rounds {
     apps: Vec<Router>,
+    /// Blocks allocated between the apps (see [`HeapPadding`]), kept as
+    /// long as the apps are.
+    _padding: Vec<Vec<u8>>,
     /// Where the next round starts in [`Contender::ALL`].
     next_start: usize,
     /// Per round, per contender (in [`Contender::ALL`] order): ns per request.
@@ -188,10 +191,50 @@ fn index(contender: Contender) -> usize {
         .expect("every contender is in ALL")
 }
 
+/// With `LAYER_PAIRED_HEAP_SEED` set to a number, a block of 16 to 4 096
+/// bytes, its size drawn from that seed, is allocated before each app is
+/// built, so that every contender's state lies elsewhere on the heap than
+/// in a run without it: where the heap puts each contender's state moves
+/// its figures as much as where the linker puts its code does
+/// (`perf/layouts.sh` varies both). Unset, nothing is allocated.
+struct HeapPadding {
+    state: Option<u64>,
+}
+
+impl HeapPadding {
+    fn from_env() -> HeapPadding {
+        let state = std::env::var("LAYER_PAIRED_HEAP_SEED").ok().map(|seed| {
+            seed.parse::<u64>()
+                .expect("LAYER_PAIRED_HEAP_SEED: a whole number")
+        });
+        HeapPadding { state }
+    }
+
+    /// The next block, if a seed was given (SplitMix64 draws its size).
+    fn next_block(&mut self) -> Option<Vec<u8>> {
+        let state = self.state.as_mut()?;
+        *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = *state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        let size = 16 * (1 + (z % 256) as usize);
+        Some(vec![1u8; size])
+    }
+}
+
 pub(crate) fn bench(c: &mut Criterion) {
     let runtime = runtime();
+    let mut heap = HeapPadding::from_env();
+    let mut padding = Vec::new();
+    let mut apps = Vec::new();
+    for contender in Contender::ALL {
+        padding.extend(heap.next_block());
+        apps.push(contender.app(&runtime));
+    }
     let rounds = RefCell::new(Rounds {
-        apps: Contender::ALL.iter().map(|c| c.app(&runtime)).collect(),
+        apps,
+        _padding: padding,
         next_start: 0,
         ns: RoundTable::new(),
     });
