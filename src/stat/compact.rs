@@ -325,6 +325,10 @@ struct Grid {
     /// arithmetic), without a division.
     by_len: Divisor,
     by_rounds: Divisor,
+    /// Per ring word, the halves admission counts: both for entries below
+    /// [`depth`](Self::depth), none past it (see
+    /// [`CompactWindow::window_ring_sum`]).
+    depth_masks: [u32; RING_WORDS],
 }
 
 impl Grid {
@@ -342,6 +346,20 @@ impl Grid {
             sample_count
         };
         let period = len * rounds;
+        let depth = sample_count - 1 + strict as usize;
+        let mut depth_masks = [0u32; RING_WORDS];
+        let mut word = 0;
+        while word < RING_WORDS {
+            // Ring entries `2 * word` (low half) and `2 * word + 1` (high).
+            depth_masks[word] = if depth > 2 * word + 1 {
+                u32::MAX
+            } else if depth > 2 * word {
+                0xFFFF
+            } else {
+                0
+            };
+            word += 1;
+        }
         Grid {
             len,
             sample_count,
@@ -353,6 +371,7 @@ impl Grid {
             by_period: Divisor::new(period),
             by_len: Divisor::new(len),
             by_rounds: Divisor::new(rounds),
+            depth_masks,
         }
     }
 
@@ -882,7 +901,7 @@ impl CompactWindow {
     /// the window has room (see [`pass_at_once`](Self::pass_at_once)).
     #[inline(always)]
     fn pass_in_newest(&self, grid: &Grid, head: u32, limit: u64) -> Option<u64> {
-        match self.swap_in_pass(head, self.ring_sum(grid.depth()), limit) {
+        match self.swap_in_pass(head, self.window_ring_sum(grid), limit) {
             Swapped::Passed(window_pass) => Some(window_pass),
             Swapped::Full(..) | Swapped::Changed => None,
         }
@@ -952,6 +971,21 @@ impl CompactWindow {
         }
         self.publish(grid, grid.advance(newest, now), &ring, 1, 0);
         Some(before + 1)
+    }
+
+    /// [`ring_sum`](Self::ring_sum) of the entries admission counts
+    /// ([`Grid::depth`]), in straight-line code: every word is loaded and
+    /// masked, so a pass runs no loop and no branch on the shape. The
+    /// words past the depth are read and ignored.
+    #[inline(always)]
+    fn window_ring_sum(&self, grid: &Grid) -> u64 {
+        let mut sum = 0u64;
+        for (word, mask) in self.ring.iter().zip(grid.depth_masks) {
+            // Acquire: as in `load_ring`.
+            let counted = word.load(Ordering::Acquire) & mask;
+            sum += u64::from(counted & 0xFFFF) + u64::from(counted >> 16);
+        }
+        sum
     }
 
     /// The sum of the ring's first `entries` pass counts, read as
@@ -2282,6 +2316,47 @@ mod tests {
         assert_eq!(CompactShape::new(0, 0, false).bucket_ms(), 0);
         assert_eq!(Grid::of(&CompactShape::new(0, 0, false)).len, 1);
         assert!(CompactShape::new(0, 0, false).validate().is_err());
+    }
+
+    #[test]
+    fn the_straight_line_sum_counts_exactly_the_entries_of_the_depth() {
+        // Every entry holds a distinct power of two (plus the largest
+        // count in the last), so a sum that takes an entry too many or too
+        // few, or a half of the wrong word, gives another figure.
+        let window = CompactWindow::new();
+        for (i, word) in window.ring.iter().enumerate() {
+            let low = 1u32 << (2 * i);
+            let high = if i == RING_WORDS - 1 {
+                0xFFFF
+            } else {
+                2u32 << (2 * i)
+            };
+            word.store(low | high << 16, Ordering::Relaxed);
+        }
+        for sample_count in 1..=COMPACT_MAX_BUCKETS {
+            for strict in [false, true] {
+                let shape = CompactShape::new(sample_count, 1_000, strict);
+                let grid = Grid::of(&shape);
+                let depth = sample_count - 1 + usize::from(strict);
+                assert_eq!(grid.depth(), depth);
+                let expected = (0..depth)
+                    .map(|entry| {
+                        let word = window.ring[entry / 2].load(Ordering::Relaxed);
+                        u64::from(if entry % 2 == 0 {
+                            word & 0xFFFF
+                        } else {
+                            word >> 16
+                        })
+                    })
+                    .sum::<u64>();
+                assert_eq!(
+                    window.window_ring_sum(grid),
+                    expected,
+                    "{sample_count} buckets, strict {strict}"
+                );
+                assert_eq!(window.ring_sum(depth), expected);
+            }
+        }
     }
 
     proptest! {
