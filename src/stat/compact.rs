@@ -346,21 +346,7 @@ impl Grid {
             sample_count
         };
         let period = len * rounds;
-        let depth = sample_count - 1 + strict as usize;
-        let mut depth_masks = [0u32; RING_WORDS];
-        let mut word = 0;
-        while word < RING_WORDS {
-            // Ring entries `2 * word` (low half) and `2 * word + 1` (high).
-            depth_masks[word] = if depth > 2 * word + 1 {
-                u32::MAX
-            } else if depth > 2 * word {
-                0xFFFF
-            } else {
-                0
-            };
-            word += 1;
-        }
-        Grid {
+        let mut grid = Grid {
             len,
             sample_count,
             strict,
@@ -371,8 +357,22 @@ impl Grid {
             by_period: Divisor::new(period),
             by_len: Divisor::new(len),
             by_rounds: Divisor::new(rounds),
-            depth_masks,
+            depth_masks: [0; RING_WORDS],
+        };
+        let depth = grid.depth();
+        let mut word = 0;
+        while word < RING_WORDS {
+            // Ring entries `2 * word` (low half) and `2 * word + 1` (high).
+            grid.depth_masks[word] = if depth > 2 * word + 1 {
+                u32::MAX
+            } else if depth > 2 * word {
+                0xFFFF
+            } else {
+                0
+            };
+            word += 1;
         }
+        grid
     }
 
     #[inline]
@@ -383,8 +383,8 @@ impl Grid {
     /// How many buckets before the newest admission counts: the window's
     /// older buckets, and the one that has just left it on a strict window.
     #[inline]
-    fn depth(&self) -> usize {
-        self.sample_count - 1 + usize::from(self.strict)
+    const fn depth(&self) -> usize {
+        self.sample_count - 1 + self.strict as usize
     }
 
     /// The stamp of a bucket starting at `start` (at most `MAX_TIME`) on
