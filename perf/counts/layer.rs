@@ -89,8 +89,9 @@ fn compact<X: KeyExtractor>(key: X) -> SlidingWindowLayer<X> {
 #[inline(always)]
 fn serve(runtime: &Runtime, app: &mut Router, peer: bool, name: &'static str) {
     std::hint::black_box(name);
+    let requests = REQUESTS_NOW.with(|n| n.get());
     runtime.block_on(async {
-        for _ in 0..REQUESTS {
+        for _ in 0..requests {
             let status = common::serve(app, request(peer)).await;
             assert_eq!(status, StatusCode::OK);
         }
@@ -137,36 +138,75 @@ fn tower_governor_peer_ip(runtime: &Runtime, app: &mut Router) {
     serve(runtime, app, true, "tower_governor_peer_ip");
 }
 
+thread_local! {
+    /// Requests the next contender's function serves: [`REQUESTS`], or a
+    /// round's batch (see [`main`]).
+    static REQUESTS_NOW: std::cell::Cell<u32> = const { std::cell::Cell::new(REQUESTS) };
+}
+
+/// A contender's function and its app.
+type Run = (fn(&Runtime, &mut Router), Router);
+
+/// Runs each contender's [`REQUESTS`] requests in turn; with
+/// `COUNTS_LAYER_ROUND=n`, in rounds of `n` requests to every contender in
+/// turn instead, as the `layer_paired` bench sends them, so that
+/// callgrind's cache and branch simulation (`--cache-sim=yes
+/// --branch-sim=yes`) sees each contender's state and code leave the caches
+/// and predictors between its batches, as they do in the bench.
 fn main() {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("a current-thread runtime");
-    noop(&runtime, &mut app(|r| r.layer(common::NoopLayer)));
-    noop_peer_ip(&runtime, &mut app(|r| r.layer(common::NoopLayer)));
-    ours_compact_header(
-        &runtime,
-        &mut app(|r| r.layer(compact(HeaderKey::new(API_KEY)))),
-    );
-    ours_compact_peer_ip(&runtime, &mut app(|r| r.layer(compact(PeerIpKey))));
-    ours_header(
-        &runtime,
-        &mut app(|r| r.layer(SlidingWindowLayer::qps(u64::MAX / 4).key(HeaderKey::new(API_KEY)))),
-    );
-    ours_global(
-        &runtime,
-        &mut app(|r| r.layer(SlidingWindowLayer::qps(u64::MAX / 4))),
-    );
-    tower_governor_header(
-        &runtime,
-        &mut app(|r| {
-            r.layer(governor_setup::never_rejecting(
-                governor_setup::HeaderString(API_KEY),
-            ))
-        }),
-    );
-    tower_governor_peer_ip(
-        &runtime,
-        &mut app(|r| r.layer(governor_setup::never_rejecting(PeerIpKeyExtractor))),
-    );
+    let mut runs: Vec<Run> = vec![
+        (noop, app(|r| r.layer(common::NoopLayer))),
+        (noop_peer_ip, app(|r| r.layer(common::NoopLayer))),
+        (
+            ours_compact_header,
+            app(|r| r.layer(compact(HeaderKey::new(API_KEY)))),
+        ),
+        (ours_compact_peer_ip, app(|r| r.layer(compact(PeerIpKey)))),
+        (
+            ours_header,
+            app(|r| r.layer(SlidingWindowLayer::qps(u64::MAX / 4).key(HeaderKey::new(API_KEY)))),
+        ),
+        (
+            ours_global,
+            app(|r| r.layer(SlidingWindowLayer::qps(u64::MAX / 4))),
+        ),
+        (
+            tower_governor_header,
+            app(|r| {
+                r.layer(governor_setup::never_rejecting(
+                    governor_setup::HeaderString(API_KEY),
+                ))
+            }),
+        ),
+        (
+            tower_governor_peer_ip,
+            app(|r| r.layer(governor_setup::never_rejecting(PeerIpKeyExtractor))),
+        ),
+    ];
+    let round = std::env::var("COUNTS_LAYER_ROUND")
+        .ok()
+        .map(|n| {
+            n.parse::<u32>()
+                .expect("COUNTS_LAYER_ROUND: a number of requests")
+        })
+        .filter(|&n| n > 0);
+    match round {
+        None => {
+            for (run, app) in &mut runs {
+                run(&runtime, app);
+            }
+        }
+        Some(round) => {
+            REQUESTS_NOW.with(|n| n.set(round));
+            for _ in 0..REQUESTS.div_ceil(round) {
+                for (run, app) in &mut runs {
+                    run(&runtime, app);
+                }
+            }
+        }
+    }
 }

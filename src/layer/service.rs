@@ -276,14 +276,7 @@ where
                     ResponseFuture::forwarded(self.inner.call(request), quota, legacy_headers)
                 }
                 CompactOutcome::Refused(response, at) => {
-                    // Who was refused, as for a full key (see `refused`):
-                    // read again from the head, on this path only.
-                    let blocked = self.shared.registry.blocked();
-                    visit_key!(
-                        consume & self.extractor,
-                        request,
-                        RecordBlocked { blocked, now: at }
-                    );
+                    self.compact_blocked(request, at);
                     ResponseFuture::blocked_boxed(response)
                 }
             };
@@ -555,6 +548,20 @@ impl<S, X: KeyExtractor, M: MakeClassifier, R> SlidingWindow<S, X, M, R> {
             }
             Decision::Wait(never) => match never {},
         }
+    }
+
+    /// Notes who a compact key's refused request came from, as for a full
+    /// key (see `refused`): its key read again from the head, on this path
+    /// only. Out of line, so that the key's second reading is not laid
+    /// out among the instructions of a pass in `call`.
+    #[inline(never)]
+    fn compact_blocked<ReqBody>(&self, request: Request<ReqBody>, at: u64) {
+        let blocked = self.shared.registry.blocked();
+        visit_key!(
+            consume & self.extractor,
+            request,
+            RecordBlocked { blocked, now: at }
+        );
     }
 
     /// Answers a refused request of a compact key (see `quota::refuse`,

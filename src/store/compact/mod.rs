@@ -247,6 +247,28 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> CompactKeys<K> {
         self.table.with(key, idle, |place| f(place, shape, None))
     }
 
+    /// [`with`](Self::with) for an owned key, out of line: the lookup of a
+    /// layer with route rules, further windows or keys with their own
+    /// limits is larger than all of a plain lookup's pass at once (about
+    /// 8 KiB of code for an address key), and inlined into the service's
+    /// `call` it was laid out among that pass's instructions, spreading
+    /// them over twice as much code (see `docs/performance.md`, "the
+    /// service's code in the instruction cache"). A request that takes it
+    /// pays one call more.
+    ///
+    /// Not `with` itself made out of line: the service's caller (tower's
+    /// `MapFuture`, boxing our future) then copied the future once more,
+    /// 368 bytes a request (`perf/counts/layer.rs`, 60 instructions).
+    #[inline(never)]
+    fn with_general<R>(
+        &self,
+        key: K,
+        now: u64,
+        f: impl FnOnce(Place<'_, CompactWindow>, &CompactShape, Option<&K>) -> R,
+    ) -> R {
+        self.with(Owned(key), now, f)
+    }
+
     /// Whether a request's key can take the plain lookup
     /// ([`with_owned`](Self::with_owned), [`with_text`](Self::with_text):
     /// the slots searched for the key as the request has it, nothing else
@@ -443,7 +465,7 @@ where
             }
             return keys.with_owned(key, hash, now, decide);
         }
-        keys.with(Owned(key), now, decide)
+        keys.with_general(key, now, decide)
     }
 
     #[inline]
