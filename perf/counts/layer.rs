@@ -16,6 +16,10 @@
 //! callgrind_annotate --inclusive=yes target/counts-layer.out | grep 'counts_layer::'
 //! ```
 //!
+//! With `COUNTS_LAYER_ROUND=32` the contenders take their requests in
+//! rounds of 32 in turn, as `layer_paired` sends them, for callgrind's
+//! cache and branch simulation (`perf/cachesim.sh`).
+//!
 //! An instruction count weighs an atomic read-modify-write or a cache miss
 //! as one instruction: it shows what a change removed, the paired bench
 //! what it saved.
