@@ -39,46 +39,30 @@
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=perf/layouts-lib.sh
+. "$root/perf/layouts-lib.sh"
 seeds=${1:-"1 2 3 4 5 6 7"}
 base_rev=${2:-}
 out="$root/target/cachesim"
 mkdir -p "$out"
 
-layouts=(as-built)
-for seed in $seeds; do
-    layouts+=("$seed")
-done
+# The seeds split where they have spaces.
+# shellcheck disable=SC2206
+layouts=(as-built $seeds)
 contenders=(noop_peer_ip ours_compact_peer_ip tower_governor_peer_ip
     noop ours_compact_header tower_governor_header)
 
-# build TREE TARGET_DIR LABEL: the driver of TREE in every layout, as
-# $out/LABEL-LAYOUT.
+# The driver of TREE in every layout, as $out/LABEL-LAYOUT.
 build() {
-    local tree=$1 target=$2 label=$3 layout exe
-    for layout in "${layouts[@]}"; do
-        local extra=()
-        if [ "$layout" != as-built ]; then
-            extra=(-C "link-arg=-Wl,--shuffle-sections=.text.*=$layout")
-        fi
-        exe=$(cd "$tree" && CARGO_TARGET_DIR="$target" cargo rustc --quiet --release \
-            -p perf --bin counts-layer --features axum --message-format=json -- "${extra[@]}" |
-            jq -r 'select(.reason == "compiler-artifact" and .target.name == "counts-layer" and .executable != null) | .executable')
-        cp "$exe" "$out/$label-$layout"
-    done
+    link_layouts "$1" "$2" "$out/$3" counts-layer --release -p perf --bin counts-layer --features axum
 }
 
-labels=(current)
-build "$root" "${CARGO_TARGET_DIR:-$root/target}" current
-if [ -n "$base_rev" ]; then
-    label=$(git -C "$root" rev-parse --short "$base_rev")
-    src="$out/base-src"
-    rm -rf "$src"
-    mkdir -p "$src"
-    git -C "$root" archive "$base_rev" | tar -x -C "$src"
-    cp "$root/perf/counts/layer.rs" "$src/perf/counts/layer.rs"
-    build "$src" "$out/base-target" "base-$label"
-    labels+=("base-$label")
-fi
+# The base sends the current tree's requests, in the same rounds.
+prepare_base() {
+    cp "$root/perf/counts/layer.rs" "$1/perf/counts/layer.rs"
+}
+
+build_all "$base_rev"
 
 # Every run, two at a time: LABEL LAYOUT CONTENDER per line.
 for label in "${labels[@]}"; do
@@ -106,15 +90,7 @@ for label in "${labels[@]}"; do
         echo
     # 20 000 requests a contender: `REQUESTS` of `perf/counts/layer.rs`,
     # 625 rounds of 32.
-    done | awk -v requests=20000 '
-        function median(values, n,    sorted, i, j, t) {
-            for (i = 1; i <= n; i++) sorted[i] = values[i]
-            for (i = 2; i <= n; i++)
-                for (j = i; j > 1 && sorted[j - 1] > sorted[j]; j--) {
-                    t = sorted[j]; sorted[j] = sorted[j - 1]; sorted[j - 1] = t
-                }
-            return n % 2 ? sorted[(n + 1) / 2] : (sorted[n / 2] + sorted[n / 2 + 1]) / 2
-        }
+    done | awk -v requests=20000 "$awk_median"'
         BEGIN {
             print "           address: ours         tower_governor       header: ours          tower_governor"
             print "layout      instr  L1i  mispr   instr  L1i  mispr   instr  L1i  mispr   instr  L1i  mispr"

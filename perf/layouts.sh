@@ -33,46 +33,24 @@
 set -euo pipefail
 
 root=$(git rev-parse --show-toplevel)
+# shellcheck source=perf/layouts-lib.sh
+. "$root/perf/layouts-lib.sh"
 seeds=${1:-"1 2 3 4 5 6 7 8 9 10 11 12"}
 rounds=${2:-1}
 base_rev=${3:-}
 out="$root/target/layouts"
 mkdir -p "$out"
 
-layouts=(as-built)
-for seed in $seeds; do
-    layouts+=("$seed")
-done
+# The seeds split where they have spaces.
+# shellcheck disable=SC2206
+layouts=(as-built $seeds)
 
-# build TREE TARGET_DIR LABEL: the bench of TREE in every layout, as
-# $out/LABEL-LAYOUT.
+# The bench of TREE in every layout, as $out/LABEL-LAYOUT.
 build() {
-    local tree=$1 target=$2 label=$3 layout exe
-    for layout in "${layouts[@]}"; do
-        local extra=()
-        if [ "$layout" != as-built ]; then
-            extra=(-C "link-arg=-Wl,--shuffle-sections=.text.*=$layout")
-        fi
-        # The bench crate alone is rebuilt with the extra link argument;
-        # the libraries it links are the same objects every time.
-        exe=$(cd "$tree" && CARGO_TARGET_DIR="$target" cargo rustc --quiet \
-            --profile bench -p perf --bench main --message-format=json -- "${extra[@]}" |
-            jq -r 'select(.reason == "compiler-artifact" and .target.kind == ["bench"] and .executable != null) | .executable')
-        cp "$exe" "$out/$label-$layout"
-    done
+    link_layouts "$1" "$2" "$out/$3" main --profile bench -p perf --bench main
 }
 
-labels=(current)
-build "$root" "${CARGO_TARGET_DIR:-$root/target}" current
-if [ -n "$base_rev" ]; then
-    label=$(git -C "$root" rev-parse --short "$base_rev")
-    src="$out/base-src"
-    rm -rf "$src"
-    mkdir -p "$src"
-    git -C "$root" archive "$base_rev" | tar -x -C "$src"
-    build "$src" "$out/base-target" "base-$label"
-    labels+=("base-$label")
-fi
+build_all "$base_rev"
 
 for round in $(seq "$rounds"); do
     for layout in "${layouts[@]}"; do
@@ -112,15 +90,7 @@ for label in "${labels[@]}"; do
         done
     done >"$out/summary-$label.txt"
 
-    awk '
-        function median(values, n,    sorted, i, j, t) {
-            for (i = 1; i <= n; i++) sorted[i] = values[i]
-            for (i = 2; i <= n; i++)
-                for (j = i; j > 1 && sorted[j - 1] > sorted[j]; j--) {
-                    t = sorted[j]; sorted[j] = sorted[j - 1]; sorted[j - 1] = t
-                }
-            return n % 2 ? sorted[(n + 1) / 2] : (sorted[n / 2] + sorted[n / 2 + 1]) / 2
-        }
+    awk "$awk_median"'
         BEGIN {
             print "run (round/layout)   header  address   ns beyond no-op: ours, tower_governor (header; address)"
         }
