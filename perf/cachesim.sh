@@ -77,6 +77,8 @@ done | OUT="$out" xargs -P 2 -L 1 sh -c '
         "$OUT/$1-$2" >"$OUT/$1-$2.$3.log" 2>&1 || { echo "callgrind failed: $OUT/$1-$2.$3.log" >&2; exit 255; }
 ' run
 
+# Per request: each contender serves 20 000 (`REQUESTS` of
+# `perf/counts/layer.rs`, whatever the round, which must divide it).
 for label in "${labels[@]}"; do
     echo
     echo "$label: per request beyond the no-op layer (instructions, simulated L1i misses, mispredicted branches)"
@@ -88,8 +90,6 @@ for label in "${labels[@]}"; do
                 "$out/$label-$layout.$contender.out" | tr '\n' ' ' | sed 's/^/ /'
         done
         echo
-    # 20 000 requests a contender: `REQUESTS` of `perf/counts/layer.rs`,
-    # 625 rounds of 32.
     done | awk -v requests=20000 "$awk_median"'
         BEGIN {
             print "           address: ours         tower_governor       header: ours          tower_governor"

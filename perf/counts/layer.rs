@@ -91,9 +91,8 @@ fn compact<X: KeyExtractor>(key: X) -> SlidingWindowLayer<X> {
 /// Serves the requests; `name` keeps the linker from folding the
 /// contenders' functions, whose bodies are otherwise the same, into one.
 #[inline(always)]
-fn serve(runtime: &Runtime, app: &mut Router, peer: bool, name: &'static str) {
+fn serve(runtime: &Runtime, app: &mut Router, requests: u32, peer: bool, name: &'static str) {
     std::hint::black_box(name);
-    let requests = REQUESTS_NOW.with(|n| n.get());
     runtime.block_on(async {
         for _ in 0..requests {
             let status = common::serve(app, request(peer)).await;
@@ -103,60 +102,55 @@ fn serve(runtime: &Runtime, app: &mut Router, peer: bool, name: &'static str) {
 }
 
 #[inline(never)]
-fn noop(runtime: &Runtime, app: &mut Router) {
-    serve(runtime, app, false, "noop");
+fn noop(runtime: &Runtime, app: &mut Router, requests: u32) {
+    serve(runtime, app, requests, false, "noop");
 }
 
 #[inline(never)]
-fn noop_peer_ip(runtime: &Runtime, app: &mut Router) {
-    serve(runtime, app, true, "noop_peer_ip");
+fn noop_peer_ip(runtime: &Runtime, app: &mut Router, requests: u32) {
+    serve(runtime, app, requests, true, "noop_peer_ip");
 }
 
 #[inline(never)]
-fn ours_compact_header(runtime: &Runtime, app: &mut Router) {
-    serve(runtime, app, false, "ours_compact_header");
+fn ours_compact_header(runtime: &Runtime, app: &mut Router, requests: u32) {
+    serve(runtime, app, requests, false, "ours_compact_header");
 }
 
 #[inline(never)]
-fn ours_compact_peer_ip(runtime: &Runtime, app: &mut Router) {
-    serve(runtime, app, true, "ours_compact_peer_ip");
+fn ours_compact_peer_ip(runtime: &Runtime, app: &mut Router, requests: u32) {
+    serve(runtime, app, requests, true, "ours_compact_peer_ip");
 }
 
 #[inline(never)]
-fn ours_header(runtime: &Runtime, app: &mut Router) {
-    serve(runtime, app, false, "ours_header");
+fn ours_header(runtime: &Runtime, app: &mut Router, requests: u32) {
+    serve(runtime, app, requests, false, "ours_header");
 }
 
 #[inline(never)]
-fn ours_global(runtime: &Runtime, app: &mut Router) {
-    serve(runtime, app, false, "ours_global");
+fn ours_global(runtime: &Runtime, app: &mut Router, requests: u32) {
+    serve(runtime, app, requests, false, "ours_global");
 }
 
 #[inline(never)]
-fn tower_governor_header(runtime: &Runtime, app: &mut Router) {
-    serve(runtime, app, false, "tower_governor_header");
+fn tower_governor_header(runtime: &Runtime, app: &mut Router, requests: u32) {
+    serve(runtime, app, requests, false, "tower_governor_header");
 }
 
 #[inline(never)]
-fn tower_governor_peer_ip(runtime: &Runtime, app: &mut Router) {
-    serve(runtime, app, true, "tower_governor_peer_ip");
-}
-
-thread_local! {
-    /// Requests the next contender's function serves: [`REQUESTS`], or a
-    /// round's batch (see [`main`]).
-    static REQUESTS_NOW: std::cell::Cell<u32> = const { std::cell::Cell::new(REQUESTS) };
+fn tower_governor_peer_ip(runtime: &Runtime, app: &mut Router, requests: u32) {
+    serve(runtime, app, requests, true, "tower_governor_peer_ip");
 }
 
 /// A contender's function and its app.
-type Run = (fn(&Runtime, &mut Router), Router);
+type Run = (fn(&Runtime, &mut Router, u32), Router);
 
 /// Runs each contender's [`REQUESTS`] requests in turn; with
-/// `COUNTS_LAYER_ROUND=n`, in rounds of `n` requests to every contender in
-/// turn instead, as the `layer_paired` bench sends them, so that
-/// callgrind's cache and branch simulation (`--cache-sim=yes
-/// --branch-sim=yes`) sees each contender's state and code leave the caches
-/// and predictors between its batches, as they do in the bench.
+/// `COUNTS_LAYER_ROUND=n` (`n` dividing [`REQUESTS`]), in rounds of `n`
+/// requests to every contender in turn instead, as the `layer_paired`
+/// bench sends them, so that callgrind's cache and branch simulation
+/// (`--cache-sim=yes --branch-sim=yes`) sees each contender's state and
+/// code leave the caches and predictors between its batches, as they do
+/// in the bench.
 fn main() {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -191,26 +185,23 @@ fn main() {
             app(|r| r.layer(governor_setup::never_rejecting(PeerIpKeyExtractor))),
         ),
     ];
-    let round = std::env::var("COUNTS_LAYER_ROUND")
-        .ok()
-        .map(|n| {
-            n.parse::<u32>()
-                .expect("COUNTS_LAYER_ROUND: a number of requests")
-        })
-        .filter(|&n| n > 0);
-    match round {
-        None => {
-            for (run, app) in &mut runs {
-                run(&runtime, app);
-            }
-        }
-        Some(round) => {
-            REQUESTS_NOW.with(|n| n.set(round));
-            for _ in 0..REQUESTS.div_ceil(round) {
-                for (run, app) in &mut runs {
-                    run(&runtime, app);
-                }
-            }
+    // Each contender serves `REQUESTS` requests either way: in one batch,
+    // or in rounds of a batch that divides it.
+    let batch = match std::env::var("COUNTS_LAYER_ROUND") {
+        Err(_) => REQUESTS,
+        Ok(n) => n
+            .parse::<u32>()
+            .ok()
+            .filter(|&n| n > 0 && REQUESTS % n == 0)
+            .unwrap_or_else(|| {
+                panic!(
+                    "COUNTS_LAYER_ROUND: a number of requests that divides {REQUESTS}, not {n:?}"
+                )
+            }),
+    };
+    for _ in 0..REQUESTS / batch {
+        for (run, app) in &mut runs {
+            run(&runtime, app, batch);
         }
     }
 }
